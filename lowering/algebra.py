@@ -1,0 +1,231 @@
+"""Algebraic views of a normalized graph, the vocabulary the pattern modules are written in.
+
+Instead of matching fixed operator trees (and enumerating every operand order and grouping), a
+pattern asks for the algebraic shape of a value:
+  monomial(v)  -> coefficient * product of runtime factors with exponents, seen through Mul, Div,
+                  Neg and Reciprocal, so g*x/b, x*(g/b), (x/b)*g and Mul(x, 1/b)*g all look alike;
+  terms(v)     -> signed addends, seen through Add, Sub and Neg;
+  select(v)    -> (condition, branch when true, branch when false) for Where and for tf2onnx's
+                  arithmetic select Add(Mul(Cast(c), a), Mul(b, Cast(Not(c))));
+  compare(v)   -> (lhs, relation, rhs) for Less/LessOrEqual/Greater/GreaterOrEqual and Not(...);
+  uncast(v)    -> the float16/bfloat16 value a Cast-to-float32 widened, if any;
+  numel_of(v)  -> the tensor whose element count v computes at runtime (Size, ReduceProd(Shape)).
+Commutativity and association are therefore handled locally, per node, in time proportional to
+the size of the pattern. Every view records the nodes it walked, which become the match.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from .graph import GraphIndex, attr
+
+MAX_WALK = 24  # nodes one view may walk: patterns are small, this bounds the work per anchor
+
+
+@dataclass
+class Monomial:
+    coef: float
+    factors: Counter  # value name -> exponent
+    nodes: set[int] = field(default_factory=set)
+
+    def without(self, name: str, exponent: int = 1) -> "Monomial | None":
+        """This monomial divided by name**exponent, or None when that factor is not there."""
+        if self.factors.get(name, 0) != exponent:
+            return None
+        rest = Counter(self.factors)
+        del rest[name]
+        return Monomial(self.coef, rest, set(self.nodes))
+
+
+@dataclass
+class Select:
+    cond: str
+    when_true: Monomial
+    when_false: Monomial
+    nodes: set[int]
+    arithmetic: bool  # tf2onnx form: non-finite values in the branch not taken poison the result
+
+
+@dataclass
+class Comparison:
+    lhs: str
+    relation: str  # "<", "<=", ">", ">="
+    rhs: str
+    nodes: set[int]
+
+
+_RELATIONS = {"Less": "<", "LessOrEqual": "<=", "Greater": ">", "GreaterOrEqual": ">="}
+_NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
+class Algebra:
+    """The views above over one GraphIndex; `taken` nodes (already fused) are opaque leaves."""
+
+    def __init__(self, index: GraphIndex) -> None:
+        self.index = index
+        self.taken: set[int] = set()
+
+    def producer(self, value: str, *ops: str) -> tuple[int, onnx.NodeProto] | None:
+        i = self.index.producer.get(value)
+        if i is None or i in self.taken:
+            return None
+        node = self.index.nodes[i]
+        if node.domain not in ("", "ai.onnx") or (ops and node.op_type not in ops):
+            return None
+        return i, node
+
+    def scalar(self, value: str) -> float | None:
+        return self.index.scalar(value)
+
+    def monomial(self, value: str, stop: frozenset[str] = frozenset()) -> Monomial:
+        mono = Monomial(1.0, Counter())
+        budget = [MAX_WALK]
+        self._walk_product(value, 1, mono, stop, budget)
+        mono.factors = Counter({k: v for k, v in mono.factors.items() if v != 0})
+        return mono
+
+    def _walk_product(self, value: str, exponent: int, mono: Monomial, stop: frozenset[str], budget: list[int]) -> None:
+        c = self.scalar(value)
+        if c is not None and self.index.elem_type(value) in _FLOAT_TYPES:
+            mono.coef *= c if exponent == 1 else 1.0 / c if c != 0 else np.inf
+            return
+        found = None if value in stop or budget[0] <= 0 else self.producer(value, "Mul", "Div", "Neg", "Reciprocal")
+        if found is None or (found[1].op_type in ("Mul", "Div") and len(found[1].input) != 2):
+            mono.factors[value] += exponent
+            return
+        budget[0] -= 1
+        i, node = found
+        mono.nodes.add(i)
+        if node.op_type == "Mul":
+            self._walk_product(node.input[0], exponent, mono, stop, budget)
+            self._walk_product(node.input[1], exponent, mono, stop, budget)
+        elif node.op_type == "Div":
+            self._walk_product(node.input[0], exponent, mono, stop, budget)
+            self._walk_product(node.input[1], -exponent, mono, stop, budget)
+        elif node.op_type == "Neg":
+            mono.coef = -mono.coef
+            self._walk_product(node.input[0], exponent, mono, stop, budget)
+        else:
+            self._walk_product(node.input[0], -exponent, mono, stop, budget)
+
+    def terms(self, value: str, limit: int = 4) -> tuple[list[tuple[int, str]], set[int]]:
+        """Signed addends of value (through Add, Sub, Neg), at most `limit` of them."""
+        out: list[tuple[int, str]] = []
+        nodes: set[int] = set()
+
+        def walk(v: str, sign: int) -> None:
+            found = self.producer(v, "Add", "Sub", "Neg") if len(nodes) < MAX_WALK else None
+            if found is None or len(out) + 1 > limit or (found[1].op_type != "Neg" and len(found[1].input) != 2):
+                out.append((sign, v))
+                return
+            i, node = found
+            nodes.add(i)
+            if node.op_type == "Neg":
+                walk(node.input[0], -sign)
+            else:
+                walk(node.input[0], sign)
+                walk(node.input[1], sign if node.op_type == "Add" else -sign)
+
+        walk(value, 1)
+        return out, nodes
+
+    def select(self, value: str) -> Select | None:
+        found = self.producer(value, "Where")
+        if found is not None:
+            i, node = found
+            cond, nodes = self._strip_not(node.input[0])
+            a, b = self.monomial(node.input[1]), self.monomial(node.input[2])
+            if nodes["negated"]:
+                a, b = b, a
+            return Select(cond, a, b, {i} | nodes["nodes"], arithmetic=False)
+        found = self.producer(value, "Add")
+        if found is None or len(found[1].input) != 2:
+            return None
+        i, node = found
+        left, right = self.monomial(node.input[0]), self.monomial(node.input[1])
+        for a, b in ((left, right), (right, left)):
+            picked = self._arith_select_branches(a, b)
+            if picked is not None:
+                cond, when_true, when_false, nodes = picked
+                return Select(cond, when_true, when_false, {i} | nodes | a.nodes | b.nodes, arithmetic=True)
+        return None
+
+    def _arith_select_branches(self, a: Monomial, b: Monomial):
+        """Finds Cast(c) among a's factors and Cast(Not(c)) among b's: tf2onnx's float select."""
+        for name, exp in a.factors.items():
+            cast = self.producer(name, "Cast") if exp == 1 else None
+            if cast is None or self.index.elem_type(cast[1].input[0]) != onnx.TensorProto.BOOL:
+                continue
+            cond = cast[1].input[0]
+            for other, exp2 in b.factors.items():
+                cast2 = self.producer(other, "Cast") if exp2 == 1 else None
+                if cast2 is None:
+                    continue
+                inner, info = self._strip_not(cast2[1].input[0])
+                if inner == cond and info["negated"]:
+                    return cond, a.without(name), b.without(other), {cast[0], cast2[0]} | info["nodes"]
+        return None
+
+    def _strip_not(self, cond: str) -> tuple[str, dict]:
+        nodes: set[int] = set()
+        negated = False
+        while (found := self.producer(cond, "Not")) is not None:
+            nodes.add(found[0])
+            negated = not negated
+            cond = found[1].input[0]
+        return cond, {"nodes": nodes, "negated": negated}
+
+    def compare(self, cond: str) -> Comparison | None:
+        inner, info = self._strip_not(cond)
+        found = self.producer(inner, *_RELATIONS)
+        if found is None:
+            return None
+        i, node = found
+        relation = _RELATIONS[node.op_type]
+        if info["negated"]:
+            relation = _NEGATED[relation]
+        return Comparison(node.input[0], relation, node.input[1], {i} | info["nodes"])
+
+    def unary(self, value: str, op: str) -> tuple[str, int] | None:
+        """(input, node) when value = op(input)."""
+        found = self.producer(value, op)
+        if found is None or not found[1].input:
+            return None
+        return found[1].input[0], found[0]
+
+    def uncast(self, value: str) -> tuple[str, int, int] | None:
+        """(source, cast node, source dtype) when value = Cast<float32>(source float16/bfloat16)."""
+        found = self.producer(value, "Cast")
+        if found is None or attr(found[1], "to") != onnx.TensorProto.FLOAT:
+            return None
+        source = found[1].input[0]
+        dtype = self.index.elem_type(source)
+        if dtype not in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
+            return None
+        return source, found[0], dtype
+
+    def numel_of(self, value: str) -> tuple[str, set[int]] | None:
+        """(tensor, nodes) when value computes numel(tensor) at runtime, possibly cast to float."""
+        nodes: set[int] = set()
+        found = self.producer(value, "Cast")
+        if found is not None:
+            nodes.add(found[0])
+            value = found[1].input[0]
+        found = self.producer(value, "Size")
+        if found is not None:
+            return found[1].input[0], nodes | {found[0]}
+        found = self.producer(value, "ReduceProd")
+        if found is None or attr(found[1], "keepdims", 1) != 0 or len(found[1].input) > 1 and found[1].input[1]:
+            return None
+        shape = self.producer(found[1].input[0], "Shape")
+        if shape is None or shape[1].attribute:
+            return None
+        return shape[1].input[0], nodes | {found[0], shape[0]}
+
+
+_FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}

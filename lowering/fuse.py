@@ -1,0 +1,194 @@
+"""The graph pass: normalize -> match -> check -> replace each match by one custom-domain node.
+
+Each fused node carries a model-local ONNX function (same op type, one overload per node) whose
+body is the matched subgraph, so onnxruntime and any other ONNX runtime still run the model.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from . import cleanup
+from .algebra import Algebra
+from .errors import LoweringError
+from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
+from .graph import DTYPE_NAMES, GraphIndex
+from .loading import default_opset
+from .normalize import normalize
+from .patterns import DEFAULT_PATTERNS
+from .patterns.base import Match, NoMatch, Pattern
+from .report import Fusion, FusionReport, Rejection
+
+FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    return node.name or f"{node.op_type} -> {node.output[0] if node.output else '?'}"
+
+
+def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS) -> tuple[onnx.ModelProto, FusionReport]:
+    """Fuses a validated ModelProto; returns a new model and the report. The input is not modified."""
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    try:
+        work = onnx.shape_inference.infer_shapes(work)
+    except (onnx.shape_inference.InferenceError, ValueError):
+        pass  # shapes stay unknown; shape-dependent matches are refused with a reason
+    graph = work.graph
+    report = FusionReport(nodes_before=len(model.graph.node))
+    report.normalization = normalize(graph).as_dict()
+    index = GraphIndex(graph)
+    alg = Algebra(index)
+    matches: list[Match] = []
+    by_op: dict[str, list[Pattern]] = {}
+    for p in patterns:
+        for op in p.anchors:
+            by_op.setdefault(op, []).append(p)
+    for i in range(len(index.nodes) - 1, -1, -1):
+        node = index.nodes[i]
+        if i in alg.taken or node.domain not in ("", "ai.onnx"):
+            continue
+        for pattern in by_op.get(node.op_type, ()):
+            try:
+                found = pattern.match(alg, i)
+                if found is not None:
+                    _check_closed(index, alg, found)
+            except NoMatch as exc:
+                report.rejections.append(Rejection(pattern.name, node_label(node), node.op_type, str(exc)))
+                continue
+            if found is not None:
+                matches.append(found)
+                alg.taken |= found.interior
+                break
+    if not matches:
+        report.nodes_after = len(model.graph.node)
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        return out, report
+    _rewrite(work, index, matches, report)
+    cleanup.eliminate_dead_code(graph)
+    cleanup.topological_sort(graph)
+    report.nodes_after = len(graph.node)
+    try:
+        onnx.checker.check_model(work)
+    except onnx.checker.ValidationError as exc:
+        raise LoweringError(f"internal error: the fused model fails the ONNX checker: {str(exc).splitlines()[0]}") from None
+    return work, report
+
+
+def _check_closed(index: GraphIndex, alg: Algebra, m: Match) -> None:
+    """The match must own every intermediate it removes and must not overlap an earlier match."""
+    overlap = (m.interior | m.boundary) & alg.taken
+    if overlap:
+        raise NoMatch(f"overlaps an earlier fusion at {node_label(index.nodes[min(overlap)])}")
+    root = index.producer.get(m.output)
+    if root is None or root not in m.interior:
+        raise NoMatch("internal: the fused output is not produced inside the match")
+    for i in m.interior:
+        for name in index.nodes[i].output:
+            if name == m.output or not name:
+                continue
+            if name in index.graph_outputs:
+                raise NoMatch(f"intermediate {name} is a graph output")
+            if index.is_escaping(name, m.interior):
+                user = next(c for c in index.consumers[name] if c not in m.interior)
+                raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the match")
+    produced_inside = {o for i in m.interior for o in index.nodes[i].output}
+    for value in m.inputs:
+        if isinstance(value, str) and value in produced_inside:
+            raise NoMatch(f"internal: input {value} is computed inside the match")
+
+
+class _Names:
+    """Fresh names that collide with nothing in the model."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.used = {n.name for n in graph.node} | {t.name for t in graph.initializer} | {
+            v.name for v in itertools.chain(graph.input, graph.output, graph.value_info)} | {
+            o for n in graph.node for o in n.output}
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.used:
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        return name
+
+
+def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport) -> None:
+    graph = model.graph
+    names = _Names(graph)
+    opset = default_opset(model)
+    replacement: dict[int, onnx.NodeProto] = {}
+    removed: set[int] = set()
+    new_inits: list[onnx.TensorProto] = []
+    for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
+        spec = OP_SPECS[m.op_type]
+        node_name = names.fresh(f"{m.op_type}_{count}")
+        input_names: list[str] = []
+        for formal, value in zip(spec.inputs, m.inputs):
+            if isinstance(value, str):
+                input_names.append(value)
+            else:
+                tensor = numpy_helper.from_array(np.asarray(value), names.fresh(f"{node_name}_{formal}"))
+                new_inits.append(tensor)
+                input_names.append(tensor.name)
+        fused = helper.make_node(m.op_type, input_names, [m.output], name=node_name, domain=DOMAIN, **m.attrs)
+        fused.overload = node_name
+        body_nodes = [index.nodes[i] for i in sorted(m.interior | m.boundary)]
+        model.functions.append(_function(index, m, body_nodes, input_names, node_name, opset))
+        root = index.producer[m.output]
+        replacement[root] = fused
+        removed |= m.interior
+        dtype = index.elem_type(m.output)
+        report.fusions.append(Fusion(
+            pattern=m.pattern, node=node_name, op_type=m.op_type, domain=DOMAIN, output=m.output,
+            inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(dtype, str(dtype)),
+            replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
+    kept = [replacement.get(i, node) for i, node in enumerate(index.nodes) if i not in removed or i in replacement]
+    del graph.node[:]
+    graph.node.extend(kept)
+    graph.initializer.extend(new_inits)
+    if not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
+    model.ir_version = max(model.ir_version, FUNCTION_IR_VERSION)
+
+
+def _function(index: GraphIndex, m: Match, nodes: list[onnx.NodeProto], input_names: list[str],
+              overload: str, opset: int) -> onnx.FunctionProto:
+    """The matched subgraph as a function over the fused node's formal inputs."""
+    spec = OP_SPECS[m.op_type]
+    rename: dict[str, str] = {}
+    for formal, actual in zip(spec.inputs, input_names):
+        rename.setdefault(actual, formal)
+    rename[m.output] = spec.outputs[0]
+    produced = {o for n in nodes for o in n.output}
+    constants: list[onnx.NodeProto] = []
+    counter = itertools.count()
+    body: list[onnx.NodeProto] = []
+    for node in nodes:
+        for name in node.input:
+            if not name or name in rename or name in produced:
+                continue
+            value = index.const(name)
+            if value is None:
+                raise LoweringError(f"internal error: fused node {overload} reads {name}, which is neither an input nor a constant")
+            rename[name] = f"_c{next(counter)}"
+            constants.append(helper.make_node("Constant", [], [rename[name]],
+                                              value=numpy_helper.from_array(np.asarray(value), rename[name])))
+    for name in sorted(produced - set(rename)):
+        rename[name] = f"_v{next(counter)}"
+    for node in nodes:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.input[:] = [rename.get(n, n) if n else n for n in node.input]
+        copy.output[:] = [rename.get(n, n) if n else n for n in node.output]
+        body.append(copy)
+    return helper.make_function(DOMAIN, m.op_type, list(spec.inputs), list(spec.outputs), constants + body,
+                                [helper.make_opsetid("", opset)], overload=overload)

@@ -1,0 +1,191 @@
+"""Use-def index over one onnx.GraphProto: producers, consumers, constants and value types.
+
+The pass works on protobuf directly (no conversion to another IR) because load and save are the
+largest cost on big graphs; this index is built once per stage in linear time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+DTYPE_NAMES = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
+    onnx.TensorProto.DOUBLE: "float64",
+}
+
+Dim = int | str | None  # a number, a symbolic name, or unknown
+Shape = tuple[Dim, ...] | None  # None: rank unknown
+
+
+@dataclass(frozen=True)
+class ValueType:
+    elem_type: int
+    shape: Shape
+
+    @property
+    def numel(self) -> int | None:
+        if self.shape is None or not all(isinstance(d, int) for d in self.shape):
+            return None
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
+    if not vi.type.HasField("tensor_type"):
+        return None
+    tt = vi.type.tensor_type
+    shape: Shape = None
+    if tt.HasField("shape"):
+        dims: list[Dim] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(d.dim_value)
+            elif d.HasField("dim_param"):
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+        shape = tuple(dims)
+    return ValueType(tt.elem_type, shape)
+
+
+def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The value of a Constant node, for every attribute form a Constant can carry."""
+    for attr in node.attribute:
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t)
+        if attr.name == "value_float":
+            return np.array(attr.f, np.float32)
+        if attr.name == "value_floats":
+            return np.array(list(attr.floats), np.float32)
+        if attr.name == "value_int":
+            return np.array(attr.i, np.int64)
+        if attr.name == "value_ints":
+            return np.array(list(attr.ints), np.int64)
+    return None
+
+
+class GraphIndex:
+    """Producers, consumers, constants and types of every value in one graph."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.graph = graph
+        self.nodes: list[onnx.NodeProto] = list(graph.node)
+        self.producer: dict[str, int] = {}
+        self.consumers: dict[str, list[int]] = defaultdict(list)
+        self.subgraph_uses: set[str] = set()
+        for i, node in enumerate(self.nodes):
+            for name in node.output:
+                if name:
+                    self.producer[name] = i
+            for name in node.input:
+                if name:
+                    self.consumers[name].append(i)
+            # values captured by a subgraph are used there; count the node as their consumer
+            for name in subgraph_inputs(node):
+                self.consumers[name].append(i)
+                self.subgraph_uses.add(name)
+        self.graph_inputs = {vi.name for vi in graph.input}
+        self.graph_outputs = {vi.name for vi in graph.output}
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.types: dict[str, ValueType] = {}
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            vt = value_type_of(vi)
+            if vt is not None:
+                self.types[vi.name] = vt
+        for name, t in self.initializers.items():
+            self.types.setdefault(name, ValueType(t.data_type, tuple(t.dims)))
+        self._const_cache: dict[str, np.ndarray | None] = {}
+
+    def node_of(self, name: str) -> onnx.NodeProto | None:
+        i = self.producer.get(name)
+        return None if i is None else self.nodes[i]
+
+    def const(self, name: str) -> np.ndarray | None:
+        """Value of a true constant: a Constant node or an initializer the user cannot override."""
+        if name in self._const_cache:
+            return self._const_cache[name]
+        value: np.ndarray | None = None
+        if name in self.initializers and name not in self.graph_inputs:
+            value = numpy_helper.to_array(self.initializers[name])
+        else:
+            node = self.node_of(name)
+            if node is not None and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                value = constant_node_value(node)
+        self._const_cache[name] = value
+        return value
+
+    def scalar(self, name: str) -> float | None:
+        """A one-element floating or integer constant as a float, else None."""
+        value = self.const(name)
+        if value is None or value.size != 1 or value.dtype.kind not in "fiu":
+            return None
+        return float(value.reshape(-1)[0])
+
+    def is_overridable_initializer(self, name: str) -> bool:
+        return name in self.initializers and name in self.graph_inputs
+
+    def type_of(self, name: str) -> ValueType | None:
+        return self.types.get(name)
+
+    def elem_type(self, name: str) -> int | None:
+        vt = self.types.get(name)
+        if vt is not None:
+            return vt.elem_type
+        value = self.const(name)
+        if value is not None:
+            return onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+        return None
+
+    def numel(self, name: str) -> int | None:
+        vt = self.types.get(name)
+        if vt is not None and vt.numel is not None:
+            return vt.numel
+        value = self.const(name)
+        return None if value is None else int(value.size)
+
+    def is_escaping(self, name: str, inside: set[int]) -> bool:
+        """True when a value is a graph output or feeds a node outside `inside`."""
+        if name in self.graph_outputs:
+            return True
+        return any(c not in inside for c in self.consumers.get(name, ()))
+
+
+def subgraph_inputs(node: onnx.NodeProto) -> set[str]:
+    """Outer-scope values that the subgraphs of an If/Loop/Scan node read by name."""
+    names: set[str] = set()
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            names |= outer_names_used(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            for g in a.graphs:
+                names |= outer_names_used(g)
+    return names
+
+
+def outer_names_used(graph: onnx.GraphProto) -> set[str]:
+    defined = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    used: set[str] = set()
+    for node in graph.node:
+        defined.update(node.output)
+        for name in node.input:
+            if name and name not in defined:
+                used.add(name)
+        used |= subgraph_inputs(node) - defined
+    for vi in graph.output:
+        if vi.name not in defined:
+            used.add(vi.name)
+    return used
+
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default

@@ -1,0 +1,111 @@
+"""Load and validate models from a path, an onnx.ModelProto or an onnx_ir.Model; save them back."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from .errors import LoweringError
+
+MIN_OPSET = 9  # Where and Sign, the core of both patterns, exist from opset 9 on
+MAX_OPSET = onnx.defs.onnx_opset_version()
+
+
+@dataclass
+class LoadedModel:
+    model: onnx.ModelProto
+    source: Path | None  # where it was read from, None for in-memory models
+    has_external_data: bool
+
+
+def _uses_external_data(model: onnx.ModelProto) -> bool:
+    return any(
+        t.data_location == onnx.TensorProto.EXTERNAL
+        for t in onnx.external_data_helper._get_all_tensors(model)
+    )
+
+
+def load(source: Any) -> LoadedModel:
+    """Accepts a path, an onnx.ModelProto or an onnx_ir.Model; raises LoweringError on bad input."""
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)
+        validate(model)
+        return LoadedModel(model, None, _uses_external_data(model))
+    if _is_ir_model(source):
+        import onnx_ir
+
+        model = onnx_ir.serde.serialize_model(source)
+        validate(model)
+        return LoadedModel(model, None, False)
+    if not isinstance(source, (str, os.PathLike)):
+        raise LoweringError(f"expected a model path, onnx.ModelProto or onnx_ir.Model, got {type(source).__name__}")
+    path = Path(source)
+    if not path.exists():
+        raise LoweringError(f"{path}: no such file")
+    if path.is_dir():
+        raise LoweringError(f"{path}: is a directory, expected an .onnx file")
+    try:
+        model = onnx.load_model(str(path), load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError, OSError) as exc:
+        raise LoweringError(f"{path}: not a readable ONNX model ({_first_line(exc)})") from None
+    if not model.HasField("graph") or model.ir_version == 0:
+        raise LoweringError(f"{path}: not an ONNX model (no graph or IR version; truncated or another format?)")
+    external = _uses_external_data(model)
+    if external:
+        try:
+            onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as exc:
+            raise LoweringError(f"{path}: cannot read its external data ({_first_line(exc)})") from None
+    validate(model, path)
+    return LoadedModel(model, path, external)
+
+
+def _is_ir_model(obj: Any) -> bool:
+    return type(obj).__module__.startswith("onnx_ir") and type(obj).__name__ == "Model"
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    return 0
+
+
+def validate(model: onnx.ModelProto, path: Path | None = None) -> None:
+    where = f"{path}: " if path else ""
+    opset = default_opset(model)
+    if opset == 0:
+        raise LoweringError(f"{where}the model imports no default-domain opset")
+    if opset < MIN_OPSET:
+        raise LoweringError(f"{where}opset {opset} is too old; opset {MIN_OPSET} or newer is supported")
+    if opset > MAX_OPSET:
+        raise LoweringError(f"{where}opset {opset} is newer than this onnx package knows (max {MAX_OPSET})")
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        raise LoweringError(f"{where}the ONNX checker rejects the model: {_first_line(exc)}") from None
+
+
+def save(model: onnx.ModelProto, path: Path, external_data: bool) -> list[Path]:
+    """Writes the model (and its external data file when asked); returns the files written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = [path]
+    if external_data or model.ByteSize() > 2**31 - 2**20:
+        location = path.name + ".data"
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=location, size_threshold=1024)
+        written.append(path.parent / location)
+    else:
+        onnx.save_model(model, str(path))
+    return written
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]

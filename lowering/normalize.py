@@ -1,0 +1,280 @@
+"""Normalization before matching: one forward sweep over a topologically sorted graph.
+
+Each rule is local and only looks at already-normalized producers, so a single pass in graph
+order reaches the fixed point in linear time:
+  - constant folding of small (scalar-like) subexpressions, Constant nodes and initializers alike
+    (never an initializer that is also a graph input: the user may override it),
+  - static Shape/Size of values whose shape is fully known,
+  - Identity, x*1, x/1 and exact Cast round trips (f16->f32->f16) removed,
+  - canonical operand order: constants second in commutative ops and comparisons,
+  - common subexpression elimination.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .graph import GraphIndex, ValueType, attr, constant_node_value
+
+FOLD_LIMIT = 64  # largest constant (elements) folding may create: scalars and small vectors only
+COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Equal", "And", "Or", "Xor", "Sum", "Mean"}
+FLIPPED_COMPARE = {"Less": "Greater", "Greater": "Less", "LessOrEqual": "GreaterOrEqual",
+                   "GreaterOrEqual": "LessOrEqual", "Equal": "Equal"}
+NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                    "Multinomial", "Dropout", "Bernoulli"}
+# widening casts that a cast back undoes exactly
+EXACT_WIDENING = {
+    (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT),
+    (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT),
+    (onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE),
+    (onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE),
+    (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE),
+}
+_FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")}
+
+
+@dataclass
+class NormalizeStats:
+    counts: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(sorted(self.counts.items()))
+
+
+def _binary_fold(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    with np.errstate(all="ignore"):
+        if op == "Add":
+            return a + b
+        if op == "Sub":
+            return a - b
+        if op == "Mul":
+            return a * b
+        if op == "Div" and a.dtype.kind == "f":
+            return a / b
+        if op == "Max":
+            return np.maximum(a, b)
+        if op == "Min":
+            return np.minimum(a, b)
+    return None
+
+
+def _fold(node: onnx.NodeProto, values: list[np.ndarray]) -> np.ndarray | None:
+    """numpy evaluation with ONNX semantics for the few ops folding handles; None to decline."""
+    op = node.op_type
+    if any(v.dtype not in _FOLDABLE_DTYPES for v in values):
+        return None
+    if len(values) == 2 and values[0].dtype == values[1].dtype:
+        return _binary_fold(op, values[0], values[1])
+    if len(values) != 1:
+        return None
+    (v,) = values
+    with np.errstate(all="ignore"):
+        if op == "Identity":
+            return v
+        if op == "Neg":
+            return -v
+        if op == "Reciprocal" and v.dtype.kind == "f":
+            return (np.ones((), v.dtype) / v).astype(v.dtype)
+        if op == "Sqrt" and v.dtype.kind == "f":
+            return np.sqrt(v)
+        if op == "Abs":
+            return np.abs(v)
+        if op == "Cast":
+            to = attr(node, "to")
+            if to in (onnx.TensorProto.BFLOAT16, onnx.TensorProto.STRING, onnx.TensorProto.BOOL):
+                return None
+            target = onnx.helper.tensor_dtype_to_np_dtype(to)
+            if target not in _FOLDABLE_DTYPES:
+                return None
+            return v.astype(target)
+    return None
+
+
+class _Normalizer:
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.index = GraphIndex(graph)
+        self.graph = graph
+        self.alias: dict[str, str] = {}
+        self.consts: dict[str, np.ndarray] = {}
+        self.new_initializers: list[onnx.TensorProto] = []
+        self.cse: dict[tuple, onnx.NodeProto] = {}
+        self.stats = NormalizeStats()
+        # names must stay where a graph output or a subgraph refers to them by name
+        self.pinned = self.index.graph_outputs | self.index.subgraph_uses
+        for name in self.index.initializers:
+            if name not in self.index.graph_inputs:
+                self.consts[name] = numpy_helper.to_array(self.index.initializers[name])
+
+    def resolve(self, name: str) -> str:
+        while name in self.alias:
+            name = self.alias[name]
+        return name
+
+    def const(self, name: str) -> np.ndarray | None:
+        return self.consts.get(name)
+
+    def replace_value(self, old: str, new: str) -> bool:
+        """Make every use of `old` use `new`; refused for pinned names."""
+        if old in self.pinned:
+            return False
+        self.alias[old] = new
+        return True
+
+    def run(self) -> list[onnx.NodeProto]:
+        kept: list[onnx.NodeProto] = []
+        for node in self.index.nodes:
+            for i, name in enumerate(node.input):
+                if name:
+                    node.input[i] = self.resolve(name)
+            if self._visit(node):
+                kept.append(node)
+        return kept
+
+    def _visit(self, node: onnx.NodeProto) -> bool:
+        """Normalizes one node in place; returns False when the node is dropped."""
+        if node.domain not in ("", "ai.onnx") or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
+        ):
+            return True
+        op = node.op_type
+        if op == "Constant" and len(node.output) == 1:
+            value = constant_node_value(node)
+            if value is not None:
+                self.consts[node.output[0]] = value
+            return True
+        if self._fold_constant(node) or self._fold_shape(node):
+            return False
+        if self._drop_noop(node):
+            return False
+        self._canonical_order(node)
+        return not self._eliminate_common(node)
+
+    def _store_constant(self, node: onnx.NodeProto, value: np.ndarray) -> bool:
+        name = node.output[0]
+        if name in self.pinned:
+            return False
+        self.consts[name] = value
+        self.new_initializers.append(numpy_helper.from_array(np.asarray(value), name))
+        self.stats.counts["constants folded"] += 1
+        return True
+
+    def _fold_constant(self, node: onnx.NodeProto) -> bool:
+        if len(node.output) != 1 or not node.input or node.op_type in NONDETERMINISTIC:
+            return False
+        values = [self.const(n) for n in node.input if n]
+        if any(v is None for v in values) or len(values) != len([n for n in node.input if n]):
+            return False
+        if any(v.size > FOLD_LIMIT for v in values):
+            return False
+        result = _fold(node, values)
+        if result is None or result.size > FOLD_LIMIT:
+            return False
+        return self._store_constant(node, np.asarray(result))
+
+    def _fold_shape(self, node: onnx.NodeProto) -> bool:
+        if node.op_type not in ("Size", "Shape") or len(node.input) != 1 or node.attribute:
+            return False
+        vt: ValueType | None = self.index.type_of(node.input[0])
+        if vt is None or vt.numel is None:
+            return False
+        if node.op_type == "Size":
+            return self._store_constant(node, np.array(vt.numel, np.int64))
+        return self._store_constant(node, np.array(vt.shape, np.int64))
+
+    def _drop_noop(self, node: onnx.NodeProto) -> bool:
+        op = node.op_type
+        if op == "Identity" and len(node.input) == 1:
+            return self._forward(node, node.input[0], "identities removed")
+        if op == "Cast" and len(node.input) == 1:
+            to = attr(node, "to")
+            source = self.index.elem_type(node.input[0])
+            if source == to:
+                return self._forward(node, node.input[0], "same-type casts removed")
+            inner = self.index.node_of(node.input[0])
+            if inner is not None and inner.op_type == "Cast" and inner.input:
+                origin = self.index.elem_type(inner.input[0])
+                if origin == to and (origin, attr(inner, "to")) in EXACT_WIDENING:
+                    return self._forward(node, inner.input[0], "cast round trips removed")
+            return False
+        if op in ("Mul", "Div") and len(node.input) == 2:
+            x, c = node.input
+            one = self.const(c)
+            if one is None and op == "Mul":
+                x, c = c, x
+                one = self.const(c)
+            if one is not None and one.size == 1 and float(one.reshape(-1)[0]) == 1.0 and self._same_type_after(x, one, node):
+                return self._forward(node, x, "multiplications/divisions by 1 removed")
+        return False
+
+    def _same_type_after(self, x: str, one: np.ndarray, node: onnx.NodeProto) -> bool:
+        """x*1 is x only when the 1 neither broadcasts x to a higher rank nor changes its type."""
+        vt = self.index.type_of(x)
+        if vt is None or vt.shape is None or one.ndim > len(vt.shape):
+            return False
+        out = self.index.type_of(node.output[0])
+        return vt.elem_type == onnx.helper.np_dtype_to_tensor_dtype(one.dtype) and (
+            out is None or out.elem_type == vt.elem_type
+        )
+
+    def _forward(self, node: onnx.NodeProto, source: str, what: str) -> bool:
+        if not self.replace_value(node.output[0], source):
+            return False
+        if source in self.consts:
+            self.consts[node.output[0]] = self.consts[source]
+        self.stats.counts[what] += 1
+        return True
+
+    def _canonical_order(self, node: onnx.NodeProto) -> None:
+        if len(node.input) != 2:
+            return
+        a, b = node.input
+        if self.const(a) is None or self.const(b) is not None:
+            return
+        if node.op_type in COMMUTATIVE:
+            node.input[0], node.input[1] = b, a
+        elif node.op_type in FLIPPED_COMPARE:
+            node.input[0], node.input[1] = b, a
+            node.op_type = FLIPPED_COMPARE[node.op_type]
+        else:
+            return
+        self.stats.counts["operands reordered"] += 1
+
+    def _eliminate_common(self, node: onnx.NodeProto) -> bool:
+        if node.op_type in NONDETERMINISTIC or not node.output or any(o in self.pinned for o in node.output):
+            return False
+        key = (node.domain, node.op_type, node.overload, tuple(node.input),
+               tuple(a.SerializeToString(deterministic=True) for a in node.attribute))
+        first = self.cse.get(key)
+        if first is None:
+            self.cse[key] = node
+            return False
+        if len(first.output) != len(node.output):
+            return False
+        for old, new in zip(node.output, first.output):
+            if old:
+                self.alias[old] = new
+        self.stats.counts["common subexpressions merged"] += 1
+        return True
+
+
+def normalize(graph: onnx.GraphProto) -> NormalizeStats:
+    """Normalizes the main graph in place (subgraphs are left as they are)."""
+    norm = _Normalizer(graph)
+    kept = norm.run()
+    del graph.node[:]
+    graph.node.extend(kept)
+    graph.initializer.extend(norm.new_initializers)
+    _drop_unused_value_info(graph)
+    return norm.stats
+
+
+def _drop_unused_value_info(graph: onnx.GraphProto) -> None:
+    produced = {o for n in graph.node for o in n.output}
+    keep = [vi for vi in graph.value_info if vi.name in produced]
+    del graph.value_info[:]
+    graph.value_info.extend(keep)

@@ -1,0 +1,242 @@
+"""Proximal gradient descent:  out = sign(p) * max(|p| - t, 0) / k,  p = var - alpha * delta.
+
+t is alpha*l1 and k is 1 + alpha*l2 (TensorFlow ApplyProximalGradientDescent). Forms accepted:
+  clamp     Max(|p| - t, 0) | Relu(|p| - t) | Clip(|p| - t, min=0) (input or, before opset 11, attribute)
+  shrink    sign(p) * clamp,  or softshrink Where(|p| > t, p - sign(p)*t, p*0)
+  scaling   / k,  * (1/k) as a runtime reciprocal,  * constant,  or none (l2 = 0 folded away)
+  update    var - alpha*delta,  var + delta*(-alpha),  Sub(var, Mul(delta, lr)) in any operand order
+  scalars   constants (already folded into t and k), runtime alpha/l1/l2 visible as alpha*l1 and
+            1 + alpha*l2 (the "raw" form), or runtime t and k computed elsewhere ("folded" forms).
+A bare var - alpha*delta, or p / k without the shrink, is plain (or L2-only) SGD and is not matched.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..algebra import Algebra, Monomial
+from ..fused_ops import PROXIMAL_GD
+from ..graph import attr
+from .base import Match, NoMatch, Pattern, absorb_casts, float_dtype, is_single_element, require, same_shape
+
+FAMILY = "proximal_gd"
+
+
+def match(alg: Algebra, anchor: int) -> Match | None:
+    out = alg.index.nodes[anchor].output[0]
+    mono = alg.monomial(out)
+    shrink = _find_shrink(alg, mono)
+    if shrink is None:
+        return None
+    p, t, rest, nodes, form = shrink
+    update = _update(alg, p)
+    require(update is not None, "p is not var - alpha * delta with a scalar alpha")
+    var, delta, alpha, update_nodes = update
+    index = alg.index
+    dtype = float_dtype(index, var)
+    require(dtype is not None, "var is not a float16/bfloat16/float32 tensor")
+    require(float_dtype(index, delta) == dtype, "var and delta have different dtypes")
+    require(same_shape(index, var, delta), "var and delta shapes differ or are unknown")
+    scalar_form, l1, l2, scalar_nodes = _scalars(alg, alpha, t, rest)
+    for name, value in (("alpha", alpha), ("l1", l1), ("l2", l2)):
+        if isinstance(value, str):
+            require(is_single_element(index, value), f"{name} ({value}) is not known to hold one element")
+            require(index.elem_type(value) in (onnx.TensorProto.FLOAT, dtype), f"{name} ({value}) is neither float32 nor var's dtype")
+    interior = nodes | update_nodes | mono.nodes
+    boundary = set(scalar_nodes)
+    inputs = [var, alpha, l1, l2, delta]
+    wrapped = absorb_casts(alg, out, [var, delta])
+    if wrapped is not None:
+        out, (var, delta), out_cast, in_casts, _ = wrapped
+        inputs = [var, alpha, l1, l2, delta]
+        interior |= out_cast
+        boundary |= in_casts
+    caveats = []
+    if form == "clip":
+        caveats.append("Clip without max: onnxruntime clamps +inf to FLT_MAX, the kernel keeps inf")
+    return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, inputs, {"scalar_form": scalar_form},
+                 interior=interior - boundary, boundary=boundary, caveats=caveats)
+
+
+def _find_shrink(alg: Algebra, mono: Monomial):
+    """(p, threshold, remaining monomial, nodes, clamp form) for sign(p)*max(|p|-t, 0) or softshrink."""
+    for name, exp in mono.factors.items():
+        if exp != 1:
+            continue
+        soft = _softshrink(alg, name)
+        if soft is not None:
+            p, t, nodes = soft
+            return p, t, mono.without(name), nodes, "softshrink"
+        sign = alg.unary(name, "Sign")
+        if sign is None:
+            continue
+        p = sign[0]
+        for other, exp2 in mono.factors.items():
+            clamp = _clamp(alg, other) if exp2 == 1 and other != name else None
+            if clamp is None:
+                continue
+            d, clamp_node, form = clamp
+            split = _abs_minus_t(alg, d, p)
+            if split is None:
+                continue
+            t, nodes = split
+            rest = mono.without(name).without(other)
+            return p, t, rest, nodes | {sign[1], clamp_node}, form
+    return None
+
+
+def _clamp(alg: Algebra, value: str) -> tuple[str, int, str] | None:
+    """(d, node, form) when value = max(d, 0)."""
+    found = alg.producer(value, "Max", "Relu", "Clip")
+    if found is None:
+        return None
+    i, node = found
+    if node.op_type == "Relu":
+        return node.input[0], i, "relu"
+    if node.op_type == "Max":
+        if len(node.input) != 2:
+            return None
+        zero = alg.index.const(node.input[1])
+        if zero is None or zero.size == 0 or np.any(zero != 0):
+            return None
+        return node.input[0], i, "max"
+    lo = alg.scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "min")
+    has_max = (len(node.input) > 2 and node.input[2]) or attr(node, "max") is not None
+    if lo != 0.0 or has_max:
+        return None
+    return node.input[0], i, "clip"
+
+
+def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[int]] | None:
+    """(t, nodes) when d = |p| - t; t is a value name, or a constant array when written as + (-t)."""
+    terms, nodes = alg.terms(d)
+    if len(terms) != 2:
+        return None
+    for (s1, a), (s2, t) in (terms, terms[::-1]):
+        found = alg.unary(a, "Abs")
+        if s1 != 1 or found is None or found[0] != p:
+            continue
+        if s2 == -1:
+            return t, nodes | {found[1]}
+        c = alg.index.const(t)
+        if c is not None and c.size == 1:
+            return (-c.astype(np.float32)).reshape(()), nodes | {found[1]}
+    return None
+
+
+def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
+    """Where(|p| > t, p - sign(p)*t, p*0) -> (p, t, nodes)."""
+    sel = alg.select(value)
+    cmp = None if sel is None else alg.compare(sel.cond)
+    if cmp is None or cmp.relation not in (">", "<="):
+        return None
+    outside, inside = (sel.when_true, sel.when_false) if cmp.relation == ">" else (sel.when_false, sel.when_true)
+    absp = alg.unary(cmp.lhs, "Abs")
+    if absp is None:
+        return None
+    p, t = absp[0], cmp.rhs
+    if inside.coef != 0.0 or dict(inside.factors) != {p: 1}:
+        return None
+    moved = _single(outside)
+    terms, tnodes = alg.terms(moved) if moved is not None else ([], set())
+    if sorted(s for s, _ in terms) != [-1, 1] or (1, p) not in terms:
+        return None
+    (_, shift), = [(s, v) for s, v in terms if s == -1]
+    shift_mono = alg.monomial(shift)
+    sign = next((n for n, e in shift_mono.factors.items() if e == 1 and (alg.unary(n, "Sign") or ("", -1))[0] == p), None)
+    if sign is None or shift_mono.coef != 1.0 or dict(shift_mono.factors) != {sign: 1, t: 1}:
+        return None
+    nodes = sel.nodes | cmp.nodes | {absp[1], alg.unary(sign, "Sign")[1]} | inside.nodes | outside.nodes | tnodes | shift_mono.nodes
+    return p, t, nodes
+
+
+def _single(mono: Monomial) -> str | None:
+    if mono.coef != 1.0 or len(mono.factors) != 1:
+        return None
+    (name, exp), = mono.factors.items()
+    return name if exp == 1 else None
+
+
+def _update(alg: Algebra, p: str):
+    """(var, delta, alpha, nodes) for p = var - alpha*delta; alpha is a name or a constant array."""
+    index = alg.index
+    terms, nodes = alg.terms(p)
+    if len(terms) != 2:
+        return None
+    for (sv, var), (sd, prod) in (terms, terms[::-1]):
+        if sv != 1:
+            continue
+        mono = alg.monomial(prod)
+        coef = -sd * mono.coef  # alpha's constant part: p = var - coef * (runtime factors)
+        deltas = [v for v, e in mono.factors.items() if e == 1 and same_shape(index, v, var)]
+        if len(deltas) != 1:
+            continue
+        delta = deltas[0]
+        others = {v: e for v, e in mono.factors.items() if v != delta}
+        if not others:
+            return var, delta, np.array(coef, np.float32), nodes | mono.nodes
+        if len(others) == 1 and list(others.values()) == [1] and coef == 1.0:
+            return var, delta, next(iter(others)), nodes | mono.nodes
+        raise NoMatch("alpha is a runtime value times a constant (write the product as its own input)")
+    return None
+
+
+def _scalars(alg: Algebra, alpha, t, rest: Monomial):
+    """(scalar_form, l1, l2, nodes of the scalar math kept outside) from t and the leftover scaling."""
+    require(rest is not None, "the shrink is used twice in the product")
+    factors = dict(rest.factors)
+    if not factors:
+        require(rest.coef != 0 and np.isfinite(rest.coef), "the update is scaled by zero or a non-finite constant")
+        return "folded_reciprocal", _const_or_value(alg, t), np.array(rest.coef, np.float32), set()
+    require(len(factors) == 1 and rest.coef == 1.0, "the update is scaled by more than one value")
+    (k, exp), = factors.items()
+    require(exp in (1, -1), "the update is scaled by a power of a value")
+    if exp == 1:
+        return "folded_reciprocal", _const_or_value(alg, t), k, set()
+    raw = _raw_scalars(alg, alpha, t, k)
+    if raw is not None:
+        return raw
+    return "folded", _const_or_value(alg, t), k, set()
+
+
+def _raw_scalars(alg: Algebra, alpha, t, k: str):
+    """('raw', l1, l2, nodes) when t = alpha*l1 and k = 1 + alpha*l2 with the update's own alpha."""
+    if not isinstance(t, str):
+        return None
+    l1 = _times_alpha(alg, alpha, t)
+    terms, knodes = alg.terms(k)
+    if l1 is None or len(terms) != 2:
+        return None
+    for (s1, one), (s2, prod) in (terms, terms[::-1]):
+        if s1 == 1 and s2 == 1 and alg.scalar(one) == 1.0:
+            l2 = _times_alpha(alg, alpha, prod)
+            if l2 is not None:
+                return "raw", l1[0], l2[0], l1[1] | l2[1] | knodes
+    return None
+
+
+def _times_alpha(alg: Algebra, alpha, value: str) -> tuple[str, set[int]] | None:
+    """(l, nodes) when value = alpha * l for a runtime l."""
+    mono = alg.monomial(value)
+    if isinstance(alpha, str):
+        rest = mono.without(alpha)
+        if rest is None or rest.coef != 1.0:
+            return None
+    else:
+        rest = mono
+        if not np.isclose(rest.coef, float(alpha), rtol=1e-7, atol=0.0):
+            return None
+    if len(rest.factors) != 1 or list(rest.factors.values()) != [1]:
+        return None
+    return next(iter(rest.factors)), mono.nodes
+
+
+def _const_or_value(alg: Algebra, t):
+    if isinstance(t, str):
+        c = alg.index.const(t)
+        return np.asarray(c, np.float32).reshape(c.shape) if c is not None and c.dtype != np.float32 and c.size == 1 else t
+    return t
+
+
+PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where"}), match)

@@ -1,0 +1,231 @@
+"""SmoothL1-loss backward:  grad = K * dout * (x/beta if |x| < beta else sign(x)),  x = predict - label.
+
+Forms accepted (each written once; operand order, grouping and Cast wrappers come for free from
+the algebraic views):
+  select    Where(|x| <  beta, K/beta * x * dout, K * sign(x) * dout)       PyTorch decomposition
+            Where(|x| <= beta, ...)   both branches agree at |x| == beta
+            Where(|x| >= beta, sign branch, x branch), Where(Not(c), ...)
+            tf2onnx's arithmetic select Add(Mul(Cast(c), a), Mul(b, Cast(Not(c))))
+  nested    Where(x < -beta, -K*dout, Where(x > beta, K*dout, K/beta * x * dout))   Huber style
+  clip      Clip(x/beta, -1, 1) * K * dout
+K is norm * scale: 1/numel(predict) for mean (a constant equal to it, or Size/ReduceProd(Shape)
+computed at runtime), 1 for sum/none, and Huber's delta where the graph is huber_loss_backward.
+A missing Div (beta = 1) or Mul (K = 1) is simply a coefficient of 1.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+
+from ..algebra import Algebra, Comparison, Monomial, Select
+from ..fused_ops import SMOOTH_L1_GRAD
+from ..graph import attr
+from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
+
+FAMILY = "smooth_l1_grad"
+
+
+def match(alg: Algebra, anchor: int) -> Match | None:
+    node = alg.index.nodes[anchor]
+    out = node.output[0]
+    if node.op_type == "Mul":
+        return _match_clip(alg, out)
+    sel = alg.select(out)
+    if sel is None:
+        return None
+    cmp = alg.compare(sel.cond)
+    if cmp is None:
+        return None
+    if alg.unary(cmp.lhs, "Abs") is not None:
+        return _match_abs_select(alg, out, sel, cmp)
+    return _match_nested(alg, out, sel, cmp)
+
+
+def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, int] | None:
+    for name, exp in mono.factors.items():
+        found = alg.unary(name, "Sign")
+        if exp == 1 and found is not None and found[0] == x:
+            return name, found[1]
+    return None
+
+
+def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+    x, abs_node = alg.unary(cmp.lhs, "Abs")
+    inside, outside = (sel.when_true, sel.when_false) if cmp.relation in ("<", "<=") else (sel.when_false, sel.when_true)
+    sign = _sign_factor(alg, outside, x)
+    if sign is None:
+        return None
+    form = "tf2onnx-select" if sel.arithmetic else "where"
+    beta = alg.scalar(cmp.rhs)
+    if beta is None:
+        overridable = alg.index.is_overridable_initializer(cmp.rhs)
+        raise NoMatch("beta is an initializer that is also a graph input (the user may override it)"
+                      if overridable else "beta (the threshold |x| is compared with) is not a constant")
+    require(beta >= 0, f"beta = {beta:g} is negative")
+    inclusive = cmp.relation in ("<=", ">")  # the x/beta branch is taken at |x| == beta
+    if beta == 0:
+        require(not inclusive, "with beta = 0 the graph divides 0 by 0 at x == 0 (NaN), unlike sign(x)")
+        require(not sel.arithmetic, "with beta = 0 the arithmetic select multiplies the inf branch by 0 (NaN)")
+    rest = outside.without(sign[0])
+    within = inside.without(x)
+    require(within is not None, "the |x| < beta branch is not proportional to x")
+    require(Counter(within.factors) == Counter(rest.factors), "the two branches scale by different runtime values")
+    if beta > 0:
+        require(close(within.coef, rest.coef / beta),
+                f"the |x| < beta branch scales x by {within.coef:g}, not by K/beta = {rest.coef / beta:g}")
+    nodes = sel.nodes | cmp.nodes | {abs_node, sign[1]} | inside.nodes | outside.nodes
+    return _finish(alg, f"{FAMILY}/{form}", out, x, rest, beta, nodes, arithmetic=sel.arithmetic)
+
+
+def _side(alg: Algebra, cmp: Comparison) -> tuple[str, float] | None:
+    """('low', b) for x < -b and ('high', b) for x > b, with b a constant."""
+    b = alg.scalar(cmp.rhs)
+    if b is None:
+        return None
+    return ("low", -b) if cmp.relation in ("<", "<=") else ("high", b)
+
+
+def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+    x = cmp.lhs
+    outer = _side(alg, cmp)
+    inner_value = _single_factor(sel.when_false)
+    if outer is None or inner_value is None:
+        return None
+    inner_sel = alg.select(inner_value)
+    inner_cmp = None if inner_sel is None else alg.compare(inner_sel.cond)
+    if inner_cmp is None or inner_cmp.lhs != x or alg.producer(x, "Sub") is None:
+        return None
+    inner = _side(alg, inner_cmp)
+    if inner is None or inner[0] == outer[0]:
+        return None
+    form = f"{FAMILY}/nested-{'tf2onnx-select' if sel.arithmetic or inner_sel.arithmetic else 'where'}"
+    beta = outer[1]
+    require(close(beta, inner[1]) and beta > 0, f"the two thresholds {outer[1]:g} and {inner[1]:g} are not +-beta with beta > 0")
+    low, high = (sel.when_true, inner_sel.when_true) if outer[0] == "low" else (inner_sel.when_true, sel.when_true)
+    middle = inner_sel.when_false.without(x)
+    require(middle is not None, "the middle branch is not proportional to x")
+    require(Counter(low.factors) == Counter(high.factors) == Counter(middle.factors),
+            "the three branches scale by different runtime values")
+    require(close(low.coef, -high.coef), "the x < -beta branch is not the negated x > beta branch")
+    require(close(middle.coef, high.coef / beta),
+            f"the middle branch scales x by {middle.coef:g}, not by K/beta = {high.coef / beta:g}")
+    nodes = sel.nodes | inner_sel.nodes | cmp.nodes | inner_cmp.nodes | low.nodes | high.nodes | inner_sel.when_false.nodes
+    rest = Monomial(high.coef, high.factors, high.nodes)
+    return _finish(alg, form, out, x, rest, beta, nodes, arithmetic=sel.arithmetic or inner_sel.arithmetic)
+
+
+def _single_factor(mono: Monomial) -> str | None:
+    if mono.coef != 1.0 or len(mono.factors) != 1:
+        return None
+    (name, exp), = mono.factors.items()
+    return name if exp == 1 else None
+
+
+def _clip_bounds(alg: Algebra, node: onnx.NodeProto) -> tuple[float | None, float | None]:
+    if len(node.input) > 1 or attr(node, "min") is not None or attr(node, "max") is not None:
+        lo = alg.scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "min")
+        hi = alg.scalar(node.input[2]) if len(node.input) > 2 and node.input[2] else attr(node, "max")
+        return lo, hi
+    return None, None
+
+
+def _match_clip(alg: Algebra, out: str) -> Match | None:
+    mono = alg.monomial(out)
+    for name, exp in mono.factors.items():
+        found = alg.producer(name, "Clip") if exp == 1 else None
+        if found is None:
+            continue
+        lo, hi = _clip_bounds(alg, found[1])
+        if lo != -1.0 or hi != 1.0:
+            continue
+        inner = alg.monomial(found[1].input[0])
+        xs = [v for v, e in inner.factors.items() if e == 1 and alg.producer(v, "Sub") is not None]
+        if len(inner.factors) != 1 or not xs:
+            continue
+        x = xs[0]
+        require(inner.coef > 0, "Clip's argument is x times a non-positive constant")
+        beta = 1.0 / inner.coef
+        rest = mono.without(name)
+        return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | {found[0]}, arithmetic=False)
+    return None
+
+
+def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: float,
+            nodes: set[int], arithmetic: bool) -> Match:
+    """Common tail: split K * dout [/ numel], check dtypes and shapes, absorb Cast wrappers."""
+    index = alg.index
+    sub = alg.producer(x, "Sub")
+    require(sub is not None and len(sub[1].input) == 2, "x is not predict - label")
+    predict, label = sub[1].input
+    boundary: set[int] = set()
+    mean_at_runtime = False
+    douts: list[str] = []
+    for name, exp in scale.factors.items():
+        numel = alg.numel_of(name) if exp == -1 else None
+        if numel is not None and (numel[0] in (predict, label, x) or same_shape(index, numel[0], predict)):
+            require(not mean_at_runtime, "the gradient is divided by numel(predict) twice")
+            mean_at_runtime = True
+            boundary |= numel[1]
+        elif exp == 1:
+            douts.append(name)
+        else:
+            raise NoMatch(f"the gradient is scaled by {name}^{exp}, which is not numel(predict)")
+    require(len(douts) <= 1, f"the gradient is scaled by several runtime values ({', '.join(sorted(douts))})")
+    dtype = float_dtype(index, predict)
+    require(dtype is not None, "predict is not a float16/bfloat16/float32 tensor")
+    require(float_dtype(index, label) == dtype, "predict and label have different dtypes")
+    require(same_shape(index, predict, label), "predict and label shapes differ or are unknown (in-kernel broadcast of predict/label is not supported)")
+    dout: str | np.ndarray
+    if douts:
+        dout = douts[0]
+        require(float_dtype(index, dout) == dtype, "dout's dtype differs from predict's")
+        require(is_single_element(index, dout) or same_shape(index, dout, predict),
+                "dout is neither a single element nor predict's shape (other broadcasts are not supported)")
+    else:
+        dout = np.array(1.0, onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32)
+    single = not douts or is_single_element(index, douts[0])
+    reduction, factor = _reduction(index.numel(predict), scale.coef, mean_at_runtime, beta, single)
+    interior = nodes | {sub[0]}
+    inputs: list = [predict, label, dout]
+    wrapped = absorb_casts(alg, out, [predict, label] + ([dout] if isinstance(dout, str) else []))
+    if wrapped is not None:
+        out, sources, out_cast, in_casts, target = wrapped
+        inputs = sources + ([] if isinstance(dout, str) else [_const_like(dout, target)])
+        interior |= out_cast
+        boundary |= in_casts
+    elif dtype != onnx.TensorProto.FLOAT and not isinstance(dout, str):
+        inputs[2] = _const_like(dout, dtype)
+    caveats = []
+    if arithmetic:
+        caveats.append("tf2onnx arithmetic select: where the branch not taken is inf/NaN the unfused graph gives NaN, the kernel gives the selected branch")
+    if dtype == onnx.TensorProto.FLOAT16 and wrapped is None:
+        caveats.append("native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN")
+    return Match(form, SMOOTH_L1_GRAD, out, inputs,
+                 {"sigma": float(beta), "reduction": reduction, "scale": factor},
+                 interior=interior - boundary, boundary=boundary, caveats=caveats)
+
+
+def _const_like(value: np.ndarray, dtype: int) -> np.ndarray:
+    if dtype == onnx.TensorProto.BFLOAT16:
+        import ml_dtypes
+
+        return np.asarray(value, np.float32).astype(ml_dtypes.bfloat16)
+    return np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(dtype))
+
+
+def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, single: bool) -> tuple[str, float]:
+    """Splits the constant multiplier K into the reduction's norm and an extra scale."""
+    if mean_at_runtime:
+        return "mean", float(k)
+    if numel:
+        if close(k, 1.0 / numel, 1e-6):
+            return "mean", 1.0
+        if beta > 0 and close(k, beta / numel, 1e-6):
+            return "mean", float(beta)
+    return ("sum" if single else "none"), float(k)
+
+
+PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Mul"}), match)

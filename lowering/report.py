@@ -1,0 +1,62 @@
+"""What the pass did and why: fusions, rejected near-matches and normalization counts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Fusion:
+    pattern: str
+    node: str
+    op_type: str
+    domain: str
+    output: str
+    inputs: list[str]
+    attributes: dict[str, object]
+    dtype: str
+    replaced_nodes: list[str]
+    caveats: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Rejection:
+    pattern: str
+    anchor: str
+    op_type: str
+    reason: str
+
+
+@dataclass
+class FusionReport:
+    fusions: list[Fusion] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    normalization: dict[str, int] = field(default_factory=dict)
+    nodes_before: int = 0
+    nodes_after: int = 0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for f in self.fusions:
+            out[f.op_type] = out.get(f.op_type, 0) + 1
+        return out
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["counts"] = self.counts()
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    def summary(self) -> str:
+        lines = [f"{self.nodes_before} nodes -> {self.nodes_after} nodes; "
+                 f"{len(self.fusions)} fused, {len(self.rejections)} near-matches not fused"]
+        for f in self.fusions:
+            attrs = ", ".join(f"{k}={v}" for k, v in f.attributes.items())
+            lines.append(f"  fused    {f.node}: {f.op_type}({attrs}) [{f.dtype}] from {len(f.replaced_nodes)} nodes ({f.pattern})")
+            lines.extend(f"           note: {c}" for c in f.caveats)
+        for r in self.rejections:
+            lines.append(f"  skipped  {r.anchor} ({r.op_type}, {r.pattern}): {r.reason}")
+        return "\n".join(lines)
