@@ -1,0 +1,310 @@
+"""Inputs for a diff: read from an .npz file or generated from the model's input specs.
+
+Generated inputs are seeded and mix random values with edges: zeros of both signs, +-1, tiny and
+large magnitudes, negatives, and, for every fused node fed straight from graph inputs, values that
+sit exactly on its threshold (|predict - label| == sigma; |var| == alpha*l1 with delta == 0).
+inf and NaN appear only when asked for (`nonfinite=True`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD, proximal_scalars
+from runtime.fused_node import fused_attrs
+
+Dim = int | str | None
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float16), _BF16, np.dtype(np.float64))
+# "Large" stays far enough below the dtype's max that predict - label and var - alpha*delta do
+# not overflow in the dtype itself: an unfused float16 graph rounds every intermediate to float16.
+_LARGE = {"float16": 16384.0, "bfloat16": 1e30, "float32": 1e30, "float64": 1e30}
+_EDGE_SHARE = 0.25
+_THRESHOLD_SHARE = 0.125
+
+
+class InputError(ValueError):
+    """Bad user input for a diff; the message is one line for the terminal."""
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: np.dtype
+    shape: tuple[Dim, ...] | None  # None: rank unknown
+
+
+def _np_dtype(elem_type: int, name: str) -> np.dtype:
+    if elem_type == onnx.TensorProto.BFLOAT16:
+        return _BF16
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"input {name!r} has an unsupported element type {elem_type}") from None
+
+
+def model_input_specs(model: onnx.ModelProto) -> list[InputSpec]:
+    """Graph inputs a caller must feed (inputs that are initializers have a default: skipped)."""
+    inits = {t.name for t in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        if not vi.type.HasField("tensor_type"):
+            raise InputError(f"input {vi.name!r} is not a tensor; only tensor inputs are supported")
+        tt = vi.type.tensor_type
+        shape: tuple[Dim, ...] | None = None
+        if tt.HasField("shape"):
+            shape = tuple(
+                d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
+            )
+        specs.append(InputSpec(vi.name, _np_dtype(tt.elem_type, vi.name), shape))
+    return specs
+
+
+_DIMS = re.compile(r"^\s*\[?\s*(\d+(\s*[,x]\s*\d+)*)?\s*\]?\s*$")
+
+
+def parse_shape_options(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    """--shape NAME=DIMS (DIMS like 2,3 or 2x3; empty for a 0-D tensor), repeatable."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items or []:
+        name, eq, dims = item.rpartition("=")
+        if not eq or not name:
+            raise InputError(f"--shape {item!r}: expected NAME=DIMS, for example x=2,3")
+        if not _DIMS.match(dims):
+            raise InputError(f"--shape {item!r}: DIMS must be non-negative integers like 2,3")
+        numbers = re.findall(r"\d+", dims)
+        shapes[name] = tuple(int(n) for n in numbers)
+    return shapes
+
+
+def resolve_shapes(
+    specs: list[InputSpec], overrides: Mapping[str, tuple[int, ...]]
+) -> dict[str, tuple[int, ...]]:
+    """Concrete shape of every input: its static dims, with --shape filling the dynamic ones."""
+    known = {s.name for s in specs}
+    for name in overrides:
+        if name not in known:
+            raise InputError(f"--shape {name}: the model has no such input (inputs: {', '.join(sorted(known))})")
+    out: dict[str, tuple[int, ...]] = {}
+    for s in specs:
+        given = overrides.get(s.name)
+        if given is not None:
+            if s.shape is not None:
+                if len(given) != len(s.shape):
+                    raise InputError(f"--shape {s.name}: rank {len(given)} but the model says rank {len(s.shape)}")
+                for g, d in zip(given, s.shape):
+                    if isinstance(d, int) and d != g:
+                        raise InputError(f"--shape {s.name}={_fmt(given)} disagrees with the static shape {_fmt(s.shape)}")
+            out[s.name] = given
+            continue
+        if s.shape is None or not all(isinstance(d, int) for d in s.shape):
+            shown = "unknown rank" if s.shape is None else _fmt(s.shape)
+            raise InputError(f"input {s.name!r} has a dynamic shape ({shown}): give it with --shape {s.name}=DIMS")
+        out[s.name] = tuple(int(d) for d in s.shape)
+    return out
+
+
+def _fmt(shape: tuple[Dim, ...]) -> str:
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def load_npz(path: str, specs: list[InputSpec]) -> dict[str, np.ndarray]:
+    """Inputs from an .npz whose keys are the model's input names."""
+    if not os.path.isfile(path):
+        raise InputError(f"--inputs {path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--inputs {path}: not a readable .npz file ({exc})") from None
+    by_name = {s.name: s for s in specs}
+    extra = sorted(set(arrays) - set(by_name))
+    if extra:
+        raise InputError(f"--inputs {path}: {extra[0]!r} is not a model input (inputs: {', '.join(by_name)})")
+    out = {}
+    for s in specs:
+        if s.name not in arrays:
+            raise InputError(f"--inputs {path}: no array for input {s.name!r}")
+        arr = arrays[s.name]
+        if s.dtype == _BF16 and arr.dtype.itemsize == 2 and arr.dtype.kind in "Vu":
+            arr = arr.view(_BF16)  # numpy stores ml_dtypes arrays as raw 2-byte records
+        if arr.dtype != s.dtype:
+            raise InputError(f"--inputs {path}: {s.name!r} is {arr.dtype} but the model wants {s.dtype}")
+        if s.shape is not None:
+            ok = len(arr.shape) == len(s.shape) and all(
+                not isinstance(d, int) or d == a for d, a in zip(s.shape, arr.shape))
+            if not ok:
+                raise InputError(f"--inputs {path}: {s.name!r} has shape {list(arr.shape)}, model says {_fmt(s.shape)}")
+        out[s.name] = arr
+    return out
+
+
+# ------------------------------------------------------------------------------- edge hints
+
+
+@dataclass
+class EdgeHints:
+    """What the fused nodes tell about graph inputs, so generated data hits their edges."""
+
+    # (predict input, label input, sigma) for SmoothL1 nodes fed straight from graph inputs
+    sigma_pairs: list[tuple[str, str, float]] = field(default_factory=list)
+    # input name -> role ("alpha", "l1", "l2") for scalar inputs of proximal nodes
+    prox_scalars: dict[str, str] = field(default_factory=dict)
+    # (var input, delta input, alpha src, l1 src, l2 src, scalar_form); a src is an input name or a float
+    prox_pairs: list[tuple[str, str, str | float, str | float, str | float, str]] = field(default_factory=list)
+
+
+def _const_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    graph_inputs = {vi.name for vi in model.graph.input}
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name not in graph_inputs}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            for a in node.attribute:
+                if a.name == "value":
+                    values[node.output[0]] = numpy_helper.to_array(a.t)
+                elif a.name == "value_float":
+                    values[node.output[0]] = np.array(a.f, np.float32)
+    return values
+
+
+def _source_input(model_inputs: set[str], producers: dict[str, onnx.NodeProto], name: str) -> str | None:
+    """The graph input a value comes from through Cast/Identity/Reshape-free chains, if any."""
+    seen = 0
+    while name not in model_inputs and seen < 8:
+        node = producers.get(name)
+        if node is None or node.domain not in ("", "ai.onnx") or node.op_type not in ("Cast", "Identity"):
+            return None
+        name = node.input[0]
+        seen += 1
+    return name if name in model_inputs else None
+
+
+def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
+    """Read the fused nodes of a fused model for input roles and thresholds."""
+    inputs = {vi.name for vi in fused_model.graph.input}
+    producers = {o: n for n in fused_model.graph.node for o in n.output}
+    consts = _const_values(fused_model)
+    hints = EdgeHints()
+
+    def src(name: str) -> str | float | None:
+        if name in consts and consts[name].size == 1:
+            return float(consts[name].reshape(-1)[0])
+        return _source_input(inputs, producers, name)
+
+    for node in fused_model.graph.node:
+        if node.domain != DOMAIN:
+            continue
+        attrs = fused_attrs(node)
+        if node.op_type == SMOOTH_L1_GRAD:
+            p, lab = (_source_input(inputs, producers, n) for n in node.input[:2])
+            if p and lab and p != lab:
+                hints.sigma_pairs.append((p, lab, float(attrs["sigma"])))
+        elif node.op_type == PROXIMAL_GD:
+            var, alpha, l1, l2, delta = node.input
+            roles = dict(zip(("alpha", "l1", "l2"), (alpha, l1, l2)))
+            scal = {}
+            for role, name in roles.items():
+                s = src(name)
+                scal[role] = s
+                if isinstance(s, str):
+                    hints.prox_scalars.setdefault(s, role)
+            v, d = _source_input(inputs, producers, var), _source_input(inputs, producers, delta)
+            if v and d and v != d and all(x is not None for x in scal.values()):
+                hints.prox_pairs.append((v, d, scal["alpha"], scal["l1"], scal["l2"], str(attrs["scalar_form"])))
+    return hints
+
+
+# ------------------------------------------------------------------------------- generation
+
+
+def _edges(dtype_name: str, nonfinite: bool) -> np.ndarray:
+    large = _LARGE[dtype_name]
+    edges = [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 1e-3, -1e-3, large, -large, 3.0, -7.5]
+    if nonfinite:
+        edges += [np.inf, -np.inf, np.nan]
+    return np.array(edges, np.float64)
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    return "bfloat16" if dt == _BF16 else dt.name
+
+
+def _random_float(rng: np.random.Generator, spec_dtype: np.dtype, shape: tuple[int, ...],
+                  nonfinite: bool) -> np.ndarray:
+    n = int(np.prod(shape, dtype=np.int64))
+    values = rng.normal(0.0, 2.0, n)
+    edges = _edges(_dtype_name(spec_dtype), nonfinite)
+    if n:
+        k = max(1, int(n * _EDGE_SHARE)) if n > 1 else int(rng.random() < _EDGE_SHARE)
+        pos = rng.choice(n, size=k, replace=False)
+        values[pos] = edges[np.arange(k) % edges.size]
+    with np.errstate(over="ignore"):
+        return values.astype(spec_dtype).reshape(shape)
+
+
+def _scalar_value(rng: np.random.Generator, role: str) -> float:
+    # Proximal hyper-parameters: a positive step and non-negative penalties, with exact zeros
+    # now and then (l1 = 0 removes the shrink, l2 = 0 the scaling).
+    if role == "alpha":
+        return float(rng.choice([0.5, 0.125, rng.uniform(0.01, 1.0)]))
+    return float(rng.choice([0.0, 0.25, rng.uniform(0.0, 0.5)]))
+
+
+def _plant(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, values_a: np.ndarray,
+           values_b: np.ndarray) -> None:
+    """Write values_a into a and values_b into b at the same random positions (in place)."""
+    n = a.size
+    if n == 0 or a.shape != b.shape:
+        return
+    k = min(n, max(1, int(n * _THRESHOLD_SHARE)))
+    pos = rng.choice(n, size=k, replace=False)
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    fa[pos] = values_a[np.arange(k) % values_a.size].astype(a.dtype)
+    fb[pos] = values_b[np.arange(k) % values_b.size].astype(b.dtype)
+
+
+def generate_inputs(
+    specs: list[InputSpec],
+    shapes: Mapping[str, tuple[int, ...]],
+    seed: int,
+    nonfinite: bool = False,
+    hints: EdgeHints | None = None,
+) -> dict[str, np.ndarray]:
+    """Seeded inputs for every spec, with edges and, given hints, exact thresholds."""
+    hints = hints or EdgeHints()
+    out: dict[str, np.ndarray] = {}
+    for index, s in enumerate(specs):
+        rng = np.random.default_rng([seed, index])
+        shape = shapes[s.name]
+        if s.name in hints.prox_scalars:
+            out[s.name] = np.full(shape, _scalar_value(rng, hints.prox_scalars[s.name])).astype(s.dtype)
+        elif s.dtype in _FLOATS:
+            out[s.name] = _random_float(rng, s.dtype, shape, nonfinite)
+        elif s.dtype == np.bool_:
+            out[s.name] = rng.random(shape) < 0.5
+        elif s.dtype.kind in "iu":
+            out[s.name] = rng.integers(0, 10, size=shape).astype(s.dtype)
+        else:
+            raise InputError(f"cannot generate values for input {s.name!r} of type {s.dtype}")
+    rng = np.random.default_rng([seed, len(specs)])
+    for p, lab, sigma in hints.sigma_pairs:
+        base = np.array([0.0, 1.0, -3.0, 0.25])
+        _plant(rng, out[p], out[lab], np.concatenate([base + sigma, base - sigma]),
+               np.concatenate([base, base]))
+    for var, delta, alpha, l1, l2, form in hints.prox_pairs:
+        a, t1, t2 = (float(np.asarray(out[x]).reshape(-1)[0]) if isinstance(x, str) else x
+                     for x in (alpha, l1, l2))
+        threshold, _ = proximal_scalars(a, t1, t2, form)
+        _plant(rng, out[var], out[delta], np.array([threshold, -threshold, 0.0, -0.0]), np.zeros(1))
+    return out

@@ -1,0 +1,111 @@
+"""CANN precision standard: compare an actual tensor with a golden one (DESIGN section 6).
+
+Relative error per element is |actual - golden| / (|golden| + 1e-7); MERE is its mean and MARE its
+maximum over the elements where both sides are finite. A comparison passes when MERE < T and
+MARE < 10 T (T per dtype below), NaN sits at the same positions on both sides, and every infinity
+on one side is the same infinity on the other. Integer and boolean tensors must match exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import ml_dtypes
+import numpy as np
+
+# T per dtype name. float64 has no entry in the standard; it is held to the float32 bar.
+THRESHOLDS: dict[str, float] = {
+    "float32": 2.0**-13,
+    "float16": 2.0**-10,
+    "bfloat16": 2.0**-7,
+    "float64": 2.0**-13,
+}
+
+_EPS = 1e-7
+
+
+def dtype_name(dtype: np.dtype | type) -> str:
+    """Canonical name of a numpy (or ml_dtypes) dtype: 'float32', 'bfloat16', 'int64', ..."""
+    dt = np.dtype(dtype)
+    if dt == np.dtype(ml_dtypes.bfloat16):
+        return "bfloat16"
+    return dt.name
+
+
+def is_float_name(name: str) -> bool:
+    return name in THRESHOLDS
+
+
+@dataclass
+class Comparison:
+    """One row of a diff report: how an actual tensor compares with its golden."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    max_abs_err: float
+    mere: float
+    mare: float
+    threshold: float
+    nan_mismatch: int
+    inf_mismatch: int
+    passed: bool
+    note: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        d["status"] = "PASS" if self.passed else "FAIL"
+        return d
+
+
+def _as_f64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).astype(np.float64)
+
+
+def compare(name: str, actual: np.ndarray, golden: np.ndarray) -> Comparison:
+    """Compare `actual` with `golden` under the precision standard of actual's dtype."""
+    actual = np.asarray(actual)
+    golden = np.asarray(golden)
+    dname = dtype_name(actual.dtype)
+    shape = tuple(int(d) for d in actual.shape)
+    if actual.shape != golden.shape:
+        return Comparison(name, dname, shape, float("nan"), float("nan"), float("nan"),
+                          THRESHOLDS.get(dname, 0.0), 0, 0, False,
+                          f"shape {list(actual.shape)} != golden shape {list(golden.shape)}")
+    if not is_float_name(dname):
+        same = actual == golden
+        bad = int(same.size - np.count_nonzero(same))
+        note = f"{bad} elements differ (exact match required)" if bad else ""
+        diff = np.abs(actual.astype(np.float64) - golden.astype(np.float64)) if actual.size else np.zeros(0)
+        return Comparison(name, dname, shape, float(diff.max(initial=0.0)), 0.0 if not bad else 1.0,
+                          0.0 if not bad else 1.0, 0.0, 0, 0, bad == 0, note)
+
+    a = _as_f64(actual)
+    g = _as_f64(golden)
+    t = THRESHOLDS[dname]
+    a_nan, g_nan = np.isnan(a), np.isnan(g)
+    nan_mismatch = int(np.count_nonzero(a_nan != g_nan))
+    a_inf, g_inf = np.isinf(a), np.isinf(g)
+    either_inf = (a_inf | g_inf) & ~a_nan & ~g_nan
+    inf_mismatch = int(np.count_nonzero(either_inf & (a != g)))
+    finite = np.isfinite(a) & np.isfinite(g)
+    if np.any(finite):
+        af, gf = a[finite], g[finite]
+        abs_err = np.abs(af - gf)
+        rel = abs_err / (np.abs(gf) + _EPS)
+        max_abs, mere, mare = float(abs_err.max()), float(rel.mean()), float(rel.max())
+    else:
+        max_abs = mere = mare = 0.0
+    passed = mere < t and mare < 10 * t and nan_mismatch == 0 and inf_mismatch == 0
+    notes = []
+    if nan_mismatch:
+        notes.append(f"NaN position mismatch at {nan_mismatch} elements")
+    if inf_mismatch:
+        notes.append(f"Inf position mismatch at {inf_mismatch} elements")
+    if mere >= t:
+        notes.append("MERE over threshold")
+    if mare >= 10 * t:
+        notes.append("MARE over 10x threshold")
+    return Comparison(name, dname, shape, max_abs, mere, mare, t, nan_mismatch, inf_mismatch,
+                      passed, "; ".join(notes))
