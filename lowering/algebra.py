@@ -113,13 +113,13 @@ class Algebra:
         else:
             self._walk_product(node.input[0], -exponent, mono, stop, budget)
 
-    def terms(self, value: str, limit: int = 4) -> tuple[list[tuple[int, str]], set[int]]:
+    def terms(self, value: str, limit: int = 4, stop: frozenset[str] = frozenset()) -> tuple[list[tuple[int, str]], set[int]]:
         """Signed addends of value (through Add, Sub, Neg), at most `limit` of them."""
         out: list[tuple[int, str]] = []
         nodes: set[int] = set()
 
         def walk(v: str, sign: int) -> None:
-            found = self.producer(v, "Add", "Sub", "Neg") if len(nodes) < MAX_WALK else None
+            found = self.producer(v, "Add", "Sub", "Neg") if len(nodes) < MAX_WALK and v not in stop else None
             if found is None or len(out) + 1 > limit or (found[1].op_type != "Neg" and len(found[1].input) != 2):
                 out.append((sign, v))
                 return

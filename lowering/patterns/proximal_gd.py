@@ -139,13 +139,15 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     if inside.coef != 0.0 or dict(inside.factors) != {p: 1}:
         return None
     moved = _single(outside)
-    terms, tnodes = alg.terms(moved) if moved is not None else ([], set())
+    terms, tnodes = alg.terms(moved, stop=frozenset({p})) if moved is not None else ([], set())
     if sorted(s for s, _ in terms) != [-1, 1] or (1, p) not in terms:
         return None
     (_, shift), = [(s, v) for s, v in terms if s == -1]
     shift_mono = alg.monomial(shift)
     sign = next((n for n, e in shift_mono.factors.items() if e == 1 and (alg.unary(n, "Sign") or ("", -1))[0] == p), None)
-    if sign is None or shift_mono.coef != 1.0 or dict(shift_mono.factors) != {sign: 1, t: 1}:
+    t_const = alg.scalar(t)
+    expected = {sign: 1} if t_const is not None else {sign: 1, t: 1}
+    if sign is None or dict(shift_mono.factors) != expected or shift_mono.coef != (1.0 if t_const is None else t_const):
         return None
     nodes = sel.nodes | cmp.nodes | {absp[1], alg.unary(sign, "Sign")[1]} | inside.nodes | outside.nodes | tnodes | shift_mono.nodes
     return p, t, nodes

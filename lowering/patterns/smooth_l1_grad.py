@@ -26,6 +26,8 @@ from ..graph import attr
 from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
 
 FAMILY = "smooth_l1_grad"
+# relative rounding of a constant stored in each compute dtype
+_EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, onnx.TensorProto.BFLOAT16: 2.0**-7}
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
@@ -187,7 +189,7 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     else:
         dout = np.array(1.0, onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32)
     single = not douts or is_single_element(index, douts[0])
-    reduction, factor = _reduction(index.numel(predict), scale.coef, mean_at_runtime, beta, single)
+    reduction, factor = _reduction(index.numel(predict), scale.coef, mean_at_runtime, beta, single, _EPS[dtype])
     interior = nodes | {sub[0]}
     inputs: list = [predict, label, dout]
     wrapped = absorb_casts(alg, out, [predict, label] + ([dout] if isinstance(dout, str) else []))
@@ -216,14 +218,19 @@ def _const_like(value: np.ndarray, dtype: int) -> np.ndarray:
     return np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(dtype))
 
 
-def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, single: bool) -> tuple[str, float]:
-    """Splits the constant multiplier K into the reduction's norm and an extra scale."""
+def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, single: bool,
+               eps: float) -> tuple[str, float]:
+    """Splits the constant multiplier K into the reduction's norm and an extra scale.
+
+    K was rounded to the compute dtype when the graph was built, so 1/numel is recognised
+    within that dtype's rounding (eps).
+    """
     if mean_at_runtime:
         return "mean", float(k)
     if numel:
-        if close(k, 1.0 / numel, 1e-6):
+        if close(k, 1.0 / numel, eps):
             return "mean", 1.0
-        if beta > 0 and close(k, beta / numel, 1e-6):
+        if beta > 0 and close(k, beta / numel, 2 * eps):
             return "mean", float(beta)
     return ("sum" if single else "none"), float(k)
 

@@ -1,0 +1,210 @@
+"""Hand-built graphs of every form in DESIGN section 2, and near misses, for the pass tests.
+
+Each builder returns a Case: the model, how many nodes of each fused op it should give, and the
+attributes the fused node must carry, so one table drives the structural and numeric tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+F, H, BF = TP.FLOAT, TP.FLOAT16, TP.BFLOAT16
+SL1, PGD = "SmoothL1LossGradV2", "ApplyProximalGradientDescent"
+NP = {F: np.float32, H: np.float16, BF: ml_dtypes.bfloat16}
+
+
+class G:
+    """A small graph builder: values are names, ops return their output name."""
+
+    def __init__(self, opset: int = 18) -> None:
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self.n = 0
+
+    def fresh(self, base: str = "v") -> str:
+        self.n += 1
+        return f"{base}{self.n}"
+
+    def input(self, name: str, dtype: int = F, shape=(3, 4)) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, dtype, list(shape) if shape is not None else None))
+        return name
+
+    def const(self, value, dtype: int = F, shape=()) -> str:
+        name = self.fresh("c")
+        arr = np.full(shape, value, dtype=NP[dtype] if dtype in NP else np.float32)
+        if dtype == BF:
+            t = helper.make_tensor(name, BF, list(shape), arr.astype(np.float32).reshape(-1).tolist())
+        else:
+            t = numpy_helper.from_array(arr, name)
+        self.inits.append(t)
+        return name
+
+    def const_node(self, value: float, dtype: int = F) -> str:
+        out = self.fresh("k")
+        self.nodes.append(helper.make_node("Constant", [], [out], value=numpy_helper.from_array(np.array(value, NP[dtype]))))
+        return out
+
+    def op(self, op_type: str, *inputs: str, **attrs) -> str:
+        out = self.fresh(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=f"n_{out}", **attrs))
+        return out
+
+    def output(self, name: str, dtype: int = F, shape=(3, 4)) -> None:
+        self.outputs.append(helper.make_tensor_value_info(name, dtype, list(shape) if shape is not None else None))
+
+    def model(self) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, "g", self.inputs, self.outputs, initializer=self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        m.ir_version = 8
+        return m
+
+
+@dataclass
+class Case:
+    name: str
+    model: onnx.ModelProto
+    expected: dict[str, int]
+    attrs: dict[str, object] = field(default_factory=dict)
+    edges: dict[str, float] = field(default_factory=dict)  # thresholds worth hitting exactly
+    nonfinite_ok: bool = True  # False where the unfused graph itself mishandles inf (documented caveats)
+
+
+# ---------------------------------------------------------------- SmoothL1 backward
+
+def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: int = F, cast_wrapped: bool = False,
+        opset: int = 18, order: int = 0, dout_shape=(), shape=(3, 4), dynamic: bool = False,
+        beta_const_node: bool = False) -> onnx.ModelProto:
+    """SmoothL1 backward in one of its forms; `order` picks an operand order/grouping variant."""
+    g = G(opset)
+    ishape = ("N", shape[1]) if dynamic else shape
+    p_in, l_in = g.input("predict", dtype, ishape), g.input("label", dtype, ishape)
+    go_in = g.input("dout", dtype, ishape if dout_shape == "full" else dout_shape)
+    cd = F if cast_wrapped else dtype
+    if cast_wrapped:
+        p, l, go = (g.op("Cast", v, to=F) for v in (p_in, l_in, go_in))
+    else:
+        p, l, go = p_in, l_in, go_in
+    x = g.op("Sub", p, l)
+    if reduction == "mean":
+        if dynamic:
+            n = g.op("Cast", g.op("Size", p), to=cd)
+            gk = g.op("Div", go, n) if order % 2 == 0 else g.op("Mul", g.op("Reciprocal", n), go)
+        else:
+            gk = g.op("Mul", go, g.const(1.0 / np.prod(shape), cd)) if order % 2 == 0 else g.op("Mul", g.const(1.0 / np.prod(shape), cd), go)
+    else:
+        gk = go
+    b = g.const_node(beta, cd) if beta_const_node else g.const(beta, cd)
+    if form in ("where", "where_le", "where_ge", "where_not", "tf2onnx"):
+        a = g.op("Abs", x)
+        if order == 2:
+            lin = g.op("Mul", g.op("Div", x, b), gk)
+        elif order == 3:
+            lin = g.op("Mul", x, g.op("Mul", gk, g.const(1.0 / beta if beta else 1.0, cd)))
+        else:
+            lin = g.op("Div", g.op("Mul", gk, x), b) if beta != 1.0 else g.op("Mul", x, gk)
+        sgn = g.op("Mul", gk, g.op("Sign", x)) if order % 2 == 0 else g.op("Mul", g.op("Sign", x), gk)
+        if form == "where":
+            y = g.op("Where", g.op("Less", a, b), lin, sgn)
+        elif form == "where_le":
+            y = g.op("Where", g.op("LessOrEqual", a, b), lin, sgn)
+        elif form == "where_ge":
+            y = g.op("Where", g.op("GreaterOrEqual", a, b), sgn, lin)
+        elif form == "where_not":
+            y = g.op("Where", g.op("Not", g.op("Less", a, b)), sgn, lin)
+        else:
+            c = g.op("Less", a, b)
+            y = g.op("Add", g.op("Mul", g.op("Cast", c, to=cd), lin), g.op("Mul", sgn, g.op("Cast", g.op("Not", c), to=cd)))
+    elif form == "clip":
+        q = g.op("Div", x, b) if beta != 1.0 else x
+        if opset >= 11:
+            cl = g.op("Clip", q, g.const(-1.0, cd), g.const(1.0, cd))
+        else:
+            cl = g.op("Clip", q, min=-1.0, max=1.0)
+        y = g.op("Mul", cl, gk)
+    elif form == "huber":
+        nb = g.const(-beta, cd)
+        lo = g.op("Mul", g.op("Neg", gk), b)
+        hi = g.op("Mul", gk, b)
+        mid = g.op("Mul", x, gk)
+        y = g.op("Where", g.op("Less", x, nb), lo, g.op("Where", g.op("Greater", x, b), hi, mid))
+    elif form == "huber_swapped":
+        nb = g.const(-beta, cd)
+        lo = g.op("Mul", g.op("Neg", gk), b)
+        hi = g.op("Mul", gk, b)
+        mid = g.op("Mul", x, gk)
+        y = g.op("Where", g.op("Less", b, x), hi, g.op("Where", g.op("Less", x, nb), lo, mid))
+    else:
+        raise ValueError(form)
+    if cast_wrapped:
+        y = g.op("Cast", y, to=dtype)
+    g.output(y, dtype, ishape)
+    return g.model()
+
+
+# ---------------------------------------------------------------- proximal gradient descent
+
+def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling: str = "div", dtype: int = F,
+        cast_wrapped: bool = False, opset: int = 18, shape=(3, 4), lr: float = 0.1, l1: float = 0.05,
+        l2: float = 0.2, scalar_shape=(), shrink: str = "sign") -> onnx.ModelProto:
+    g = G(opset)
+    var_in, delta_in = g.input("var", dtype, shape), g.input("delta", dtype, shape)
+    cd = F if cast_wrapped else dtype
+    var, delta = (g.op("Cast", v, to=F) for v in (var_in, delta_in)) if cast_wrapped else (var_in, delta_in)
+    if scalars == "const":
+        a = g.const(lr, cd)
+        t = g.const(lr * l1, cd)
+        k = g.const(1 + lr * l2, cd)
+    elif scalars == "raw":
+        a = g.input("alpha", cd, scalar_shape)
+        l1v = g.input("l1", cd, scalar_shape)
+        l2v = g.input("l2", cd, scalar_shape)
+        t = g.op("Mul", a, l1v)
+        k = g.op("Add", g.const(1.0, cd), g.op("Mul", a, l2v))
+    elif scalars == "folded":
+        a = g.input("alpha", cd, scalar_shape)
+        t = g.input("threshold", cd, scalar_shape)
+        k = g.input("divisor", cd, scalar_shape)
+    else:
+        raise ValueError(scalars)
+    if update == "sub":
+        p = g.op("Sub", var, g.op("Mul", a, delta))
+    elif update == "add_neg":
+        na = g.const(-lr, cd) if scalars == "const" else g.op("Neg", a)
+        p = g.op("Add", var, g.op("Mul", delta, na))
+    else:
+        raise ValueError(update)
+    if shrink == "softshrink":
+        s = g.op("Where", g.op("Greater", g.op("Abs", p), t), g.op("Sub", p, g.op("Mul", g.op("Sign", p), t)),
+                 g.op("Mul", p, g.const(0.0, cd)))
+    else:
+        d = g.op("Sub", g.op("Abs", p), t)
+        if clamp == "max":
+            m = g.op("Max", d, g.const(0.0, cd))
+        elif clamp == "relu":
+            m = g.op("Relu", d)
+        elif clamp == "clip":
+            m = g.op("Clip", d, g.const(0.0, cd)) if opset >= 11 else g.op("Clip", d, min=0.0)
+        else:
+            raise ValueError(clamp)
+        s = g.op("Mul", g.op("Sign", p), m)
+    if scaling == "div":
+        y = g.op("Div", s, k)
+    elif scaling == "recip":
+        y = g.op("Mul", s, g.op("Reciprocal", k))
+    elif scaling == "none":
+        y = s
+    else:
+        raise ValueError(scaling)
+    if cast_wrapped:
+        y = g.op("Cast", y, to=dtype)
+    g.output(y, dtype, shape)
+    return g.model()

@@ -1,0 +1,129 @@
+"""Numeric checks shared by the pass tests: random + edge inputs, onnxruntime, the float64 golden."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD, proximal_gd_reference, smooth_l1_grad_reference
+
+THRESHOLD = {np.dtype(np.float32): 2.0**-13, np.dtype(np.float16): 2.0**-10, np.dtype(ml_dtypes.bfloat16): 2.0**-7}
+SCALAR_INPUTS = {"alpha": 0.1, "l1": 0.05, "l2": 0.2, "threshold": 0.005, "divisor": 1.02}
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime with graph optimizations off; bfloat16 goes in as OrtValues and comes out
+    through an exact Cast to float32, since onnxruntime's numpy bridge has no bfloat16."""
+    bf16 = onnx.TensorProto.BFLOAT16
+    model_copy = onnx.ModelProto()
+    model_copy.CopyFrom(model)
+    outputs = list(model_copy.graph.output)
+    widened = []
+    for i, vi in enumerate(outputs):
+        if vi.type.tensor_type.elem_type == bf16:
+            name = vi.name + "__as_f32"
+            model_copy.graph.node.append(onnx.helper.make_node("Cast", [vi.name], [name], to=onnx.TensorProto.FLOAT))
+            model_copy.graph.output[i].name = name
+            model_copy.graph.output[i].type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+            widened.append(i)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model_copy.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    values = {
+        k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), bf16)
+        if v.dtype == ml_dtypes.bfloat16 else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+        for k, v in feeds.items()
+    }
+    results = [r.numpy() for r in sess.run_with_ort_values(None, values)]
+    return [r.astype(ml_dtypes.bfloat16) if i in widened else r for i, r in enumerate(results)]
+
+
+def _np_dtype(elem_type: int):
+    if elem_type == onnx.TensorProto.BFLOAT16:
+        return ml_dtypes.bfloat16
+    return onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+
+
+def make_feeds(model: onnx.ModelProto, rng: np.random.Generator, dims: dict[str, int] | None = None,
+               edges: tuple[float, ...] = (), nonfinite: bool = False) -> dict[str, np.ndarray]:
+    """Random normal tensors with edges spliced in: 0, -0, +-each edge value, inf/nan if asked.
+
+    Edge values go into inputs named predict/var (with label/delta 0 there), so x = predict - label
+    and p = var - alpha*delta hit them exactly. One-element inputs get positive scalars.
+    """
+    dims = dims or {}
+    init_names = {t.name for t in model.graph.initializer}
+    feeds: dict[str, np.ndarray] = {}
+    for vi in model.graph.input:
+        if vi.name in init_names:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 5) for d in tt.shape.dim]
+        dtype = _np_dtype(tt.elem_type)
+        if int(np.prod(shape)) == 1:
+            value = SCALAR_INPUTS.get(vi.name, float(rng.uniform(0.5, 2.0)))
+            feeds[vi.name] = np.full(shape, value, np.float32).astype(dtype)
+            continue
+        feeds[vi.name] = (rng.standard_normal(shape) * 2).astype(np.float32).astype(dtype)
+    specials = [0.0, -0.0] + [s * e for e in edges for s in (1, -1)]
+    if nonfinite:
+        specials += [np.inf, -np.inf, np.nan]
+    for main, partner in (("predict", "label"), ("var", "delta")):
+        if main in feeds and feeds[main].size >= len(specials) + 1:
+            flat = feeds[main].reshape(-1)
+            idx = rng.choice(flat.size, len(specials), replace=False)
+            flat[idx] = np.array(specials, np.float32).astype(flat.dtype)
+            if partner in feeds and feeds[partner].shape == feeds[main].shape:
+                feeds[partner].reshape(-1)[idx] = 0
+    return feeds
+
+
+def precision_ok(actual: np.ndarray, golden: np.ndarray, dtype) -> tuple[bool, str]:
+    """CANN precision standard (DESIGN section 6) plus NaN positions."""
+    a = np.asarray(actual, np.float64)
+    g = np.asarray(golden, np.float64)
+    if a.shape != g.shape:
+        return False, f"shape {a.shape} != {g.shape}"
+    nan_a, nan_g = np.isnan(a), np.isnan(g)
+    if not np.array_equal(nan_a, nan_g):
+        return False, f"NaN positions differ at {np.argwhere(nan_a != nan_g)[:5].tolist()}"
+    inf_g = np.isinf(g)
+    if not np.array_equal(a[inf_g], g[inf_g]):
+        return False, "inf values differ"
+    ok = ~(nan_g | inf_g)
+    if not ok.any():
+        return True, "no finite elements"
+    rel = np.abs(a[ok] - g[ok]) / (np.abs(g[ok]) + 1e-7)
+    t = THRESHOLD[np.dtype(dtype)]
+    mere, mare = float(rel.mean()), float(rel.max())
+    return (mere < t and mare < 10 * t), f"MERE {mere:.3g} MARE {mare:.3g} (T={t:.3g})"
+
+
+def _value(model: onnx.ModelProto, feeds: dict[str, np.ndarray], name: str) -> np.ndarray:
+    if name in feeds:
+        return feeds[name]
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    raise KeyError(f"{name} is neither a feed nor an initializer")
+
+
+def golden_of(fused: onnx.ModelProto, node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """The contract's float64 formula with the fused node's own inputs and attributes."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    args = [_value(fused, feeds, n) for n in node.input]
+    if node.op_type == SMOOTH_L1_GRAD:
+        reduction = attrs["reduction"].decode() if isinstance(attrs["reduction"], bytes) else attrs["reduction"]
+        return smooth_l1_grad_reference(*args, sigma=attrs["sigma"], reduction=reduction, scale=attrs["scale"])
+    if node.op_type == PROXIMAL_GD:
+        form = attrs["scalar_form"]
+        return proximal_gd_reference(*args, scalar_form=form.decode() if isinstance(form, bytes) else form)
+    raise AssertionError(node.op_type)
+
+
+def fused_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [n for n in model.graph.node if n.domain == DOMAIN]

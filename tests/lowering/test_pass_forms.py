@@ -1,0 +1,136 @@
+"""Every form of DESIGN section 2 fuses into one node with the right attributes and numerics."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import lowering
+from lowering.fused_ops import DOMAIN, OP_SPECS
+
+from pass_forms import BF, F, H, PGD, SL1, pgd, sl1
+from pass_numerics import fused_nodes, golden_of, make_feeds, precision_ok, run_ort
+
+SL1_CASES = {
+    "where-mean": (dict(), dict(sigma=0.5, reduction="mean", scale=1.0)),
+    "where-mean-const-node-beta": (dict(beta_const_node=True), dict(sigma=0.5, reduction="mean")),
+    "where-sum": (dict(reduction="sum"), dict(sigma=0.5, reduction="sum", scale=1.0)),
+    "where-none-full-dout": (dict(reduction="none", dout_shape="full"), dict(reduction="none", scale=1.0)),
+    "where-dout-shape1": (dict(reduction="sum", dout_shape=(1,)), dict(reduction="sum")),
+    "where-beta1-div-dropped": (dict(beta=1.0), dict(sigma=1.0, reduction="mean")),
+    "where-beta2": (dict(beta=2.0, reduction="sum"), dict(sigma=2.0)),
+    "where-beta0": (dict(beta=0.0, reduction="sum"), dict(sigma=0.0)),
+    "where-le": (dict(form="where_le"), dict(sigma=0.5, reduction="mean")),
+    "where-ge-flipped": (dict(form="where_ge"), dict(sigma=0.5)),
+    "where-not": (dict(form="where_not"), dict(sigma=0.5)),
+    "order1": (dict(order=1), dict(sigma=0.5, reduction="mean")),
+    "order2-div-first": (dict(order=2), dict(sigma=0.5, reduction="mean")),
+    "order3-reciprocal-beta": (dict(order=3), dict(sigma=0.5, reduction="mean")),
+    "tf2onnx-select": (dict(form="tf2onnx"), dict(sigma=0.5, reduction="mean")),
+    "clip": (dict(form="clip"), dict(sigma=0.5, reduction="mean")),
+    "clip-beta1": (dict(form="clip", beta=1.0), dict(sigma=1.0)),
+    "clip-opset10-attrs": (dict(form="clip", opset=10), dict(sigma=0.5)),
+    "huber": (dict(form="huber", beta=0.7), dict(sigma=0.7, reduction="mean", scale=0.7)),
+    "huber-swapped": (dict(form="huber_swapped", beta=1.5, reduction="sum"), dict(sigma=1.5, reduction="sum", scale=1.5)),
+    "dynamic-mean-size": (dict(dynamic=True), dict(sigma=0.5, reduction="mean", scale=1.0)),
+    "dynamic-mean-reciprocal": (dict(dynamic=True, order=1), dict(reduction="mean")),
+    "fp16-cast-wrapped": (dict(dtype=H, cast_wrapped=True), dict(sigma=0.5, reduction="mean")),
+    "bf16-cast-wrapped": (dict(dtype=BF, cast_wrapped=True), dict(sigma=0.5, reduction="mean")),
+    "fp16-native": (dict(dtype=H), dict(sigma=0.5, reduction="mean")),
+    "opset11": (dict(opset=11), dict(sigma=0.5)),
+    "opset9": (dict(opset=9, reduction="sum"), dict(sigma=0.5)),
+}
+
+PGD_CASES = {
+    "max-const": (dict(), "folded_reciprocal"),
+    "relu": (dict(clamp="relu"), "folded_reciprocal"),
+    "clip-input": (dict(clamp="clip"), "folded_reciprocal"),
+    "clip-attr-opset10": (dict(clamp="clip", opset=10), "folded_reciprocal"),
+    "add-neg-lr": (dict(update="add_neg"), "folded_reciprocal"),
+    "raw-runtime-0d": (dict(scalars="raw"), "raw"),
+    "raw-runtime-shape1": (dict(scalars="raw", scalar_shape=(1,)), "raw"),
+    "raw-add-neg": (dict(scalars="raw", update="add_neg"), "raw"),
+    "folded-runtime": (dict(scalars="folded"), "folded"),
+    "folded-reciprocal-runtime": (dict(scalars="folded", scaling="recip"), "folded"),
+    "no-l2": (dict(scaling="none"), "folded_reciprocal"),
+    "softshrink": (dict(shrink="softshrink"), "folded_reciprocal"),
+    "softshrink-runtime": (dict(shrink="softshrink", scalars="raw"), "raw"),
+    "fp16-cast-wrapped": (dict(dtype=H, cast_wrapped=True), "folded_reciprocal"),
+    "bf16-cast-wrapped": (dict(dtype=BF, cast_wrapped=True, scalars="raw"), "raw"),
+    "fp16-native": (dict(dtype=H), "folded_reciprocal"),
+}
+
+
+def _check_structure(fused: onnx.ModelProto, op_type: str) -> onnx.NodeProto:
+    onnx.checker.check_model(fused, full_check=True)
+    nodes = fused_nodes(fused)
+    assert [n.op_type for n in nodes] == [op_type]
+    node = nodes[0]
+    assert len(node.input) == len(OP_SPECS[op_type].inputs)
+    assert any(o.domain == DOMAIN for o in fused.opset_import)
+    assert [(f.name, f.overload) for f in fused.functions] == [(op_type, node.overload)]
+    return node
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    out = {}
+    for a in node.attribute:
+        v = onnx.helper.get_attribute_value(a)
+        out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
+def _numerics(model: onnx.ModelProto, fused: onnx.ModelProto, node: onnx.NodeProto, edges, nonfinite: bool) -> None:
+    rng = np.random.default_rng()
+    feeds = make_feeds(model, rng, edges=edges, nonfinite=nonfinite)
+    before = run_ort(model, feeds)[0]
+    after = run_ort(fused, feeds)[0]
+    np.testing.assert_array_equal(before, after)  # the function body is the matched subgraph
+    ok, detail = precision_ok(before, golden_of(fused, node, feeds), before.dtype)
+    assert ok, detail
+
+
+@pytest.mark.parametrize("case", sorted(SL1_CASES))
+def test_smooth_l1_forms_fuse(case: str) -> None:
+    kwargs, expected = SL1_CASES[case]
+    model = sl1(**kwargs)
+    fused, report = lowering.fuse(model)
+    node = _check_structure(fused, SL1)
+    attrs = _attrs(node)
+    for key, value in expected.items():
+        assert attrs[key] == pytest.approx(value, rel=1e-6), (key, attrs)
+    assert report.fusions[0].output == model.graph.output[0].name
+    assert fused.graph.output[0] == model.graph.output[0]
+    native_half = kwargs.get("dtype") in (H, BF) and not kwargs.get("cast_wrapped")
+    if kwargs.get("dtype") == BF and native_half:
+        return  # onnxruntime has no bfloat16 CPU kernels for these ops
+    beta = kwargs.get("beta", 0.5)
+    nonfinite = kwargs.get("form") != "tf2onnx" and not native_half
+    _numerics(model, fused, node, edges=(beta,), nonfinite=nonfinite)
+
+
+@pytest.mark.parametrize("case", sorted(PGD_CASES))
+def test_proximal_forms_fuse(case: str) -> None:
+    kwargs, scalar_form = PGD_CASES[case]
+    model = pgd(**kwargs)
+    fused, _ = lowering.fuse(model)
+    node = _check_structure(fused, PGD)
+    assert _attrs(node)["scalar_form"] == scalar_form
+    # var = +-threshold hits the clamp exactly only where the threshold is representable
+    edges = (0.1 * 0.05,) if kwargs.get("dtype", F) == F else ()
+    _numerics(model, fused, node, edges=edges, nonfinite=kwargs.get("clamp") != "clip")
+
+
+@pytest.mark.parametrize("dtype", [F, H])
+def test_smooth_l1_fp16_extremes(dtype: int) -> None:
+    model = sl1(dtype=H, cast_wrapped=True, reduction="sum", beta=1.0)
+    fused, _ = lowering.fuse(model)
+    node = fused_nodes(fused)[0]
+    feeds = make_feeds(model, np.random.default_rng())
+    feeds["predict"].reshape(-1)[:4] = np.array([65504, -65504, 6e-8, -6e-8], np.float16)
+    feeds["dout"][...] = np.float16(60000)
+    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
+    np.testing.assert_array_equal(before, after)
+    ok, detail = precision_ok(before, golden_of(fused, node, feeds).astype(np.float16), np.float16)
+    assert ok, detail
