@@ -50,16 +50,16 @@ operations give; no flush-to-zero is modelled. Per op ("t" = tile operand, "s" =
                           undocumented on the hardware: a lowering must not let it decide an
                           observable result (the interpreter may return NaN or s there).
     Compare a, b mode=M   b is a tile (AscendC Compare) or a scalar (Compares). Bit i of the
-                          result is 1 iff (a_i M b_i) holds, M in LT GT EQ LE GE NE, with IEEE
-                          ordered comparison: with a NaN operand LT/GT/EQ/LE/GE give 0 and NE gives 1
-                          (assumed; the AscendC docs do not state NaN compare results). Bits are
-                          packed little-endian: lane i is bit (i % 8) of byte (i // 8). Operands are
-                          float32; count * 4 bytes is a multiple of 256.
+                          result is 1 iff (a_i M b_i) holds, M in LT GT EQ LE GE NE, with
+                          IEEE ordered comparison: with a NaN operand LT/GT/EQ/LE/GE give 0
+                          and NE gives 1 (assumed; the AscendC docs do not state NaN compare
+                          results). Bits are packed little-endian: lane i is bit (i % 8) of
+                          byte (i // 8). Operands are float32; count * 4 is a multiple of 256.
     Select  m, t0, x1 mode=M
                           lane i = t0_i where mask bit i is 1, else x1_i (a bitwise pick, no
-                          arithmetic). M = TENSOR_TENSOR (x1 a tile) or TENSOR_SCALAR (x1 a scalar),
-                          AscendC VSEL_TENSOR_TENSOR_MODE / VSEL_TENSOR_SCALAR_MODE; both consume the
-                          mask continuously over the lanes.
+                          arithmetic). M = TENSOR_TENSOR (x1 a tile) or TENSOR_SCALAR (x1 a
+                          scalar), AscendC VSEL_TENSOR_TENSOR_MODE / VSEL_TENSOR_SCALAR_MODE;
+                          both consume the mask continuously over the lanes.
     Duplicate s           every lane = s.
     CopyOut name, t       GM[name][off : off + n] = lanes [0, n) of t (t has the output's dtype).
 
@@ -178,9 +178,7 @@ SCALAR_BINARY = frozenset({Op.SADD, Op.SSUB, Op.SMUL, Op.SDIV, Op.SMAX, Op.SMIN}
 SCALAR_UNARY = frozenset({Op.SNEG, Op.SRECIP})
 SCALAR_OPS = frozenset({Op.SCONST, Op.SINPUT, Op.SNUMEL}) | SCALAR_BINARY | SCALAR_UNARY
 # Ops that are one AscendC vector instruction over a tile (data movement excluded).
-VECTOR_OPS = (
-    TILE_BINARY | TILE_UNARY | TILE_SCALAR | {Op.CAST, Op.COMPARE, Op.SELECT, Op.DUPLICATE}
-)
+VECTOR_OPS = TILE_BINARY | TILE_UNARY | TILE_SCALAR | {Op.CAST, Op.COMPARE, Op.SELECT, Op.DUPLICATE}
 
 CMP_MODES = ("LT", "GT", "EQ", "LE", "GE", "NE")
 SELECT_MODES = ("TENSOR_TENSOR", "TENSOR_SCALAR")
@@ -260,7 +258,7 @@ def f32(value: float) -> float:
         return float(np.float32(value))
 
 
-def _attrs(**kw: object) -> tuple[tuple[str, object], ...]:
+def make_attrs(**kw: object) -> tuple[tuple[str, object], ...]:
     return tuple(sorted(kw.items()))
 
 
@@ -288,13 +286,13 @@ class KernelBuilder:
 
     # scalars
     def sconst(self, value: float) -> int:
-        return self.emit(Instr(Op.SCONST, F32, Kind.SCALAR, (), _attrs(value=f32(value))))
+        return self.emit(Instr(Op.SCONST, F32, Kind.SCALAR, (), make_attrs(value=f32(value))))
 
     def sinput(self, name: str) -> int:
-        return self.emit(Instr(Op.SINPUT, F32, Kind.SCALAR, (), _attrs(name=name)))
+        return self.emit(Instr(Op.SINPUT, F32, Kind.SCALAR, (), make_attrs(name=name)))
 
     def snumel(self, name: str) -> int:
-        return self.emit(Instr(Op.SNUMEL, F32, Kind.SCALAR, (), _attrs(name=name)))
+        return self.emit(Instr(Op.SNUMEL, F32, Kind.SCALAR, (), make_attrs(name=name)))
 
     def sop(self, op: Op, *srcs: int) -> int:
         return self.emit(Instr(op, F32, Kind.SCALAR, tuple(srcs)))
@@ -302,15 +300,15 @@ class KernelBuilder:
     # tiles
     def copy_in(self, name: str) -> int:
         dtype = self._param(name).dtype
-        return self.emit(Instr(Op.COPY_IN, dtype, Kind.TILE, (), _attrs(name=name)))
+        return self.emit(Instr(Op.COPY_IN, dtype, Kind.TILE, (), make_attrs(name=name)))
 
     def copy_in_brc(self, name: str) -> int:
         dtype = self._param(name).dtype
-        return self.emit(Instr(Op.COPY_IN_BRC, dtype, Kind.TILE, (), _attrs(name=name)))
+        return self.emit(Instr(Op.COPY_IN_BRC, dtype, Kind.TILE, (), make_attrs(name=name)))
 
     def cast(self, src: int, dtype: str) -> int:
         rnd = "CAST_NONE" if dtype == F32 else "CAST_RINT"
-        return self.emit(Instr(Op.CAST, dtype, Kind.TILE, (src,), _attrs(round=rnd)))
+        return self.emit(Instr(Op.CAST, dtype, Kind.TILE, (src,), make_attrs(round=rnd)))
 
     def unary(self, op: Op, src: int) -> int:
         return self.emit(Instr(op, F32, Kind.TILE, (src,)))
@@ -322,17 +320,19 @@ class KernelBuilder:
         return self.emit(Instr(op, F32, Kind.TILE, (t, s)))
 
     def compare(self, a: int, b: int, mode: str) -> int:
-        return self.emit(Instr(Op.COMPARE, MASK_DTYPE, Kind.MASK, (a, b), _attrs(mode=mode)))
+        return self.emit(Instr(Op.COMPARE, MASK_DTYPE, Kind.MASK, (a, b), make_attrs(mode=mode)))
 
     def select(self, mask: int, src0: int, src1: int) -> int:
         mode = "TENSOR_SCALAR" if self.instrs[src1].kind is Kind.SCALAR else "TENSOR_TENSOR"
-        return self.emit(Instr(Op.SELECT, F32, Kind.TILE, (mask, src0, src1), _attrs(mode=mode)))
+        return self.emit(
+            Instr(Op.SELECT, F32, Kind.TILE, (mask, src0, src1), make_attrs(mode=mode))
+        )
 
     def duplicate(self, s: int) -> int:
         return self.emit(Instr(Op.DUPLICATE, F32, Kind.TILE, (s,)))
 
     def copy_out(self, name: str, src: int) -> int:
-        return self.emit(Instr(Op.COPY_OUT, None, None, (src,), _attrs(name=name)))
+        return self.emit(Instr(Op.COPY_OUT, None, None, (src,), make_attrs(name=name)))
 
     def _param(self, name: str) -> Param:
         for p in self.inputs:
@@ -463,7 +463,11 @@ def _verify_one(
         if s.kind is not Kind.TILE or ins.kind is not Kind.TILE:
             _fail(i, ins, "Cast maps a tile to a tile")
         if s.dtype == ins.dtype:
-            _fail(i, ins, f"same-dtype Cast {s.dtype}->{ins.dtype} (rounds to an integer on the hardware)")
+            _fail(
+                i,
+                ins,
+                f"same-dtype Cast {s.dtype}->{ins.dtype} (rounds to an integer on the hardware)",
+            )
         if (s.dtype, ins.dtype) not in {(F16, F32), (BF16, F32), (F32, F16), (F32, BF16)}:
             _fail(i, ins, f"unsupported Cast {s.dtype}->{ins.dtype}")
         want = "CAST_NONE" if ins.dtype == F32 else "CAST_RINT"
@@ -489,8 +493,10 @@ def _verify_one(
         want = Kind.SCALAR if mode == "TENSOR_SCALAR" else Kind.TILE
         if mode not in SELECT_MODES:
             _fail(i, ins, f"mode must be one of {SELECT_MODES}")
-        if src[0].kind is not Kind.MASK or not _is_f32(src[1], Kind.TILE) or not _is_f32(
-            src[2], want
+        if (
+            src[0].kind is not Kind.MASK
+            or not _is_f32(src[1], Kind.TILE)
+            or not _is_f32(src[2], want)
         ):
             _fail(i, ins, f"Select {mode} takes a mask, a float32 tile and a float32 {want.value}")
         return
@@ -542,9 +548,11 @@ def format_float(v: float) -> str:
         return "nan"
     if math.isinf(v):
         return "inf" if v > 0 else "-inf"
-    return np.format_float_positional(np.float32(v), unique=True, trim="-") if (
-        v == 0 or 1e-4 <= abs(v) < 1e16
-    ) else np.format_float_scientific(np.float32(v), unique=True, trim="-")
+    return (
+        np.format_float_positional(np.float32(v), unique=True, trim="-")
+        if (v == 0 or 1e-4 <= abs(v) < 1e16)
+        else np.format_float_scientific(np.float32(v), unique=True, trim="-")
+    )
 
 
 def _ref(k: Kernel, v: int) -> str:
@@ -655,10 +663,10 @@ def _parse_instr(n: int, ln: str, index: int) -> Instr:
     except ValueError:
         raise IRError(f"line {n}: bad operand in {ln!r}") from None
     if m["type"] is None:
-        return Instr(op, None, None, srcs, _attrs(**kw))
+        return Instr(op, None, None, srcs, make_attrs(**kw))
     t = _TYPE.match(m["type"])
     if not t:
         raise IRError(f"line {n}: bad type {m['type']!r}")
     if t["kind"] is None:
-        return Instr(op, MASK_DTYPE, Kind.MASK, srcs, _attrs(**kw))
-    return Instr(op, t["dtype"], Kind(t["kind"]), srcs, _attrs(**kw))
+        return Instr(op, MASK_DTYPE, Kind.MASK, srcs, make_attrs(**kw))
+    return Instr(op, t["dtype"], Kind(t["kind"]), srcs, make_attrs(**kw))

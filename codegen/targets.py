@@ -1,4 +1,4 @@
-"""The Ascend targets codegen can schedule for (DESIGN section 4, sources in reference/cann_facts.md A/B).
+"""The Ascend targets codegen schedules for (DESIGN section 4; sources: cann_facts.md A and B).
 
 The table is data so the scheduler, the emitter and the CPU backend read the same numbers.
 """
@@ -6,6 +6,8 @@ The table is data so the scheduler, the emitter and the CPU backend read the sam
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from codegen.errors import CodegenError
 
 UB_BLOCK_BYTES = 32  # UB addresses and DataCopy lengths come in whole 32-byte blocks
 REPEAT_BYTES = 256  # one vector repeat; Compare counts must cover whole repeats
@@ -68,7 +70,7 @@ TARGETS: dict[str, Target] = {
 }
 
 
-class UnknownTargetError(ValueError):
+class UnknownTargetError(CodegenError):
     """A target name that is not in TARGETS; the message lists the known ones."""
 
 

@@ -1,0 +1,142 @@
+"""What the lowering rules need to know about one fused node, read out of an onnx.ModelProto.
+
+Rules work on `NodeSpec` (plain data), not on protobufs, so the runtime shim can build one for an
+aclnn call without a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from codegen.errors import CodegenError
+from lowering.fused_ops import DOMAIN, OP_SPECS
+
+_ONNX_DTYPES = {
+    onnx.TensorProto.FLOAT: "float32",
+    onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16",
+}
+
+Dim = int | str | None  # a fixed size, a symbolic name, or unknown
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of the fused node: its dtype, shape (None if unknown) and constant value."""
+
+    dtype: str
+    shape: tuple[Dim, ...] | None
+    const: float | None = None  # element 0 when the input is a one-element compile-time constant
+
+    def numel(self) -> int | None:
+        if self.shape is None or not all(isinstance(d, int) for d in self.shape):
+            return None
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A fused node as the rules see it; `inputs` is keyed by the contract's input names."""
+
+    name: str  # the model's node name: untrusted text, never used unsanitised
+    op_type: str
+    inputs: dict[str, InputSpec]
+    attrs: dict[str, object] = field(default_factory=dict)
+
+
+def _value_infos(graph: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
+    out: dict[str, onnx.TypeProto] = {}
+    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        out.setdefault(vi.name, vi.type)
+    return out
+
+
+def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Initializers that are not graph inputs (a graph input can override them) and Constants."""
+    overridable = {i.name for i in graph.input}
+    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name not in overridable}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            for a in node.attribute:
+                if a.name == "value":
+                    out[node.output[0]] = numpy_helper.to_array(a.t)
+    return out
+
+
+def _initializer_types(graph: onnx.GraphProto) -> dict[str, tuple[int, tuple[int, ...]]]:
+    return {t.name: (t.data_type, tuple(t.dims)) for t in graph.initializer}
+
+
+def _shape_of(tp: onnx.TypeProto) -> tuple[Dim, ...] | None:
+    if not tp.tensor_type.HasField("shape"):
+        return None
+    dims: list[Dim] = []
+    for d in tp.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param"):
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return tuple(dims)
+
+
+def _attr_value(a: onnx.AttributeProto) -> object:
+    v = onnx.helper.get_attribute_value(a)
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def node_spec(model: onnx.ModelProto, node: onnx.NodeProto) -> NodeSpec:
+    """Collect dtypes, shapes, constant scalars and attributes of one fused node."""
+    if node.domain != DOMAIN or node.op_type not in OP_SPECS:
+        raise CodegenError(
+            f"node {node.name!r} is {node.domain or 'ai.onnx'}::{node.op_type}, not a fused op "
+            f"of {DOMAIN} ({', '.join(OP_SPECS)})"
+        )
+    spec = OP_SPECS[node.op_type]
+    if len(node.input) != len(spec.inputs) or any(not n for n in node.input):
+        raise CodegenError(
+            f"node {node.name!r}: {node.op_type} takes inputs {', '.join(spec.inputs)}; "
+            f"got {len(node.input)}"
+        )
+    graph = model.graph
+    types = _value_infos(graph)
+    inits = _initializer_types(graph)
+    consts = _constants(graph)
+    inputs: dict[str, InputSpec] = {}
+    for role, value in zip(spec.inputs, node.input):
+        if value in types and types[value].tensor_type.elem_type:
+            elem = types[value].tensor_type.elem_type
+            shape = _shape_of(types[value])
+        elif value in inits:
+            elem, dims = inits[value]
+            shape = tuple(dims)
+        elif value in consts:
+            elem = onnx.helper.np_dtype_to_tensor_dtype(consts[value].dtype)
+            shape = tuple(consts[value].shape)
+        else:
+            raise CodegenError(
+                f"node {node.name!r}: no type known for input {role} (run shape inference)"
+            )
+        if elem not in _ONNX_DTYPES:
+            raise CodegenError(
+                f"node {node.name!r}: input {role} has element type "
+                f"{onnx.TensorProto.DataType.Name(elem)}; supported: float32, float16, bfloat16"
+            )
+        const = None
+        if value in consts and consts[value].size == 1:
+            const = float(np.asarray(consts[value], np.float64).reshape(-1)[0])
+        inputs[role] = InputSpec(_ONNX_DTYPES[elem], shape, const)
+    attrs = dict(spec.attrs)
+    for a in node.attribute:
+        attrs[a.name] = _attr_value(a)
+    return NodeSpec(node.name, node.op_type, inputs, attrs)
+
+
+def fused_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The fused nodes of the main graph, in graph order."""
+    return [n for n in model.graph.node if n.domain == DOMAIN and n.op_type in OP_SPECS]

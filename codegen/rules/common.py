@@ -1,0 +1,39 @@
+"""Helpers every rule uses: dtype checks, loads with the cast up, the cast down and store."""
+
+from __future__ import annotations
+
+from codegen.errors import CodegenError
+from codegen.ir import F32, FLOAT_DTYPES, KernelBuilder
+from codegen.nodes import NodeSpec
+
+
+def fail(spec: NodeSpec, why: str) -> CodegenError:
+    return CodegenError(f"node {spec.name!r} ({spec.op_type}): {why}")
+
+
+def common_dtype(spec: NodeSpec, roles: tuple[str, ...]) -> str:
+    dtypes = {spec.inputs[r].dtype for r in roles}
+    if len(dtypes) != 1:
+        raise fail(spec, f"inputs {', '.join(roles)} must share one dtype, got {sorted(dtypes)}")
+    (dtype,) = dtypes
+    if dtype not in FLOAT_DTYPES:
+        raise fail(spec, f"unsupported dtype {dtype}")
+    return dtype
+
+
+def load_f32(b: KernelBuilder, name: str) -> int:
+    """CopyIn a streamed input and bring it to float32 (exact for float16/bfloat16)."""
+    v = b.copy_in(name)
+    return v if b.instrs[v].dtype == F32 else b.cast(v, F32)
+
+
+def store(b: KernelBuilder, name: str, value: int, dtype: str) -> None:
+    """Round to the output dtype (CAST_RINT) unless it is float32, then CopyOut."""
+    b.copy_out(name, value if dtype == F32 else b.cast(value, dtype))
+
+
+def same_shape(a: tuple | None, b: tuple | None) -> bool:
+    """True when both shapes are known and equal dim by dim (symbolic names must match)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x is not None and x == y for x, y in zip(a, b))

@@ -1,0 +1,80 @@
+"""SmoothL1LossGradV2 -> IR.
+
+    x = predict - label
+    s = sign(x) where |x| >= sigma, else x * (1/sigma)      (Compare + Select)
+    gradient = s * (dout * norm * scale)
+
+Why this shape: AscendC Sign maps NaN to 0, but `|x| >= sigma` is false for NaN, so NaN lanes take
+x * (1/sigma), which is NaN. The Select is a bitwise pick, so whatever the unselected branch
+holds (inf, NaN) never leaks. For sigma = 0 every non-NaN lane takes sign(x); the other branch
+only matters for NaN, so it multiplies by 1 (removed by the simplifier) instead of 1/0: no
+division, never a NaN that the contract does not have. |x| == sigma gives exactly +-1.
+
+A one-element dout is read once on the scalar unit and folded with norm and scale into one Muls;
+a full-shape dout is a streamed tile. norm = 1/numel(predict) for "mean" is a host scalar
+computed at tiling time, so one kernel serves every shape.
+"""
+
+from __future__ import annotations
+
+import math
+
+from codegen.ir import Kernel, KernelBuilder, Kind, Op
+from codegen.nodes import NodeSpec
+from codegen.rules.common import common_dtype, fail, load_f32, same_shape, store
+from lowering.fused_ops import REDUCTIONS
+
+
+def _dout_is_scalar(spec: NodeSpec) -> bool:
+    predict, dout = spec.inputs["predict"], spec.inputs["dout"]
+    if dout.numel() == 1:
+        return True
+    if same_shape(predict.shape, dout.shape):
+        return False
+    raise fail(
+        spec,
+        f"dout must hold one element or have predict's shape {predict.shape}; "
+        f"got {dout.shape} (other broadcasts are refused at fusion time)",
+    )
+
+
+def _check(spec: NodeSpec) -> tuple[float, str, float]:
+    sigma, reduction, scale = spec.attrs["sigma"], spec.attrs["reduction"], spec.attrs["scale"]
+    if not isinstance(sigma, float) or math.isnan(sigma) or sigma < 0:
+        raise fail(spec, f"sigma must be a float >= 0, got {sigma!r}")
+    if reduction not in REDUCTIONS:
+        raise fail(spec, f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if not isinstance(scale, float):
+        raise fail(spec, f"scale must be a float, got {scale!r}")
+    if not same_shape(spec.inputs["predict"].shape, spec.inputs["label"].shape):
+        raise fail(spec, "predict and label must have one (known) shape")
+    return sigma, str(reduction), scale
+
+
+def lower_smooth_l1_grad(spec: NodeSpec) -> Kernel:
+    sigma, reduction, scale = _check(spec)
+    dtype = common_dtype(spec, ("predict", "label", "dout"))
+    scalar_dout = _dout_is_scalar(spec)
+
+    b = KernelBuilder(spec.op_type, dtype)
+    b.input("predict", dtype)
+    b.input("label", dtype)
+    b.input("dout", dtype, Kind.SCALAR if scalar_dout else Kind.TILE)
+    b.output("gradient", dtype)
+
+    # scalars: norm * scale, optionally times dout; 1/sigma (1 when sigma = 0, see the docstring)
+    factor = b.sconst(scale)
+    if reduction == "mean":
+        factor = b.sop(Op.SMUL, factor, b.sop(Op.SRECIP, b.snumel("predict")))
+    if scalar_dout:
+        factor = b.sop(Op.SMUL, b.sinput("dout"), factor)
+    s_sigma = b.sconst(sigma)
+    inv_sigma = b.sop(Op.SRECIP, s_sigma) if sigma > 0 else b.sconst(1.0)
+
+    x = b.binary(Op.SUB, load_f32(b, "predict"), load_f32(b, "label"))
+    outside = b.compare(b.unary(Op.ABS, x), s_sigma, "GE")
+    s = b.select(outside, b.unary(Op.SIGN, x), b.tile_scalar(Op.MULS, x, inv_sigma))
+    if not scalar_dout:
+        s = b.binary(Op.MUL, s, load_f32(b, "dout"))
+    store(b, "gradient", b.tile_scalar(Op.MULS, s, factor), dtype)
+    return b.build()

@@ -1,0 +1,290 @@
+"""Scheduler: a launch plan for one kernel, one target and one element count, plus its checker.
+
+The plan (a plain, frozen dataclass) is what the emitted tiling function computes on the host
+and what the CPU backend follows:
+
+* Multi-core split: `block_factor` = ceil(N / cores) rounded up to CORE_ALIGN elements (whole
+  32-byte blocks for every dtype); `block_dim` = ceil(N / block_factor) cores run; core c owns
+  elements [c * block_factor, min((c + 1) * block_factor, N)).
+* UB tile: every queue slot is allocated `buffer_num` times, scratch once, plus fixed scratch
+  (Sign's temp buffer, the Select temp space the target needs). The largest tile that fits,
+  in multiples of TILE_ALIGN elements, bounds the tile; a core's range is then cut into
+  ceil(range / max_tile) tiles of equal size rounded up to TILE_ALIGN, so only a core's last
+  tile is partial. TILE_ALIGN makes every buffer, including a Compare mask (1 bit per
+  element), whole 32-byte blocks, and every full tile whole 256-byte repeats.
+* Double buffering (buffer_num = 2) when a core has more than one double-buffered tile of work,
+  i.e. when there is a next tile to load while this one computes.
+* Tail: the last tile of a core moves `n` elements with DataCopyPad (exact byte length) and
+  computes over compute_count(n) lanes, n rounded up to whole 256-byte float32 repeats.
+* Tiling key: dtype code | (buffer_num - 1) << 8, the ops-nn ApplyProximalGradientDescent
+  encoding (DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from codegen.buffers import Allocation, Position
+from codegen.errors import CodegenError
+from codegen.ir import DTYPE_BYTES, LANES_PER_REPEAT, Kernel, Op
+from codegen.targets import UB_BLOCK_BYTES, Target
+
+CORE_ALIGN = LANES_PER_REPEAT  # 64 elements: 256 B of float32, 128 B of float16
+TILE_ALIGN = 256  # elements: a mask of 256 bits is one 32-byte block
+SIGN_TMP_BYTES = 3 * 256  # AscendC GetSignMaxMinTmpSize minimum (3 x one 256-byte repeat)
+DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 27}
+MAX_ELEMENTS = 2**62  # int64 offsets on the device
+
+
+class PlanError(CodegenError):
+    """A plan that breaks a hardware rule (the message says which)."""
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    """One InitBuffer call: `count` buffers of `bytes` each (count = buffer_num for queues)."""
+
+    name: str
+    position: Position
+    dtype: str
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one launch runs. All counts are elements unless the name says bytes.
+
+    Cores: core c in [0, block_dim) owns [c * block_factor, min((c+1) * block_factor, N)).
+    Tiles: a core's range is cut into tiles of tile_elems elements, the last one partial.
+    """
+
+    target: str
+    dtype: str
+    num_elements: int
+    block_dim: int
+    block_factor: int
+    tile_elems: int
+    buffer_num: int
+    tiling_key: int
+    ub_limit: int  # target UB bytes
+    ub_bytes: int  # bytes this plan allocates, fixed scratch included
+    fixed_bytes: int  # Sign temp + Select temp space + reserve
+    buffers: tuple[BufferPlan, ...]
+
+    def core_range(self, core: int) -> tuple[int, int]:
+        """(first element, element count) of a core."""
+        if not 0 <= core < self.block_dim:
+            raise IndexError(core)
+        start = core * self.block_factor
+        return start, max(0, min(self.block_factor, self.num_elements - start))
+
+    def tile_count(self, core: int) -> int:
+        _, count = self.core_range(core)
+        return -(-count // self.tile_elems) if count else 0
+
+    def tile(self, core: int, t: int) -> tuple[int, int]:
+        """(GM offset, element count) of tile t of a core."""
+        start, count = self.core_range(core)
+        if not 0 <= t < self.tile_count(core):
+            raise IndexError(t)
+        off = t * self.tile_elems
+        return start + off, min(self.tile_elems, count - off)
+
+    def tiles(self, core: int) -> Iterator[tuple[int, int]]:
+        """(GM offset, element count) of each tile of a core, in order."""
+        for t in range(self.tile_count(core)):
+            yield self.tile(core, t)
+
+    @staticmethod
+    def compute_count(n: int) -> int:
+        """Lanes every vector instruction processes for a tile of n elements."""
+        return -(-n // LANES_PER_REPEAT) * LANES_PER_REPEAT
+
+    def report(self) -> dict[str, object]:
+        return {
+            "num_elements": self.num_elements,
+            "block_dim": self.block_dim,
+            "block_factor": self.block_factor,
+            "tile_elems": self.tile_elems,
+            "buffer_num": self.buffer_num,
+            "tiling_key": self.tiling_key,
+            "ub_bytes": self.ub_bytes,
+        }
+
+
+def fixed_bytes(kernel: Kernel, target: Target) -> int:
+    """UB that does not scale with the tile: Sign's temp buffer and Select's temp space."""
+    ops = {ins.op for ins in kernel.instrs}
+    return (SIGN_TMP_BYTES if Op.SIGN in ops else 0) + (
+        target.select_scratch_bytes if Op.SELECT in ops else 0
+    )
+
+
+def tiling_key(dtype: str, buffer_num: int) -> int:
+    return DTYPE_CODES[dtype] | ((buffer_num - 1) << 8)
+
+
+def _buffers(alloc: Allocation, tile: int, buffer_num: int) -> tuple[BufferPlan, ...]:
+    return tuple(
+        BufferPlan(
+            s.name,
+            s.position,
+            s.dtype,
+            1 if s.position is Position.VECCALC else buffer_num,
+            s.bytes_for(tile),
+        )
+        for s in alloc.slots
+    )
+
+
+def _ub_bytes(buffers: tuple[BufferPlan, ...], fixed: int) -> int:
+    return fixed + sum(b.count * b.bytes for b in buffers)
+
+
+def max_tile(alloc: Allocation, budget: int, buffer_num: int) -> int:
+    """Largest multiple of TILE_ALIGN whose buffers fit in budget bytes (0 if none does).
+
+    Integer arithmetic only (bytes per TILE_ALIGN elements), so the emitted C++ tiling function
+    computes the same number.
+    """
+    per_block = tile_block_bytes(alloc, buffer_num)
+    return max(budget, 0) // per_block * TILE_ALIGN if per_block else 0
+
+
+def tile_block_bytes(alloc: Allocation, buffer_num: int) -> int:
+    """UB bytes that TILE_ALIGN elements of tile cost over all buffers (an integer)."""
+    return sum(
+        s.bytes_for(TILE_ALIGN) * (1 if s.position is Position.VECCALC else buffer_num)
+        for s in alloc.slots
+    )
+
+
+def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: int) -> Plan:
+    if not isinstance(num_elements, int) or not 0 <= num_elements <= MAX_ELEMENTS:
+        raise PlanError(f"element count must be an integer in [0, 2^62], got {num_elements!r}")
+    fixed = fixed_bytes(kernel, target)
+    if num_elements == 0:
+        # Nothing to launch: one core that returns at once, no buffers (as ops-nn does).
+        return Plan(
+            target=target.name,
+            dtype=kernel.dtype,
+            num_elements=0,
+            block_dim=1,
+            block_factor=0,
+            tile_elems=0,
+            buffer_num=1,
+            tiling_key=tiling_key(kernel.dtype, 1),
+            ub_limit=target.ub_bytes,
+            ub_bytes=0,
+            fixed_bytes=0,
+            buffers=(),
+        )
+    block_factor = -(-(-(-num_elements // target.aiv_cores)) // CORE_ALIGN) * CORE_ALIGN
+    block_dim = -(-num_elements // block_factor)
+    budget = target.ub_bytes - fixed
+    single, double = max_tile(alloc, budget, 1), max_tile(alloc, budget, 2)
+    if single == 0:
+        raise PlanError(
+            f"{kernel.op_type} {kernel.dtype} needs more UB than {target.name} has for one tile"
+        )
+    buffer_num = 2 if double and block_factor > double else 1
+    limit = double if buffer_num == 2 else single
+    n_tiles = -(-block_factor // limit)
+    tile = -(-(-(-block_factor // n_tiles)) // TILE_ALIGN) * TILE_ALIGN
+    buffers = _buffers(alloc, tile, buffer_num)
+    return Plan(
+        target=target.name,
+        dtype=kernel.dtype,
+        num_elements=num_elements,
+        block_dim=block_dim,
+        block_factor=block_factor,
+        tile_elems=tile,
+        buffer_num=buffer_num,
+        tiling_key=tiling_key(kernel.dtype, buffer_num),
+        ub_limit=target.ub_bytes,
+        ub_bytes=_ub_bytes(buffers, fixed),
+        fixed_bytes=fixed,
+        buffers=buffers,
+    )
+
+
+def check_plan(plan: Plan, kernel: Kernel, alloc: Allocation, target: Target) -> None:
+    """Prove the plan's hardware rules; raise PlanError naming the first one broken.
+
+    UB bytes used <= the target's UB; every buffer whole 32-byte blocks and each full tile
+    whole 256-byte repeats; every element in [0, N) covered by exactly one tile (tiles are
+    walked core by core, each must start where the previous ended); offsets fit in int64 and a
+    tail's DataCopyPad byte length fits its 21-bit field.
+    """
+    if plan.target != target.name or plan.ub_limit != target.ub_bytes:
+        raise PlanError("plan was made for another target")
+    if plan.tiling_key != tiling_key(plan.dtype, plan.buffer_num) or plan.buffer_num not in (1, 2):
+        raise PlanError("tiling key does not encode dtype and buffer mode")
+    if plan.num_elements == 0:
+        if plan.block_dim != 1 or plan.buffers or plan.ub_bytes or plan.tile_elems:
+            raise PlanError("an empty launch must be one core without buffers")
+        return
+    if plan.buffers != _buffers(
+        alloc, plan.tile_elems, plan.buffer_num
+    ) or plan.ub_bytes != _ub_bytes(plan.buffers, plan.fixed_bytes):
+        raise PlanError("plan buffers do not match the kernel's slots")
+    if plan.fixed_bytes != fixed_bytes(kernel, target):
+        raise PlanError("fixed scratch bytes are wrong")
+    if plan.ub_bytes > target.ub_bytes:
+        raise PlanError(f"UB overflow: {plan.ub_bytes} bytes > {target.ub_bytes}")
+    for b in plan.buffers:
+        if b.bytes % UB_BLOCK_BYTES:
+            raise PlanError(f"buffer {b.name} is {b.bytes} bytes, not whole 32-byte blocks")
+    if plan.tile_elems <= 0 or plan.tile_elems % TILE_ALIGN:
+        raise PlanError(f"tile of {plan.tile_elems} elements is not a multiple of {TILE_ALIGN}")
+    if plan.compute_count(plan.tile_elems) != plan.tile_elems:
+        raise PlanError("a full tile does not cover whole 256-byte Compare repeats")
+    if plan.block_factor % CORE_ALIGN or not 1 <= plan.block_dim <= target.aiv_cores:
+        raise PlanError(f"bad core split: {plan.block_dim} cores x {plan.block_factor}")
+    _check_coverage(plan)
+
+
+def _check_tile(plan: Plan, core: int, t: int, last: int, expect: int) -> int:
+    off, n = plan.tile(core, t)
+    if off != expect or not 0 < n <= plan.tile_elems:
+        raise PlanError(f"core {core} tile {t}: [{off}, +{n}) does not continue at {expect}")
+    if n < plan.tile_elems and t != last:
+        raise PlanError(f"core {core} tile {t} is partial but not the last tile")
+    if n * DTYPE_BYTES[plan.dtype] > 2097151:
+        raise PlanError(f"core {core} tile {t}: DataCopyPad length too long")
+    if plan.compute_count(n) > plan.tile_elems:
+        raise PlanError(f"core {core} tile {t}: compute lanes exceed the buffer")
+    return off + n
+
+
+def _check_coverage(plan: Plan, walk_limit: int = 64) -> None:
+    """Walk every core's tiles; for long cores walk the first and last walk_limit tiles and
+    check that the ones between are full, back-to-back tiles (tile(c, t) is affine in t)."""
+    expect = 0
+    for core in range(plan.block_dim):
+        start, count = plan.core_range(core)
+        if start != expect or count <= 0:
+            raise PlanError(f"core {core} starts at {start}, expected {expect} (count {count})")
+        if start * DTYPE_BYTES[plan.dtype] % UB_BLOCK_BYTES:
+            raise PlanError(f"core {core} does not start on a 32-byte block")
+        n_tiles = plan.tile_count(core)
+        last = n_tiles - 1
+        if n_tiles <= 2 * walk_limit:
+            for t in range(n_tiles):
+                expect = _check_tile(plan, core, t, last, expect)
+        else:
+            for t in range(walk_limit):
+                expect = _check_tile(plan, core, t, last, expect)
+            skipped = n_tiles - 2 * walk_limit
+            mid_off, mid_n = plan.tile(core, walk_limit + skipped - 1)
+            if mid_n != plan.tile_elems or mid_off != expect + (skipped - 1) * plan.tile_elems:
+                raise PlanError(f"core {core}: middle tiles are not full and back to back")
+            expect += skipped * plan.tile_elems
+            for t in range(n_tiles - walk_limit, n_tiles):
+                expect = _check_tile(plan, core, t, last, expect)
+        if expect != start + count:
+            raise PlanError(f"core {core}: tiles end at {expect}, range ends at {start + count}")
+    if expect != plan.num_elements or expect >= 2**63:
+        raise PlanError(f"tiles cover [0, {expect}), expected [0, {plan.num_elements})")
