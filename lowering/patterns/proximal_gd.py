@@ -143,7 +143,7 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     if sorted(s for s, _ in terms) != [-1, 1] or (1, p) not in terms:
         return None
     (_, shift), = [(s, v) for s, v in terms if s == -1]
-    shift_mono = alg.monomial(shift)
+    shift_mono = alg.monomial(shift, stop=frozenset({t}))
     sign = next((n for n, e in shift_mono.factors.items() if e == 1 and (alg.unary(n, "Sign") or ("", -1))[0] == p), None)
     t_const = alg.scalar(t)
     expected = {sign: 1} if t_const is not None else {sign: 1, t: 1}

@@ -1,0 +1,171 @@
+"""Near misses must not fuse, and the report must say why (DESIGN section 2, "Never fuse when")."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import helper
+
+import lowering
+from pass_forms import BF, F, H, G, PGD, SL1, pgd, sl1
+from pass_numerics import fused_nodes
+
+
+def _sl1_graph(mutate) -> onnx.ModelProto:
+    """PyTorch-form SmoothL1 backward (sum, beta 0.5) with a hook to bend one piece of it."""
+    g = G()
+    p, l, go = g.input("predict"), g.input("label"), g.input("dout", shape=())
+    parts = {"p": p, "l": l, "go": go}
+    mutate(g, parts, "pre")
+    x = g.op("Sub", parts["p"], parts["l"])
+    a = g.op("Abs", x)
+    b = parts.get("beta") or g.const(0.5)
+    lin = g.op("Div", g.op("Mul", parts["go"], x), b) if "lin" not in parts else parts["lin"](g, x, b)
+    y = g.op("Where", g.op("Less", a, b), lin, g.op("Mul", parts["go"], g.op("Sign", x)))
+    parts.update(x=x, a=a, y=y)
+    mutate(g, parts, "post")
+    g.output(y)
+    return g.model()
+
+
+def _fuse(model):
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused)
+    return fused, report
+
+
+def _assert_rejected(model, op_type: str, reason: str) -> None:
+    fused, report = _fuse(model)
+    assert not [n for n in fused_nodes(fused) if n.op_type == op_type]
+    reasons = [r.reason for r in report.rejections]
+    assert any(reason in r for r in reasons), reasons
+
+
+def test_plain_sgd_is_not_a_proximal_update() -> None:
+    g = G()
+    var, delta = g.input("var"), g.input("delta")
+    y = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
+    g.output(y)
+    fused, report = _fuse(g.model())
+    assert not fused_nodes(fused) and not report.fusions
+
+
+def test_l2_only_update_is_not_fused() -> None:
+    g = G()
+    var, delta = g.input("var"), g.input("delta")
+    y = g.op("Div", g.op("Sub", var, g.op("Mul", g.const(0.1), delta)), g.const(1.02))
+    g.output(y)
+    assert not fused_nodes(_fuse(g.model())[0])
+
+
+def test_intermediate_graph_output_blocks_fusion() -> None:
+    def mutate(g, parts, stage):
+        if stage == "post":
+            g.output(parts["x"])
+    _assert_rejected(_sl1_graph(mutate), SL1, "is a graph output")
+
+
+def test_intermediate_with_outside_consumer_blocks_fusion() -> None:
+    def mutate(g, parts, stage):
+        if stage == "post":
+            g.output(g.op("Neg", parts["a"]))
+    _assert_rejected(_sl1_graph(mutate), SL1, "outside the match")
+
+
+def test_overridable_beta_blocks_fusion() -> None:
+    def mutate(g, parts, stage):
+        if stage == "pre":
+            parts["beta"] = g.const(0.5)
+            g.inputs.append(helper.make_tensor_value_info(parts["beta"], F, []))
+    _assert_rejected(_sl1_graph(mutate), SL1, "also a graph input")
+
+
+def test_x_times_beta_is_not_smooth_l1() -> None:
+    def mutate(g, parts, stage):
+        if stage == "pre":
+            parts["lin"] = lambda g, x, b: g.op("Mul", g.op("Mul", parts["go"], x), b)
+    _assert_rejected(_sl1_graph(mutate), SL1, "not by K/beta")
+
+
+def test_predict_label_broadcast_is_refused() -> None:
+    def mutate(g, parts, stage):
+        if stage == "pre":
+            g.inputs.pop(1)
+            parts["l"] = g.input("label", shape=(4,))
+    _assert_rejected(_sl1_graph(mutate), SL1, "shapes differ")
+
+
+def test_dout_partial_broadcast_is_refused() -> None:
+    def mutate(g, parts, stage):
+        if stage == "pre":
+            g.inputs.pop(2)
+            parts["go"] = g.input("dout", shape=(4,))
+    _assert_rejected(_sl1_graph(mutate), SL1, "neither a single element")
+
+
+def test_less_or_equal_with_beta_zero_is_refused() -> None:
+    _assert_rejected(sl1(form="where_le", beta=0.0, reduction="sum"), SL1, "0 by 0")
+
+
+def test_arithmetic_select_with_beta_zero_is_refused() -> None:
+    _assert_rejected(sl1(form="tf2onnx", beta=0.0, reduction="sum"), SL1, "arithmetic select")
+
+
+def test_proximal_with_abs_instead_of_max_is_not_fused() -> None:
+    g = G()
+    var, delta = g.input("var"), g.input("delta")
+    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
+    y = g.op("Div", g.op("Mul", g.op("Sign", p), g.op("Abs", g.op("Sub", g.op("Abs", p), g.const(0.005)))), g.const(1.02))
+    g.output(y)
+    assert not fused_nodes(_fuse(g.model())[0])
+
+
+def test_proximal_intermediate_escape_is_refused() -> None:
+    model = pgd()
+    sign = next(n for n in model.graph.node if n.op_type == "Sign")
+    model.graph.output.append(helper.make_tensor_value_info(sign.output[0], F, [3, 4]))
+    fused, report = _fuse(model)
+    assert not fused_nodes(fused)
+    assert any("graph output" in r.reason for r in report.rejections)
+
+
+def test_proximal_var_delta_shape_mismatch_is_refused() -> None:
+    g = G()
+    var, delta = g.input("var"), g.input("delta", shape=(4,))
+    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
+    y = g.op("Mul", g.op("Sign", p), g.op("Relu", g.op("Sub", g.op("Abs", p), g.const(0.005))))
+    g.output(y)
+    _assert_rejected(g.model(), PGD, "var - alpha * delta")
+
+
+def test_proximal_scaled_runtime_alpha_is_refused() -> None:
+    g = G()
+    var, delta, lr = g.input("var"), g.input("delta"), g.input("lr", shape=())
+    p = g.op("Sub", var, g.op("Mul", g.op("Mul", lr, g.const(2.0)), delta))
+    y = g.op("Mul", g.op("Sign", p), g.op("Relu", g.op("Sub", g.op("Abs", p), g.const(0.005))))
+    g.output(y)
+    _assert_rejected(g.model(), PGD, "runtime value times a constant")
+
+
+def test_overridable_proximal_scalar_stays_a_runtime_input() -> None:
+    """An initializer that is also a graph input is a runtime value: fused, but never folded."""
+    model = pgd()
+    alpha = next(n for n in model.graph.node if n.op_type == "Mul").input[0]
+    model.graph.input.append(helper.make_tensor_value_info(alpha, F, []))
+    fused, _ = _fuse(model)
+    (node,) = fused_nodes(fused)
+    assert node.input[1] == alpha
+
+
+@pytest.mark.parametrize("dtype", [H, BF])
+def test_half_output_without_cast_back_keeps_float32_node(dtype: int) -> None:
+    """Cast-to-float32 inputs but a float32 output: the Casts stay, the node is float32."""
+    model = sl1(dtype=dtype, cast_wrapped=True)
+    last = model.graph.node[-1]
+    assert last.op_type == "Cast"
+    model.graph.node.pop()
+    model.graph.output[0].name = last.input[0]
+    model.graph.output[0].type.tensor_type.elem_type = F
+    fused, report = _fuse(model)
+    assert report.fusions[0].dtype == "float32"
+    assert {n.op_type for n in fused.graph.node} == {"Cast", SL1}
