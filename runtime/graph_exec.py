@@ -20,8 +20,9 @@ from codegen.nodes import InputSpec, NodeSpec
 from lowering.fused_ops import OP_SPECS
 from lowering.graph import subgraph_inputs
 from runtime import aclnn
-from runtime.backend import Backend
+from runtime.backend import Backend, BackendError
 from runtime.fused_node import fused_attrs, is_fused
+from runtime.interpreter import KernelExecutionError
 from runtime.numerics import NUMPY_DTYPES
 from runtime.ort_exec import run_model
 
@@ -41,7 +42,8 @@ class FusedRun:
     node: onnx.NodeProto
     spec: NodeSpec
     inputs: dict[str, np.ndarray]  # by contract input name
-    outputs: dict[str, np.ndarray]  # by contract output name
+    outputs: dict[str, np.ndarray]  # by contract output name (NaN-filled when the kernel failed)
+    error: str = ""  # why the kernel failed, empty when it ran
 
 
 def model_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -153,10 +155,17 @@ def _run_fused_node(node: onnx.NodeProto, env: dict[str, np.ndarray], constants:
     if progress:
         n = inputs[op.inputs[0]].size
         progress(f"{backend.name} backend: {node.op_type} {node.name!r} ({n} elements)")
-    outputs = aclnn.run_fused(spec, inputs, backend, target)
+    error = ""
+    try:
+        outputs = aclnn.run_fused(spec, inputs, backend, target)
+    except (BackendError, KernelExecutionError) as exc:
+        # Keep going so the report names this node; NaN makes every consumer FAIL as well.
+        error = str(exc)
+        first = inputs[op.inputs[0]]
+        outputs = {role: np.full(first.shape, np.nan, first.dtype) for role in op.outputs}
     for role, name in zip(op.outputs, node.output):
         env[name] = outputs[role]
-    return FusedRun(node, spec, inputs, outputs)
+    return FusedRun(node, spec, inputs, outputs, error)
 
 
 def function_body(model: onnx.ModelProto, node: onnx.NodeProto) -> onnx.FunctionProto | None:

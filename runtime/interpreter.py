@@ -6,8 +6,13 @@ execution model). Runs of back-to-back tiles of equal length go through numpy as
 (one row per tile), so the per-tile meaning (lanes, masks, padding) is kept while Python overhead
 stays per batch. Pad lanes start as NaN: nothing computed there may reach GM.
 
+With a buffer allocation (codegen/buffers.py) every value lives in its UB slot, as on the device:
+an instruction writes its slot and a later read sees whatever the slot holds then, so two live
+values given one slot corrupt each other here just as they would on the hardware. With buffer
+sizes (from the plan) a tile whose lanes do not fit a slot is an error.
+
 A wrong schedule cannot go unnoticed: a tile outside [0, N), an output element written twice or
-never is a KernelExecutionError naming the core and tile.
+never, or a buffer too small for a tile is a KernelExecutionError naming the core and tile.
 """
 
 from __future__ import annotations
@@ -18,13 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen import ir
+from codegen.buffers import Allocation
 from codegen.ir import Kernel, Kind, Op
 from codegen.scalar_eval import eval_scalar
 from runtime import numerics
 from runtime.numerics import NUMPY_DTYPES, NanPolicy
 
 LANE_GRANULE = ir.LANES_PER_REPEAT
-_ROWS_BUDGET = 1 << 16  # lanes per numpy batch: large enough to amortise dispatch, cache friendly
+_BATCH_LANES = 1 << 16  # lanes per numpy batch: amortises dispatch, keeps slots in cache
 
 
 class KernelExecutionError(RuntimeError):
@@ -50,7 +56,6 @@ def eval_scalars(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[int, 
         for i, ins in enumerate(kernel.instrs):
             if ins.kind is not Kind.SCALAR:
                 continue
-            a = [values[s] for s in ins.srcs]
             op = ins.op
             if op is Op.SCONST:
                 v = np.float32(ins.attr("value"))
@@ -59,7 +64,7 @@ def eval_scalars(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[int, 
             elif op is Op.SNUMEL:
                 v = np.float32(np.asarray(inputs[str(ins.attr("name"))]).size)
             elif op in ir.SCALAR_BINARY or op in ir.SCALAR_UNARY:
-                v = eval_scalar(op, *a)
+                v = eval_scalar(op, *(values[s] for s in ins.srcs))
             else:
                 raise KernelExecutionError(f"instruction {i}: {op.value} is not a scalar op")
             values[i] = np.float32(v)
@@ -72,45 +77,90 @@ def _batches(tiles: Sequence[Tile]) -> list[list[Tile]]:
     for t in tiles:
         run = out[-1] if out else None
         if (run and run[-1].length == t.length and run[-1].offset + t.length == t.offset
-                and len(run) * round_up(t.length, LANE_GRANULE) < _ROWS_BUDGET):
+                and (len(run) + 1) * round_up(t.length, LANE_GRANULE) <= _BATCH_LANES):
             run.append(t)
         else:
             out.append([t])
     return out
 
 
-def _check_cover(tiles: Sequence[Tile], total: int) -> None:
+def check_cover(tiles: Sequence[Tile], total: int) -> None:
     """Every output element written exactly once, every tile inside GM."""
     for t in tiles:
         if t.length < 0 or t.offset < 0 or t.offset + t.length > total:
             raise KernelExecutionError(
                 f"core {t.core} tile {t.index} covers GM [{t.offset}, {t.offset + t.length}) "
                 f"outside the {total} elements")
-    ordered = sorted((t for t in tiles if t.length), key=lambda t: t.offset)
     pos = 0
-    for t in ordered:
+    for t in sorted((t for t in tiles if t.length), key=lambda t: t.offset):
         if t.offset > pos:
             raise KernelExecutionError(f"elements [{pos}, {t.offset}) are written by no tile")
         if t.offset < pos:
             raise KernelExecutionError(
-                f"core {t.core} tile {t.index} writes elements [{t.offset}, {min(pos, t.offset + t.length)}) "
-                "that another tile already wrote")
+                f"core {t.core} tile {t.index} writes elements [{t.offset}, "
+                f"{min(pos, t.offset + t.length)}) that another tile already wrote")
         pos = t.offset + t.length
     if pos != total:
         raise KernelExecutionError(f"elements [{pos}, {total}) are written by no tile")
 
 
-def _copy_in(gm: np.ndarray, batch: list[Tile]) -> np.ndarray:
-    n, rows = batch[0].length, len(batch)
-    start = batch[0].offset
-    src = gm[start:start + rows * n].reshape(rows, n)
-    count = round_up(n, LANE_GRANULE)
-    if count == n:
-        return src
-    buf = np.empty((rows, count), gm.dtype)
-    buf[:, :n] = src
-    buf[:, n:] = np.nan
-    return buf
+class _Slots:
+    """UB storage for one batch shape: one array per slot (or per value without an allocation)."""
+
+    def __init__(self, kernel: Kernel, alloc: Allocation | None, rows: int, count: int) -> None:
+        self.kernel = kernel
+        self.alloc = alloc
+        self.rows, self.count = rows, count
+        self.arrays: dict[int, np.ndarray] = {}
+        if alloc is not None:
+            for idx, slot in enumerate(alloc.slots):
+                self.arrays[idx] = self._new(slot.dtype)
+
+    def _new(self, dtype: str) -> np.ndarray:
+        if dtype == ir.MASK_DTYPE:
+            return np.zeros((self.rows, self.count // 8), np.uint8)
+        arr = np.empty((self.rows, self.count), NUMPY_DTYPES[dtype])
+        arr.fill(np.nan)
+        return arr
+
+    def key(self, value: int) -> int:
+        if self.alloc is None:
+            return value
+        slot = self.alloc.value_slot[value]
+        if slot is None:
+            raise KernelExecutionError(f"value {value} has no UB slot in the allocation")
+        return slot
+
+    def write(self, value: int, result: np.ndarray) -> None:
+        key = self.key(value)
+        if self.alloc is None:
+            self.arrays[key] = result
+            return
+        dst = self.arrays[key]
+        if dst.dtype != result.dtype:
+            raise KernelExecutionError(f"value {value} ({result.dtype}) placed in a {dst.dtype} slot")
+        if dst is not result:
+            dst[...] = result
+
+    def read(self, value: int) -> np.ndarray:
+        return self.arrays[self.key(value)]
+
+
+def _check_capacity(alloc: Allocation, capacity: Mapping[str, int], tiles: Sequence[Tile]) -> None:
+    """Every slot's buffer (bytes from the plan) holds the lanes of every tile."""
+    longest = max((t for t in tiles), key=lambda t: t.length, default=None)
+    if longest is None:
+        return
+    lanes = round_up(longest.length, LANE_GRANULE)
+    for slot in alloc.slots:
+        have = capacity.get(slot.name)
+        if have is None:
+            raise KernelExecutionError(f"the plan has no buffer for slot {slot.name}")
+        need = slot.bytes_for(lanes)
+        if need > have:
+            raise KernelExecutionError(
+                f"core {longest.core} tile {longest.index}: {lanes} lanes need {need} bytes in "
+                f"buffer {slot.name}, the plan gives it {have}")
 
 
 def execute(
@@ -119,11 +169,14 @@ def execute(
     inputs: Mapping[str, np.ndarray],
     total: int,
     nan_policy: NanPolicy = "propagate",
+    alloc: Allocation | None = None,
+    buffer_bytes: Mapping[str, int] | None = None,
 ) -> dict[str, np.ndarray]:
     """Run `kernel` over `tiles` of a launch with `total` output elements.
 
     `inputs` maps every kernel input name to its GM data: `total` elements for a tile input, one
-    element for a scalar input. Returns each output as a flat array of `total` elements.
+    element for a scalar input. `alloc` places values in UB slots; `buffer_bytes` (slot name ->
+    bytes, from the plan) bounds each slot. Returns each output as a flat array of `total`.
     """
     ir.verify(kernel)
     gm: dict[str, np.ndarray] = {}
@@ -136,52 +189,61 @@ def execute(
             raise KernelExecutionError(f"input {p.name} holds {arr.size} elements, the launch needs {want}")
         gm[p.name] = arr.reshape(-1)
     outs = {p.name: np.empty(total, NUMPY_DTYPES[p.dtype]) for p in kernel.outputs}
-    _check_cover(tiles, total)
+    check_cover(tiles, total)
+    if alloc is not None and buffer_bytes is not None:
+        _check_capacity(alloc, buffer_bytes, tiles)
     scalars = eval_scalars(kernel, inputs)
-    last_use = {}
-    for i, ins in enumerate(kernel.instrs):
-        for s in ins.srcs:
-            last_use[s] = i
+    slots: dict[tuple[int, int], _Slots] = {}
     with np.errstate(all="ignore"):
         for batch in _batches([t for t in tiles if t.length]):
-            _run_batch(kernel, batch, gm, outs, scalars, last_use, nan_policy)
+            shape = (len(batch), round_up(batch[0].length, LANE_GRANULE))
+            if shape not in slots:
+                slots[shape] = _Slots(kernel, alloc, *shape)
+            _run_batch(kernel, batch, gm, outs, scalars, slots[shape], nan_policy)
     return outs
 
 
 def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
-               outs: dict[str, np.ndarray], scalars: dict[int, np.float32],
-               last_use: dict[int, int], nan_policy: NanPolicy) -> None:
+               outs: dict[str, np.ndarray], scalars: dict[int, np.float32], ub: _Slots,
+               nan_policy: NanPolicy) -> None:
     n, rows = batch[0].length, len(batch)
-    count = round_up(n, LANE_GRANULE)
+    count = ub.count
     start = batch[0].offset
-    vals: dict[int, np.ndarray] = {}
 
     def v(i: int) -> np.ndarray | np.float32:
-        return scalars[i] if kernel.instrs[i].kind is Kind.SCALAR else vals[i]
+        return scalars[i] if kernel.instrs[i].kind is Kind.SCALAR else ub.read(i)
 
     for i, ins in enumerate(kernel.instrs):
         op = ins.op
         if ins.kind is Kind.SCALAR:
             continue
-        a = [v(s) for s in ins.srcs]
         if op is Op.COPY_IN:
-            r = _copy_in(gm[str(ins.attr("name"))], batch)
-        elif op is Op.COPY_IN_BRC:
-            r = np.broadcast_to(gm[str(ins.attr("name"))][0], (rows, count))
-        elif op is Op.COPY_OUT:
+            src = gm[str(ins.attr("name"))][start:start + rows * n].reshape(rows, n)
+            if count == n and ub.alloc is None:
+                ub.write(i, src)
+            else:
+                r = np.empty((rows, count), src.dtype)
+                r[:, :n] = src
+                r[:, n:] = np.nan  # DataCopyPad pads the tail; the pad lanes are never stored
+                ub.write(i, r)
+            continue
+        a = [v(s) for s in ins.srcs]
+        if op is Op.COPY_OUT:
             dst = outs[str(ins.attr("name"))][start:start + rows * n].reshape(rows, n)
             dst[...] = a[0][:, :n]
             continue
+        if op is Op.COPY_IN_BRC:
+            r = np.full((rows, count), gm[str(ins.attr("name"))][0])
         elif op is Op.CAST:
             r = numerics.cast(a[0], str(ins.dtype))
         elif op is Op.ADD or op is Op.ADDS:
-            r = a[0] + a[1]
+            r = np.add(a[0], a[1])
         elif op is Op.SUB:
-            r = a[0] - a[1]
+            r = np.subtract(a[0], a[1])
         elif op is Op.MUL or op is Op.MULS:
-            r = a[0] * a[1]
+            r = np.multiply(a[0], a[1])
         elif op is Op.DIV:
-            r = a[0] / a[1]
+            r = np.divide(a[0], a[1])
         elif op is Op.ABS:
             r = np.abs(a[0])
         elif op is Op.SIGN:
@@ -198,7 +260,4 @@ def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
             r = np.full((rows, count), a[0], np.float32)
         else:
             raise KernelExecutionError(f"instruction {i}: no interpreter for {op.value}")
-        vals[i] = r
-        for s in ins.srcs:
-            if last_use.get(s) == i:
-                vals.pop(s, None)
+        ub.write(i, r)

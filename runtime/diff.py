@@ -1,0 +1,77 @@
+"""Diff a fused model against its unfused original on the same inputs.
+
+Rows: one per graph output (fused model run end to end, standard nodes on onnxruntime and fused
+nodes on the backend, against onnxruntime on the unfused model) and one per fused node (its
+kernel against onnxruntime on the node's matched subgraph, the function body, on the inputs the
+node received; a node without a function body is compared with the float64 formula of
+lowering/fused_ops.py, rounded once to the node's dtype as CANN's goldens are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import onnx
+
+from lowering.fused_ops import PROXIMAL_GD, proximal_gd_reference, smooth_l1_grad_reference
+from runtime.backend import Backend
+from runtime.graph_exec import FusedRun, run_fused_model, run_function_body
+from runtime.ort_exec import run_model
+from runtime.precision import compare
+from runtime.progress import Progress
+from runtime.report import DiffReport, Row
+
+
+def formula_golden(run: FusedRun) -> np.ndarray:
+    """float64 formula for one fused node run, rounded to its output dtype."""
+    x, a = run.inputs, run.spec.attrs
+    if run.spec.op_type == PROXIMAL_GD:
+        g = proximal_gd_reference(x["var"], x["alpha"], x["l1"], x["l2"], x["delta"], str(a["scalar_form"]))
+    else:
+        g = smooth_l1_grad_reference(x["predict"], x["label"], x["dout"], float(a["sigma"]),
+                                     str(a["reduction"]), float(a["scale"]))
+    out_dtype = next(iter(run.outputs.values())).dtype
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(g).astype(out_dtype)
+
+
+def node_rows(fused: onnx.ModelProto, runs: list[FusedRun]) -> list[Row]:
+    rows = []
+    for run in runs:
+        ref = run_function_body(fused, run.node, run.inputs)
+        for role, actual in run.outputs.items():
+            if ref is not None:
+                golden, where = ref[role], "matched subgraph"
+            else:
+                golden, where = formula_golden(run), "float64 formula"
+            cmp = compare(run.node.name, actual, golden)
+            if run.error:
+                cmp.passed = False
+                cmp.note = f"kernel failed: {run.error}"
+            rows.append(Row("node", run.node.name, where, cmp, run.node.op_type))
+    return rows
+
+
+def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                backend: Backend, target: str, report: DiffReport,
+                progress: Progress | None = None) -> DiffReport:
+    """Fill `report.rows` with the comparisons of `fused` against `unfused` on `feeds`."""
+    if progress:
+        progress("onnxruntime: unfused model")
+    golden = run_model(unfused, feeds)
+    if progress:
+        progress("fused model")
+    actual, runs = run_fused_model(fused, feeds, backend, target, progress)
+    for out in unfused.graph.output:
+        if out.name not in actual:
+            missing = compare(out.name, np.zeros(0), np.zeros(1))
+            missing.note = "the fused model has no such output"
+            report.rows.append(Row("output", out.name, "unfused graph", missing))
+            continue
+        report.rows.append(Row("output", out.name, "unfused graph",
+                               compare(out.name, actual[out.name], golden[out.name])))
+    if progress:
+        progress("per-node references")
+    report.rows += node_rows(fused, runs)
+    return report

@@ -1,0 +1,96 @@
+"""The diff report: rows per graph output and per fused node, as a terminal table and as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from runtime.precision import Comparison
+
+
+@dataclass
+class Row:
+    kind: str  # "output" (a graph output) or "node" (a fused node's kernel)
+    name: str  # output or node name: text from the model, shown escaped
+    reference: str  # what the golden was: "unfused graph", "matched subgraph", "float64 formula"
+    comparison: Comparison
+    op_type: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        d: dict[str, object] = {"kind": self.kind, "name": self.name, "op_type": self.op_type,
+                                "reference": self.reference}
+        d.update(self.comparison.to_json())
+        d.pop("name", None)
+        d["name"] = self.name
+        return d
+
+
+@dataclass
+class DiffReport:
+    unfused: str
+    fused: str
+    backend: str
+    target: str
+    inputs: str  # "seed 0" or the .npz path
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.comparison.passed for r in self.rows)
+
+    def failures(self) -> list[Row]:
+        return [r for r in self.rows if not r.comparison.passed]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "unfused": self.unfused, "fused": self.fused, "backend": self.backend,
+            "target": self.target, "inputs": self.inputs, "input_shapes": self.input_shapes,
+            "status": "PASS" if self.passed else "FAIL",
+            "rows": [r.to_json() for r in self.rows],
+        }
+
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n"
+
+
+def display(text: str, width: int = 0) -> str:
+    """Model text made safe for a terminal: control characters escaped, optionally shortened."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if width and len(shown) > width:
+        shown = shown[: width - 3] + "..."
+    return shown
+
+
+def _num(x: float) -> str:
+    return f"{x:.3e}" if x == x else "-"
+
+
+def format_table(report: DiffReport) -> str:
+    """A fixed-width table, one row per comparison, then one summary line."""
+    head = ("kind", "name", "reference", "dtype", "shape", "max abs err", "MERE", "MARE",
+            "T", "NaN/Inf mism.", "status")
+    lines = []
+    for r in report.rows:
+        c = r.comparison
+        name = display(r.name, 40) + (f" ({r.op_type})" if r.op_type else "")
+        lines.append((r.kind, name, r.reference, c.dtype, "[" + ",".join(map(str, c.shape)) + "]",
+                      _num(c.max_abs_err), _num(c.mere), _num(c.mare), _num(c.threshold),
+                      f"{c.nan_mismatch}/{c.inf_mismatch}", "PASS" if c.passed else "FAIL"))
+    widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(head)]
+    out = [f"diff {display(report.unfused)} (unfused) vs {display(report.fused)} (fused); "
+           f"backend {report.backend}, target {report.target}, inputs: {display(report.inputs)}",
+           "  ".join(h.ljust(w) for h, w in zip(head, widths)),
+           "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in lines]
+    fails = report.failures()
+    if not report.rows:
+        out.append("no graph outputs to compare")
+    if fails:
+        out.append(f"FAIL: {len(fails)} of {len(report.rows)} comparisons")
+        for r in fails:
+            what = f"fused node {display(r.name)!s} ({r.op_type})" if r.kind == "node" else f"output {display(r.name)}"
+            out.append(f"  {what}: {r.comparison.note or 'over threshold'}")
+    else:
+        out.append(f"PASS: {len(report.rows)} of {len(report.rows)} comparisons")
+    return "\n".join(out) + "\n"
