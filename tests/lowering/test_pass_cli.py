@@ -1,0 +1,193 @@
+"""The `lower` command and the Python API: outputs, bad inputs (exit 2, one line), no data loss."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir
+import pytest
+
+import lowering
+from lowering.cli import main
+from pass_forms import PGD, SL1, pgd, sl1
+from pass_numerics import fused_nodes, make_feeds, run_ort
+
+
+def _save(model: onnx.ModelProto, path: Path) -> Path:
+    onnx.save(model, str(path))
+    return path
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_lower_writes_fused_model_and_report(tmp_path: Path, capsys, monkeypatch) -> None:
+    model_path = _save(sl1(), tmp_path / "loss.onnx")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run([str(model_path), "--target", "ascend950", "--emit", "onnx"], capsys)
+    assert code == 0, err
+    outdir = tmp_path / "loss.lowered"
+    fused = onnx.load(str(outdir / "loss.fused.onnx"))
+    assert [n.op_type for n in fused_nodes(fused)] == [SL1]
+    report = json.loads((outdir / "report.json").read_text())
+    assert report["counts"] == {SL1: 1}
+    (fusion,) = report["fusions"]
+    assert fusion["op_type"] == SL1 and fusion["attributes"]["sigma"] == 0.5
+    assert fusion["replaced_nodes"] and fusion["pattern"].startswith("smooth_l1_grad/")
+    assert "fused" in out and SL1 in out
+    assert onnx.load(str(model_path)) == sl1()  # the input is untouched
+
+
+def test_report_lists_rejections_with_anchor_and_reason(tmp_path: Path, capsys) -> None:
+    model = sl1(form="where_le", beta=0.0, reduction="sum")
+    path = _save(model, tmp_path / "m.onnx")
+    code, _, err = _run([str(path), "--target", "ascend910b", "-o", str(tmp_path / "out"), "--emit", "onnx"], capsys)
+    assert code == 0, err
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["fusions"] == []
+    (rej,) = report["rejections"]
+    assert rej["anchor"] and rej["op_type"] == "Where" and "0 by 0" in rej["reason"]
+
+
+def _truncated(tmp_path: Path) -> Path:
+    data = sl1().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _checker_rejects(tmp_path: Path) -> Path:
+    model = sl1()
+    model.graph.node[0].input[0] = "no_such_value"
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _old_opset(tmp_path: Path) -> Path:
+    model = sl1(reduction="sum")
+    model.opset_import[0].version = 7
+    path = tmp_path / "old.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _not_onnx(tmp_path: Path) -> Path:
+    path = tmp_path / "notes.onnx"
+    path.write_text("this is not a model\n")
+    return path
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda t: t / "missing.onnx", "no such file"),
+    (lambda t: t, "is a directory"),
+    (_not_onnx, "not"),
+    (_truncated, "not"),
+    (_checker_rejects, "checker rejects"),
+    (_old_opset, "too old"),
+])
+def test_bad_inputs_exit_2_with_one_line(tmp_path: Path, make, message: str) -> None:
+    path = make(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "lowering.cli", str(path), "--target", "ascend950",
+                             "-o", str(tmp_path / "o")], capture_output=True, text=True)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.stderr, result.stderr
+
+
+def test_unknown_target_lists_known_ones(tmp_path: Path, capsys) -> None:
+    path = _save(sl1(), tmp_path / "m.onnx")
+    code, _, err = _run([str(path), "--target", "ascend310p"], capsys)
+    assert code == 2
+    assert "ascend950" in err and "ascend910b" in err and "ascend910_93" in err
+
+
+def test_help_explains_outputs(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "--target" in text and "report.json" in text and "never modified" in text
+
+
+def test_foreign_output_dir_is_not_overwritten(tmp_path: Path, capsys) -> None:
+    path = _save(sl1(), tmp_path / "m.onnx")
+    outdir = tmp_path / "mine"
+    outdir.mkdir()
+    (outdir / "report.json").write_text("precious")
+    code, _, err = _run([str(path), "--target", "ascend950", "-o", str(outdir)], capsys)
+    assert code == 2 and "not empty" in err
+    assert (outdir / "report.json").read_text() == "precious"
+    code, _, _ = _run([str(path), "--target", "ascend950", "-o", str(tmp_path / "again"), "--emit", "onnx"], capsys)
+    assert code == 0
+    code, _, _ = _run([str(path), "--target", "ascend950", "-o", str(tmp_path / "again"), "--emit", "onnx"], capsys)
+    assert code == 0  # its own earlier output may be refreshed
+
+
+def test_model_folder_is_refused_as_output(tmp_path: Path, capsys) -> None:
+    path = _save(sl1(), tmp_path / "m.onnx")
+    code, _, err = _run([str(path), "--target", "ascend950", "-o", str(tmp_path)], capsys)
+    assert code == 2 and path.exists()
+
+
+def test_external_data_round_trip(tmp_path: Path, capsys) -> None:
+    model = pgd(shape=(64, 64))
+    weight = onnx.numpy_helper.from_array(np.random.default_rng().standard_normal((64, 64)).astype(np.float32), "W")
+    model.graph.initializer.append(weight)
+    model.graph.node.append(onnx.helper.make_node("Add", ["var", "W"], ["shifted"]))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("shifted", onnx.TensorProto.FLOAT, [64, 64]))
+    src = tmp_path / "src"
+    src.mkdir()
+    on_disk = onnx.ModelProto()
+    on_disk.CopyFrom(model)  # onnx.save rewrites the tensors it externalises
+    onnx.save(on_disk, str(src / "m.onnx"), save_as_external_data=True, location="m.bin", size_threshold=0)
+    code, _, err = _run([str(src / "m.onnx"), "--target", "ascend950", "-o", str(tmp_path / "out"), "--emit", "onnx"], capsys)
+    assert code == 0, err
+    out = tmp_path / "out" / "m.fused.onnx"
+    assert (tmp_path / "out" / "m.fused.onnx.data").exists()
+    fused = onnx.load(str(out))
+    assert [n.op_type for n in fused_nodes(fused)] == [PGD]
+    feeds = make_feeds(model, np.random.default_rng())
+    for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_unsafe_model_name_becomes_a_safe_file_name(tmp_path: Path, capsys, monkeypatch) -> None:
+    weird = tmp_path / 'a b;$(rm -rf x)".onnx'
+    _save(sl1(), weird)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = _run([str(weird), "--target", "ascend950", "--emit", "onnx"], capsys)
+    assert code == 0, err
+    (outdir,) = [p for p in tmp_path.iterdir() if p.suffix == ".lowered"]
+    assert all(c.isalnum() or c in "._-" for c in outdir.name)
+
+
+def test_api_accepts_onnx_ir_and_pass_object() -> None:
+    model = onnx_ir.serde.deserialize_model(pgd(scalars="raw"))
+    fused, report = lowering.fuse(model)
+    assert isinstance(fused, onnx_ir.Model) and report.counts() == {PGD: 1}
+    result = lowering.FuseAscendPass()(onnx_ir.serde.deserialize_model(sl1()))
+    assert result.modified
+    assert [n.op_type for n in result.model.graph if n.domain == "com.huawei.ascend"] == [SL1]
+    proto = onnx_ir.serde.serialize_model(result.model)
+    onnx.checker.check_model(proto)
+
+
+def test_api_does_not_modify_its_input() -> None:
+    model = sl1()
+    before = model.SerializeToString()
+    lowering.fuse(model)
+    assert model.SerializeToString() == before
+
+
+def test_api_bad_input_raises_lowering_error() -> None:
+    with pytest.raises(lowering.LoweringError):
+        lowering.fuse(12)
