@@ -1,0 +1,62 @@
+"""AscendC project emitter: one custom-op project per distinct kernel (DESIGN section 5).
+
+    <kernels_dir>/<file_stem>/
+        op_host/<stem>_def.cpp, <stem>_infershape.cpp, <stem>_tiling.cpp
+        op_kernel/<stem>.cpp, <stem>.h, <stem>_tiling_data.h, <stem>_tiling_key.h
+        examples/test_aclnn_<stem>.cpp
+        CMakeLists.txt, build.sh, README.md
+
+Every path and identifier is built from the op type, contract parameter names and the IR hash
+(codegen/api.py); node names only reach README.md through codegen.names.safe_text. Output is a
+pure function of the artifact: same IR and target, same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from codegen.emit.host_src import def_cpp, infershape_cpp, tiling_cpp
+from codegen.emit.kernel_src import kernel_cpp, kernel_h, tiling_data_h, tiling_key_h
+from codegen.emit.project_files import build_sh, cmakelists, example_cpp, readme
+from codegen.errors import CodegenError
+from codegen.names import check_identifier
+
+if TYPE_CHECKING:
+    from codegen.api import KernelArtifact
+
+
+def project_files(art: KernelArtifact) -> dict[str, str]:
+    """Relative path -> file text, in a fixed order."""
+    stem = check_identifier(art.file_stem)
+    for p in art.kernel.inputs + art.kernel.outputs:
+        check_identifier(p.name)
+    return {
+        "CMakeLists.txt": cmakelists(art),
+        "README.md": readme(art),
+        "build.sh": build_sh(art),
+        f"examples/test_aclnn_{stem}.cpp": example_cpp(art),
+        f"op_host/{stem}_def.cpp": def_cpp(art),
+        f"op_host/{stem}_infershape.cpp": infershape_cpp(art),
+        f"op_host/{stem}_tiling.cpp": tiling_cpp(art),
+        f"op_kernel/{stem}.cpp": kernel_cpp(art),
+        f"op_kernel/{stem}.h": kernel_h(art),
+        f"op_kernel/{stem}_tiling_data.h": tiling_data_h(art),
+        f"op_kernel/{stem}_tiling_key.h": tiling_key_h(art),
+    }
+
+
+def emit_project(art: KernelArtifact, kernels_dir: Path) -> list[Path]:
+    """Write the project under kernels_dir/<file_stem>/; returns the paths written, sorted."""
+    root = (kernels_dir / check_identifier(art.file_stem)).resolve()
+    written = []
+    for rel, text in project_files(art).items():
+        path = (root / rel).resolve()
+        if root not in path.parents:
+            raise CodegenError(f"refusing to write outside {root}: {rel!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode("utf-8"))
+        if rel == "build.sh":
+            path.chmod(0o755)
+        written.append(path)
+    return sorted(written)

@@ -1,0 +1,414 @@
+"""op_kernel/ sources: tiling data and key headers, the pipeline class, the kernel entry.
+
+The pipeline is the classic AscendC CopyIn -> Compute -> CopyOut loop over a core's tiles with
+TQue queues (buffer_num 1 or 2 chosen by the tiling key). Compute is written from the IR: one
+AscendC call per IR tile instruction, on the UB slots the buffer allocation chose, with the
+IR line as a comment above it. Full tiles move with DataCopy (whole 32-byte blocks by
+construction); a core's last, partial tile with DataCopyPad. Every vector call runs over
+`count` = n rounded up to 64 lanes (whole 256-byte repeats for Compare).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from codegen.buffers import Position, Slot
+from codegen.emit.cxx import BANNER, CPP_TYPES, float_literal, scalar_expr
+from codegen.ir import (
+    LANES_PER_REPEAT,
+    TILE_BINARY,
+    TILE_SCALAR,
+    TILE_UNARY,
+    Kind,
+    Op,
+    format_instr,
+    scalar_stages,
+)
+from codegen.schedule import SIGN_TMP_BYTES, tiling_key
+
+if TYPE_CHECKING:
+    from codegen.api import KernelArtifact
+
+
+def tiling_struct(art: KernelArtifact) -> str:
+    return f"{art.op_name}TilingData"
+
+
+def host_scalars(art: KernelArtifact) -> list[int]:
+    stages = scalar_stages(art.kernel)
+    return [i for i, st in stages.items() if st == "host"]
+
+
+def tiling_data_h(art: KernelArtifact) -> str:
+    guard = f"{art.file_stem.upper()}_TILING_DATA_H"
+    fields = [
+        "    int64_t numElements;  // elements of the output",
+        "    int64_t blockFactor;  // elements per core (the last core gets the rest)",
+        "    int64_t tileElems;    // elements per full tile (multiple of 256)",
+    ]
+    for i in host_scalars(art):
+        fields.append(f"    float s{i};  // {format_instr(art.kernel, i)}")
+    return "\n".join(
+        [
+            f"// {BANNER}",
+            f"#ifndef {guard}",
+            f"#define {guard}",
+            "",
+            "#include <cstdint>",
+            "",
+            f"struct {tiling_struct(art)} {{",
+            *fields,
+            "};",
+            "",
+            f"#endif  // {guard}",
+            "",
+        ]
+    )
+
+
+def key_names(art: KernelArtifact) -> tuple[str, str]:
+    stem = art.file_stem.upper()
+    return f"{stem}_TILING_KEY_SINGLE_BUFFER", f"{stem}_TILING_KEY_DOUBLE_BUFFER"
+
+
+def tiling_key_h(art: KernelArtifact) -> str:
+    guard = f"{art.file_stem.upper()}_TILING_KEY_H"
+    single, double = key_names(art)
+    dtype = art.kernel.dtype
+    return "\n".join(
+        [
+            f"// {BANNER}",
+            "// Tiling key = dtype code | (buffer_num - 1) << 8 (the ops-nn APGD encoding;",
+            "// DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27). This kernel is compiled for one dtype,",
+            "// so the key selects single or double buffering.",
+            f"#ifndef {guard}",
+            f"#define {guard}",
+            "",
+            f"#define {single} {tiling_key(dtype, 1)}",
+            f"#define {double} {tiling_key(dtype, 2)}",
+            "",
+            f"#endif  // {guard}",
+            "",
+        ]
+    )
+
+
+def _slot_decl(s: Slot) -> str:
+    if s.position is Position.VECIN:
+        return f"    TQue<TPosition::VECIN, 1> {s.name}Queue_;"
+    if s.position is Position.VECOUT:
+        return f"    TQue<TPosition::VECOUT, 1> {s.name}Queue_;"
+    return f"    TBuf<TPosition::VECCALC> {s.name}Buf_;"
+
+
+def _slot_bytes(s: Slot) -> str:
+    if s.dtype == "uint8":
+        return "static_cast<uint32_t>(tileElems_ / 8)"
+    return f"static_cast<uint32_t>(tileElems_ * sizeof({CPP_TYPES[s.dtype]}))"
+
+
+def _tile_call(art: KernelArtifact, i: int, ref: dict[int, str]) -> str:
+    k = art.kernel
+    ins = k.instrs[i]
+    dst = ref[i]
+    a = [ref[s] for s in ins.srcs]
+    if ins.op is Op.CAST:
+        return f"Cast({dst}, {a[0]}, RoundMode::{ins.attr('round')}, count);"
+    if ins.op in TILE_BINARY or ins.op in TILE_SCALAR:
+        return f"{ins.op.value}({dst}, {a[0]}, {a[1]}, count);"
+    if ins.op is Op.SIGN:
+        return f"Sign({dst}, {a[0]}, signTmp, count);"
+    if ins.op in TILE_UNARY:
+        return f"{ins.op.value}({dst}, {a[0]}, count);"
+    if ins.op is Op.COMPARE:
+        scalar = k.instrs[ins.srcs[1]].kind is Kind.SCALAR
+        fn = "Compares" if scalar else "Compare"
+        return f"{fn}({dst}, {a[0]}, {a[1]}, CMPMODE::{ins.attr('mode')}, count);"
+    if ins.op is Op.SELECT:
+        mode = f"SELMODE::VSEL_{ins.attr('mode')}_MODE"
+        return f"Select({dst}, {a[0]}, {a[1]}, {a[2]}, {mode}, count);"
+    if ins.op is Op.DUPLICATE:
+        return f"Duplicate({dst}, {a[0]}, count);"
+    if ins.op is Op.COPY_IN_BRC:
+        return f"Duplicate({dst}, brc{i}_, count);"
+    raise ValueError(f"no AscendC call for {ins.op.value}")
+
+
+def _refs(art: KernelArtifact) -> dict[int, str]:
+    ref: dict[int, str] = {}
+    for i, ins in enumerate(art.kernel.instrs):
+        if ins.kind is Kind.SCALAR:
+            ref[i] = f"s{i}_"
+        elif ins.kind is not None:
+            ref[i] = art.allocation.slot_of(i).name
+    return ref
+
+
+def _scalar_init(art: KernelArtifact, ref: dict[int, str]) -> list[str]:
+    k = art.kernel
+    stages = scalar_stages(k)
+    lines = []
+    for i, ins in enumerate(k.instrs):
+        if ins.kind is not Kind.SCALAR:
+            continue
+        if ins.op is Op.SCONST:
+            expr = float_literal(float(ins.attr("value")))  # type: ignore[arg-type]
+        elif stages[i] == "host":
+            expr = f"tilingData.s{i}"
+        elif ins.op is Op.SINPUT:
+            expr = f"ScalarToFloat({ins.attr('name')}Gm_.GetValue(0))"
+        else:
+            expr = scalar_expr(ins, ref)
+        lines.append(f"        {ref[i]} = {expr};  // {format_instr(k, i)}")
+    return lines
+
+
+def _scalar_params(art: KernelArtifact) -> list[str]:
+    """Inputs read on the scalar unit: SInput operands and CopyInBrc sources."""
+    names: list[str] = []
+    for ins in art.kernel.instrs:
+        if ins.op in (Op.SINPUT, Op.COPY_IN_BRC) and ins.attr("name") not in names:
+            names.append(str(ins.attr("name")))
+    return names
+
+
+def kernel_h(art: KernelArtifact) -> str:
+    k, alloc = art.kernel, art.allocation
+    ref = _refs(art)
+    data_t = CPP_TYPES[k.dtype]
+    cls = f"{art.op_name}Kernel"
+    guard = f"{art.file_stem.upper()}_H"
+    streamed = [p for p in k.inputs if p.kind is Kind.TILE] + list(k.outputs)
+    scalar_params = _scalar_params(art)
+    gm_args = ", ".join(f"GM_ADDR {p.name}" for p in k.inputs + k.outputs)
+    has_sign = any(ins.op is Op.SIGN for ins in k.instrs)
+    tile_ids = [
+        i
+        for i, ins in enumerate(k.instrs)
+        if ins.kind in (Kind.TILE, Kind.MASK) and ins.op is not Op.COPY_IN
+    ]
+    n_scalars = [i for i, ins in enumerate(k.instrs) if ins.kind is Kind.SCALAR]
+
+    out: list[str] = [
+        f"// {BANNER}",
+        f"// Pipeline of {art.op_name} ({k.op_type}, {k.dtype}, target {art.target.name}).",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        '#include "kernel_operator.h"',
+        f'#include "{art.file_stem}_tiling_data.h"',
+        "",
+        f"namespace {art.op_name}Impl {{",
+        "using namespace AscendC;",
+        "",
+        f"using DataT = {data_t};",
+        f"constexpr uint32_t LANES_PER_REPEAT = {LANES_PER_REPEAT};  // 256 bytes of float32",
+    ]
+    if has_sign:
+        out.append(f"constexpr uint32_t SIGN_TMP_BYTES = {SIGN_TMP_BYTES};  // Sign's minimum temp")
+    out.append("")
+    converters = {
+        "float32": "__aicore__ inline float ScalarToFloat(float v) { return v; }",
+        "float16": "__aicore__ inline float ScalarToFloat(half v) { return static_cast<float>(v); }",
+        "bfloat16": "__aicore__ inline float ScalarToFloat(bfloat16_t v) { return ToFloat(v); }",
+    }
+    used_conv = sorted(
+        {
+            k.param(n).dtype
+            for n in scalar_params
+            if any(ins.op is Op.SINPUT and ins.attr("name") == n for ins in k.instrs)
+        }
+    )
+    out += [converters[d] for d in used_conv]
+    if used_conv:
+        out.append("")
+    out += [
+        "template <int32_t BUFFER_NUM>",
+        f"class {cls} {{",
+        "public:",
+        f"    __aicore__ inline {cls}() {{}}",
+        "",
+        f"    __aicore__ inline void Init({gm_args},",
+        f"                                const {tiling_struct(art)}& tilingData)",
+        "    {",
+        "        const int64_t start = static_cast<int64_t>(GetBlockIdx()) * tilingData.blockFactor;",
+        "        const int64_t rest = tilingData.numElements - start;",
+        "        coreElems_ = rest < tilingData.blockFactor ? rest : tilingData.blockFactor;",
+        "        tileElems_ = tilingData.tileElems;",
+        "        if (coreElems_ <= 0) {",
+        "            return;",
+        "        }",
+    ]
+    for p in streamed:
+        t = CPP_TYPES[p.dtype]
+        out.append(
+            f"        {p.name}Gm_.SetGlobalBuffer(reinterpret_cast<__gm__ {t}*>({p.name}) + start,"
+            " static_cast<uint64_t>(coreElems_));"
+        )
+    for name in scalar_params:
+        t = CPP_TYPES[k.param(name).dtype]
+        out.append(f"        {name}Gm_.SetGlobalBuffer(reinterpret_cast<__gm__ {t}*>({name}), 1);")
+    for i, ins in enumerate(k.instrs):
+        if ins.op is Op.COPY_IN_BRC:
+            out.append(
+                f"        brc{i}_ = {ins.attr('name')}Gm_.GetValue(0);  // {format_instr(k, i)}"
+            )
+    out += _scalar_init(art, ref)
+    for s in alloc.slots:
+        if s.position is Position.VECCALC:
+            out.append(f"        pipe_.InitBuffer({s.name}Buf_, {_slot_bytes(s)});")
+        else:
+            out.append(f"        pipe_.InitBuffer({s.name}Queue_, BUFFER_NUM, {_slot_bytes(s)});")
+    if has_sign:
+        out.append("        pipe_.InitBuffer(signTmpBuf_, SIGN_TMP_BYTES);")
+    out += [
+        "    }",
+        "",
+        "    __aicore__ inline void Process()",
+        "    {",
+        "        if (coreElems_ <= 0) {",
+        "            return;",
+        "        }",
+        "        const int64_t tiles = (coreElems_ + tileElems_ - 1) / tileElems_;",
+        "        for (int64_t t = 0; t < tiles; ++t) {",
+        "            const int64_t offset = t * tileElems_;",
+        "            const int64_t left = coreElems_ - offset;",
+        "            const uint32_t n = static_cast<uint32_t>(left < tileElems_ ? left : tileElems_);",
+        "            CopyIn(offset, n);",
+        "            Compute(n);",
+        "            CopyOut(offset, n);",
+        "        }",
+        "    }",
+        "",
+        "private:",
+        "    template <typename T>",
+        "    __aicore__ inline void Load(const LocalTensor<T>& dst, const GlobalTensor<T>& src,"
+        " int64_t offset, uint32_t n)",
+        "    {",
+        "        if (static_cast<int64_t>(n) == tileElems_) {",
+        "            DataCopy(dst, src[static_cast<uint64_t>(offset)], n);",
+        "        } else {",
+        "            DataCopyExtParams params{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};",
+        "            DataCopyPadExtParams<T> pad{false, 0, 0, 0};",
+        "            DataCopyPad(dst, src[static_cast<uint64_t>(offset)], params, pad);",
+        "        }",
+        "    }",
+        "",
+        "    template <typename T>",
+        "    __aicore__ inline void Store(const GlobalTensor<T>& dst, const LocalTensor<T>& src,"
+        " int64_t offset, uint32_t n)",
+        "    {",
+        "        if (static_cast<int64_t>(n) == tileElems_) {",
+        "            DataCopy(dst[static_cast<uint64_t>(offset)], src, n);",
+        "        } else {",
+        "            DataCopyExtParams params{1, static_cast<uint32_t>(n * sizeof(T)), 0, 0, 0};",
+        "            DataCopyPad(dst[static_cast<uint64_t>(offset)], src, params);",
+        "        }",
+        "    }",
+        "",
+        "    __aicore__ inline void CopyIn(int64_t offset, uint32_t n)",
+        "    {",
+    ]
+    for s in alloc.slots:
+        if s.position is Position.VECIN:
+            t = CPP_TYPES[s.dtype]
+            out += [
+                f"        LocalTensor<{t}> {s.name} = {s.name}Queue_.AllocTensor<{t}>();",
+                f"        Load({s.name}, {s.param}Gm_, offset, n);",
+                f"        {s.name}Queue_.EnQue({s.name});",
+            ]
+    out += [
+        "    }",
+        "",
+        "    __aicore__ inline void Compute(uint32_t n)",
+        "    {",
+        "        const uint32_t count = (n + LANES_PER_REPEAT - 1) / LANES_PER_REPEAT * LANES_PER_REPEAT;",
+    ]
+    for s in alloc.slots:
+        t = CPP_TYPES[s.dtype]
+        if s.position is Position.VECIN:
+            out.append(f"        LocalTensor<{t}> {s.name} = {s.name}Queue_.DeQue<{t}>();")
+        elif s.position is Position.VECOUT:
+            out.append(f"        LocalTensor<{t}> {s.name} = {s.name}Queue_.AllocTensor<{t}>();")
+        else:
+            out.append(f"        LocalTensor<{t}> {s.name} = {s.name}Buf_.Get<{t}>();")
+    if has_sign:
+        out.append("        LocalTensor<uint8_t> signTmp = signTmpBuf_.Get<uint8_t>();")
+    for i in tile_ids:
+        out.append(f"        // {format_instr(k, i)}")
+        out.append(f"        {_tile_call(art, i, ref)}")
+    for s in alloc.slots:
+        if s.position is Position.VECOUT:
+            out.append(f"        {s.name}Queue_.EnQue({s.name});")
+    for s in alloc.slots:
+        if s.position is Position.VECIN:
+            out.append(f"        {s.name}Queue_.FreeTensor({s.name});")
+    out += [
+        "    }",
+        "",
+        "    __aicore__ inline void CopyOut(int64_t offset, uint32_t n)",
+        "    {",
+    ]
+    for s in alloc.slots:
+        if s.position is Position.VECOUT:
+            t = CPP_TYPES[s.dtype]
+            out += [
+                f"        LocalTensor<{t}> {s.name} = {s.name}Queue_.DeQue<{t}>();",
+                f"        Store({s.param}Gm_, {s.name}, offset, n);",
+                f"        {s.name}Queue_.FreeTensor({s.name});",
+            ]
+    out += ["    }", "", "    TPipe pipe_;"]
+    out += [_slot_decl(s) for s in alloc.slots]
+    if has_sign:
+        out.append("    TBuf<TPosition::VECCALC> signTmpBuf_;")
+    for p in streamed:
+        out.append(f"    GlobalTensor<{CPP_TYPES[p.dtype]}> {p.name}Gm_;")
+    for name in scalar_params:
+        out.append(f"    GlobalTensor<{CPP_TYPES[k.param(name).dtype]}> {name}Gm_;")
+    for i, ins in enumerate(k.instrs):
+        if ins.op is Op.COPY_IN_BRC:
+            out.append(f"    {CPP_TYPES[str(ins.dtype)]} brc{i}_;")
+    out += [f"    float s{i}_ = 0.0f;" for i in n_scalars]
+    out += [
+        "    int64_t coreElems_ = 0;",
+        "    int64_t tileElems_ = 0;",
+        "};",
+        "",
+        f"}}  // namespace {art.op_name}Impl",
+        "",
+        f"#endif  // {guard}",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def kernel_cpp(art: KernelArtifact) -> str:
+    k = art.kernel
+    single, double = key_names(art)
+    params = [p.name for p in k.inputs + k.outputs]
+    gm_args = ", ".join(f"GM_ADDR {n}" for n in params)
+    call = ", ".join(params)
+    cls = f"{art.op_name}Impl::{art.op_name}Kernel"
+    lines = [
+        f"// {BANNER}",
+        f"// Kernel entry of {art.op_name}: {k.op_type} for {k.dtype} on {art.target.name}.",
+        f'#include "{art.file_stem}.h"',
+        f'#include "{art.file_stem}_tiling_key.h"',
+        "",
+        f'extern "C" __global__ __aicore__ void {art.file_stem}({gm_args},',
+        "    GM_ADDR workspace, GM_ADDR tiling)",
+        "{",
+        f"    REGISTER_TILING_DEFAULT({tiling_struct(art)});",
+        f"    GET_TILING_DATA_WITH_STRUCT({tiling_struct(art)}, tilingData, tiling);",
+        "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);",
+    ]
+    for n, (key, bufs) in enumerate(((single, 1), (double, 2))):
+        kw = "if" if n == 0 else "} else if"
+        lines += [
+            f"    {kw} (TILING_KEY_IS({key})) {{",
+            f"        {cls}<{bufs}> op;",
+            f"        op.Init({call}, tilingData);",
+            "        op.Process();",
+        ]
+    lines += ["    }", "}", ""]
+    return "\n".join(lines)
