@@ -16,7 +16,7 @@ import onnx
 
 from lowering.fused_ops import PROXIMAL_GD, proximal_gd_reference, smooth_l1_grad_reference
 from runtime.backend import Backend
-from runtime.graph_exec import FusedRun, run_fused_model, run_function_body
+from runtime.graph_exec import FusedRun, function_body, run_fused_model, run_function_body
 from runtime.ort_exec import run_model
 from runtime.precision import compare
 from runtime.progress import Progress
@@ -36,6 +36,18 @@ def formula_golden(run: FusedRun) -> np.ndarray:
         return np.asarray(g).astype(out_dtype)
 
 
+def _clip_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden: np.ndarray) -> str:
+    """Explain inf mismatches caused by onnxruntime's Clip, which maps +-inf to +-FLT_MAX."""
+    if not any(n.op_type == "Clip" for n in nodes):
+        return ""
+    a, g = np.asarray(actual, np.float64), np.asarray(golden, np.float64)
+    bad = (np.isinf(a) | np.isinf(g)) & (a != g) & ~np.isnan(a) & ~np.isnan(g)
+    if bad.any() and np.all(np.isinf(a[bad]) & np.isfinite(g[bad]) & (np.sign(a[bad]) == np.sign(g[bad]))):
+        return ("; the reference has finite values where the kernel has inf: onnxruntime's Clip "
+                "turns +-inf into +-FLT_MAX (an onnxruntime quirk), the kernel keeps inf")
+    return ""
+
+
 def node_rows(fused: onnx.ModelProto, runs: list[FusedRun]) -> list[Row]:
     rows = []
     for run in runs:
@@ -46,6 +58,9 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun]) -> list[Row]:
             else:
                 golden, where = formula_golden(run), "float64 formula"
             cmp = compare(run.node.name, actual, golden)
+            if cmp.inf_mismatch and ref is not None:
+                body = function_body(fused, run.node)
+                cmp.note += _clip_hint(list(body.node) if body else [], actual, golden)
             if run.error:
                 cmp.passed = False
                 cmp.note = f"kernel failed: {run.error}"
@@ -69,8 +84,10 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
             missing.note = "the fused model has no such output"
             report.rows.append(Row("output", out.name, "unfused graph", missing))
             continue
-        report.rows.append(Row("output", out.name, "unfused graph",
-                               compare(out.name, actual[out.name], golden[out.name])))
+        cmp = compare(out.name, actual[out.name], golden[out.name])
+        if cmp.inf_mismatch:
+            cmp.note += _clip_hint(list(unfused.graph.node), actual[out.name], golden[out.name])
+        report.rows.append(Row("output", out.name, "unfused graph", cmp))
     if progress:
         progress("per-node references")
     report.rows += node_rows(fused, runs)

@@ -91,27 +91,42 @@ def parse_shape_options(items: list[str] | None) -> dict[str, tuple[int, ...]]:
 def resolve_shapes(
     specs: list[InputSpec], overrides: Mapping[str, tuple[int, ...]]
 ) -> dict[str, tuple[int, ...]]:
-    """Concrete shape of every input: its static dims, with --shape filling the dynamic ones."""
+    """Concrete shape of every input: static dims, --shape, and dims named alike (dim_param).
+
+    A symbolic dim bound by one --shape (say n=8 from --shape p=8,5) fills the same name in the
+    other inputs, so one --shape per distinct symbol is enough.
+    """
     known = {s.name for s in specs}
     for name in overrides:
         if name not in known:
             raise InputError(f"--shape {name}: the model has no such input (inputs: {', '.join(sorted(known))})")
+    bound: dict[str, int] = {}
     out: dict[str, tuple[int, ...]] = {}
     for s in specs:
         given = overrides.get(s.name)
-        if given is not None:
-            if s.shape is not None:
-                if len(given) != len(s.shape):
-                    raise InputError(f"--shape {s.name}: rank {len(given)} but the model says rank {len(s.shape)}")
-                for g, d in zip(given, s.shape):
-                    if isinstance(d, int) and d != g:
-                        raise InputError(f"--shape {s.name}={_fmt(given)} disagrees with the static shape {_fmt(s.shape)}")
-            out[s.name] = given
+        if given is None:
             continue
-        if s.shape is None or not all(isinstance(d, int) for d in s.shape):
-            shown = "unknown rank" if s.shape is None else _fmt(s.shape)
-            raise InputError(f"input {s.name!r} has a dynamic shape ({shown}): give it with --shape {s.name}=DIMS")
-        out[s.name] = tuple(int(d) for d in s.shape)
+        if s.shape is not None:
+            if len(given) != len(s.shape):
+                raise InputError(f"--shape {s.name}: rank {len(given)} but the model says rank {len(s.shape)}")
+            for g, d in zip(given, s.shape):
+                if isinstance(d, int) and d != g:
+                    raise InputError(f"--shape {s.name}={_fmt(given)} disagrees with the static shape {_fmt(s.shape)}")
+                if isinstance(d, str):
+                    if bound.setdefault(d, g) != g:
+                        raise InputError(f"--shape {s.name}: dim {d!r} is {g} here but {bound[d]} elsewhere")
+        out[s.name] = given
+    unresolved = []
+    for s in specs:
+        if s.name in out:
+            continue
+        if s.shape is not None and all(isinstance(d, int) or (isinstance(d, str) and d in bound) for d in s.shape):
+            out[s.name] = tuple(d if isinstance(d, int) else bound[d] for d in s.shape)
+        else:
+            unresolved.append(s)
+    if unresolved:
+        listed = ", ".join(f"{s.name} {'(unknown rank)' if s.shape is None else _fmt(s.shape)}" for s in unresolved)
+        raise InputError(f"dynamic input shapes need --shape NAME=DIMS: {listed}")
     return out
 
 

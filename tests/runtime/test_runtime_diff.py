@@ -1,0 +1,167 @@
+"""`lower diff` / `--verify` entry points: end-to-end fused execution, reports, exit codes."""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+
+import lowering
+from lowering.loading import load
+from runtime.backends import get_backend
+from runtime.diff_cli import run_diff, run_verify
+from runtime.graph_exec import run_fused_model
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_MODELS = sorted(glob.glob(str(REPO / "models" / "*.onnx")))
+FIXTURE_MODELS = sorted(glob.glob(str(REPO / "tests" / "fixtures" / "exporters" / "*.onnx")))
+
+
+def _save(model: onnx.ModelProto, path: Path) -> str:
+    onnx.save(model, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("dtype", [T.FLOAT, T.FLOAT16, T.BFLOAT16])
+def test_hand_fused_model_passes_and_json_matches_table(build, diff_args, tmp_path, capsys, dtype):
+    unfused = _save(build.unfused_for_hand_fused(dtype=dtype), tmp_path / "u.onnx")
+    fused = _save(build.fused_smooth_l1_model(dtype=dtype), tmp_path / "f.onnx")
+    out_json = tmp_path / "r.json"
+    rc = run_diff(unfused, fused, diff_args("--seed", "4", "--json", str(out_json)))
+    table = capsys.readouterr().out
+    assert rc == 0, table
+    data = json.loads(out_json.read_text())
+    assert data["status"] == "PASS" and data["inputs"] == "generated, seed 4"
+    assert [(r["kind"], r["name"], r["status"]) for r in data["rows"]] == [
+        ("output", "out", "PASS"), ("node", "SmoothL1LossGradV2_0", "PASS")]
+    assert data["rows"][1]["reference"] == "matched subgraph"
+    assert "SmoothL1LossGradV2_0" in table and "PASS: 2 of 2" in table
+
+
+def test_changed_sigma_fails_and_names_the_node(build, diff_args, tmp_path, capsys):
+    unfused = _save(build.unfused_for_hand_fused(beta=1.0), tmp_path / "u.onnx")
+    fused = _save(build.fused_smooth_l1_model(beta=1.0, node_sigma=0.5, node_name="the_broken_one"),
+                  tmp_path / "f.onnx")
+    rc = run_diff(unfused, fused, diff_args("--json", str(tmp_path / "r.json")))
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "fused node the_broken_one (SmoothL1LossGradV2)" in out
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    node = next(r for r in rows if r["kind"] == "node")
+    assert node["name"] == "the_broken_one" and node["status"] == "FAIL"
+
+
+def test_broken_node_of_a_pass_made_model_fails(build, diff_args, capsys):
+    model = build.prox_model()
+    fused, _ = lowering.fuse(model)
+    node = next(n for n in fused.graph.node if n.op_type == "ApplyProximalGradientDescent")
+    for a in node.attribute:
+        if a.name == "scalar_form":
+            a.s = b"folded"  # the kernel now reads l1 as the threshold, the body does not
+    rc = run_verify(model, fused, "ascend910b", diff_args())
+    out = capsys.readouterr().out
+    assert rc == 1 and f"fused node {node.name} (ApplyProximalGradientDescent)" in out
+
+
+def test_miswired_fused_node_fails_at_the_output(build, diff_args, capsys):
+    # Swapped inputs feed the kernel and its function body alike, so only the output row sees it.
+    model = build.prox_model()
+    fused, _ = lowering.fuse(model)
+    node = next(n for n in fused.graph.node if n.op_type == "ApplyProximalGradientDescent")
+    node.input[1], node.input[2] = node.input[2], node.input[1]
+    assert run_verify(model, fused, "ascend910b", diff_args()) == 1
+    assert "output out:" in capsys.readouterr().out
+
+
+def test_fused_result_comes_from_the_kernel_not_the_function_body(build):
+    fused = build.fused_smooth_l1_model(shape=(2, 64))
+
+    class Marker(type(get_backend("cpu"))):
+        def run(self, call):
+            out = super().run(call)
+            return {k: np.full_like(v, 42) for k, v in out.items()}
+
+    feeds = {n: np.ones((2, 64), np.float32) for n in "pld"}
+    outputs, runs = run_fused_model(fused, feeds, Marker(), "ascend950")
+    assert np.all(outputs["out"] == 42) and len(runs) == 1
+
+
+def test_mixed_graph_runs_standard_nodes_around_fused_ones(build, diff_args, capsys):
+    # a standard node before and after the fused subgraph
+    model = build.smooth_l1_model(shape=(3, 200))
+    g = model.graph
+    g.node.insert(0, onnx.helper.make_node("Relu", ["dout_raw"], ["dout"]))
+    g.input[2].name = "dout_raw"
+    g.node.append(onnx.helper.make_node("Neg", ["out"], ["neg_out"]))
+    g.output.append(onnx.helper.make_tensor_value_info("neg_out", T.FLOAT, [3, 200]))
+    fused, report = lowering.fuse(model)
+    assert report.fusions
+    assert run_verify(model, fused, "ascend950", diff_args("--seed", "9")) == 0
+    assert "neg_out" in capsys.readouterr().out
+
+
+def test_inputs_from_npz_and_shape_options(build, diff_args, tmp_path, capsys):
+    model = build.smooth_l1_model(shape=(4, 5), dynamic=True)
+    fused, _ = lowering.fuse(model)
+    assert run_verify(model, fused, "ascend950", diff_args()) == 2
+    assert "--shape" in capsys.readouterr().err
+    assert run_verify(model, fused, "ascend950", diff_args("--shape", "predict=7,5")) == 0
+    rng = np.random.default_rng(0)
+    npz = tmp_path / "in.npz"
+    np.savez(npz, **{n: rng.normal(size=(3, 5)).astype(np.float32) for n in ("predict", "label", "dout")})
+    capsys.readouterr()
+    assert run_verify(model, fused, "ascend950", diff_args("--inputs", str(npz))) == 0
+    assert str(npz) in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("--inputs", "/nonexistent.npz"), "no such file"),
+    (("--shape", "nope=3"), "no such input"),
+    (("--shape", "predict=3;4"), "DIMS"),
+    (("--backend", "npu"), "npu backend"),
+])
+def test_bad_input_is_exit_2_with_one_line(build, diff_args, capsys, argv, message):
+    model = build.smooth_l1_model()
+    fused, _ = lowering.fuse(model)
+    assert run_verify(model, fused, "ascend950", diff_args(*argv)) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_missing_model_file_is_exit_2(diff_args, tmp_path, capsys):
+    assert run_diff(tmp_path / "none.onnx", tmp_path / "none2.onnx", diff_args()) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_unknown_target_is_exit_2(build, diff_args, capsys):
+    model = build.prox_model()
+    fused, _ = lowering.fuse(model)
+    assert run_verify(model, fused, "ascend999", diff_args()) == 2
+    assert "known targets" in capsys.readouterr().err
+
+
+def test_model_names_are_escaped_in_the_table(build, diff_args, tmp_path, capsys):
+    unfused = _save(build.unfused_for_hand_fused(), tmp_path / "u.onnx")
+    fused = _save(build.fused_smooth_l1_model(node_name="evil\x1b[2J\nname"), tmp_path / "f.onnx")
+    assert run_diff(unfused, fused, diff_args()) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "evil\\x1b[2J\\nname" in out
+
+
+@pytest.mark.parametrize("path", SAMPLE_MODELS + FIXTURE_MODELS, ids=lambda p: Path(p).name)
+def test_every_shipped_model_verifies(diff_args, capsys, path):
+    model = load(path).model
+    fused, _ = lowering.fuse(model)
+    specs = [i for i in model.graph.input if any(d.dim_param for d in i.type.tensor_type.shape.dim)]
+    shape_args: list[str] = []
+    for vi in specs[:1]:
+        dims = [d.dim_value or 6 for d in vi.type.tensor_type.shape.dim]
+        shape_args = ["--shape", f"{vi.name}={','.join(map(str, dims))}"]
+    rc = run_verify(model, fused, "ascend950", diff_args("--seed", "1", *shape_args))
+    captured = capsys.readouterr()
+    assert rc == 0, captured.out + captured.err

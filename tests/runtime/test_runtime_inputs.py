@@ -1,0 +1,81 @@
+"""Generated diff inputs: seeded, edges and exact thresholds, inf/NaN only on request."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lowering
+from runtime.inputs import (
+    InputError,
+    edge_hints,
+    generate_inputs,
+    model_input_specs,
+    parse_shape_options,
+    resolve_shapes,
+)
+
+
+def _gen(model, seed=0, nonfinite=False):
+    fused, _ = lowering.fuse(model)
+    specs = model_input_specs(model)
+    return generate_inputs(specs, resolve_shapes(specs, {}), seed, nonfinite, edge_hints(fused))
+
+
+def test_seeded_and_deterministic(build):
+    a, b = _gen(build.smooth_l1_model(), 3), _gen(build.smooth_l1_model(), 3)
+    c = _gen(build.smooth_l1_model(), 4)
+    assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+    assert not np.array_equal(a["predict"], c["predict"])
+
+
+def test_edges_and_exact_sigma_threshold(build):
+    feeds = _gen(build.smooth_l1_model(beta=0.5))
+    p, lab = feeds["predict"].astype(np.float64), feeds["label"].astype(np.float64)
+    assert np.any(np.abs(p - lab) == 0.5)  # exactly on the threshold
+    assert np.any(p == 0) and np.any(np.signbit(p) & (p == 0)) and np.any(p < 0) and np.abs(p).max() >= 1e29
+    assert np.all(np.isfinite(p))
+
+
+def test_nonfinite_only_when_asked(build):
+    feeds = _gen(build.smooth_l1_model(), nonfinite=True)
+    p = feeds["predict"]
+    assert np.isnan(p).any() and np.isposinf(p).any() and np.isneginf(p).any()
+
+
+def test_proximal_scalars_are_sane_and_threshold_is_hit(build):
+    feeds = _gen(build.prox_model())
+    alpha, l1 = float(feeds["alpha"]), float(feeds["l1"])
+    assert 0 < alpha <= 1 and l1 >= 0 and float(feeds["l2"]) >= 0
+    hit = (feeds["delta"] == 0) & (np.abs(feeds["var"]) == np.float32(alpha * l1))
+    assert hit.any()
+
+
+def test_float16_large_values_do_not_overflow_in_the_dtype(build):
+    from onnx import TensorProto as T
+
+    feeds = _gen(build.smooth_l1_model(dtype=T.FLOAT16))
+    diff = feeds["predict"].astype(np.float16) - feeds["label"].astype(np.float16)
+    assert np.all(np.isfinite(diff))
+
+
+@pytest.mark.parametrize("item,shape", [("x=2,3", (2, 3)), ("x=2x3", (2, 3)), ("x=", ()), ("a=b=4", (4,))])
+def test_parse_shape(item, shape):
+    name = item.rpartition("=")[0]
+    assert parse_shape_options([item]) == {name: shape}
+
+
+@pytest.mark.parametrize("item", ["x", "=3", "x=-1", "x=a"])
+def test_parse_shape_rejects(item):
+    with pytest.raises(InputError):
+        parse_shape_options([item])
+
+
+def test_symbolic_dims_are_shared_and_checked(build):
+    specs = model_input_specs(build.smooth_l1_model(shape=(4, 5), dynamic=True))
+    shapes = resolve_shapes(specs, {"predict": (8, 5)})
+    assert shapes == {"predict": (8, 5), "label": (8, 5), "dout": (8, 5)}
+    with pytest.raises(InputError, match="disagrees"):
+        resolve_shapes(specs, {"predict": (8, 6)})
+    with pytest.raises(InputError, match="dim 'batch'"):
+        resolve_shapes(specs, {"predict": (8, 5), "label": (9, 5)})
