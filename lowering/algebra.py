@@ -82,44 +82,94 @@ class Algebra:
     def scalar(self, value: str) -> float | None:
         return self.index.scalar(value)
 
-    def monomial(self, value: str, stop: frozenset[str] = frozenset()) -> Monomial:
+    def monomial(self, value: str, stop: frozenset[str] = frozenset(), region: frozenset[int] = frozenset()) -> Monomial:
+        """The product view of value. The walk enters a producer only when every use of its
+        output lies inside the walk (or `region`), so values the rest of the graph also reads,
+        like a shared delta, stay factors instead of dissolving into the match."""
         mono = Monomial(1.0, Counter())
-        budget = [MAX_WALK]
-        self._walk_product(value, 1, mono, stop, budget)
+        self._walk_product(value, 1, mono, stop, region, [MAX_WALK], root=True)
         mono.factors = Counter({k: v for k, v in mono.factors.items() if v != 0})
         return mono
 
-    def _walk_product(self, value: str, exponent: int, mono: Monomial, stop: frozenset[str], budget: list[int]) -> None:
+    def _owned(self, value: str, nodes: set[int], region: frozenset[int]) -> bool:
+        if value in self.index.graph_outputs:
+            return False
+        return all(c in nodes or c in region for c in self.index.consumers.get(value, ()))
+
+    def _walk_product(self, value: str, exponent: int, mono: Monomial, stop: frozenset[str],
+                      region: frozenset[int], budget: list[int], root: bool = False) -> None:
         c = self.scalar(value)
         if c is not None and self.index.elem_type(value) in _FLOAT_TYPES:
             mono.coef *= c if exponent == 1 else 1.0 / c if c != 0 else np.inf
             return
-        found = None if value in stop or budget[0] <= 0 else self.producer(value, "Mul", "Div", "Neg", "Reciprocal")
+        found = None
+        if value not in stop and budget[0] > 0 and (root or self._owned(value, mono.nodes, region)):
+            found = self.producer(value, "Mul", "Div", "Neg", "Reciprocal")
         if found is None or (found[1].op_type in ("Mul", "Div") and len(found[1].input) != 2):
             mono.factors[value] += exponent
             return
         budget[0] -= 1
         i, node = found
         mono.nodes.add(i)
+        walk = lambda v, e: self._walk_product(v, e, mono, stop, region, budget)  # noqa: E731
         if node.op_type == "Mul":
-            self._walk_product(node.input[0], exponent, mono, stop, budget)
-            self._walk_product(node.input[1], exponent, mono, stop, budget)
+            walk(node.input[0], exponent)
+            walk(node.input[1], exponent)
         elif node.op_type == "Div":
-            self._walk_product(node.input[0], exponent, mono, stop, budget)
-            self._walk_product(node.input[1], -exponent, mono, stop, budget)
+            walk(node.input[0], exponent)
+            walk(node.input[1], -exponent)
         elif node.op_type == "Neg":
             mono.coef = -mono.coef
-            self._walk_product(node.input[0], exponent, mono, stop, budget)
+            walk(node.input[0], exponent)
         else:
-            self._walk_product(node.input[0], -exponent, mono, stop, budget)
+            walk(node.input[0], -exponent)
+
+    def expand_shared(self, monos: list[Monomial], region: set[int], stop: frozenset[str] = frozenset()) -> None:
+        """Expands factors that several monomials share and only they use (g = dout * norm,
+        read by both branches of a select), until nothing more can be expanded."""
+        changed = True
+        while changed:
+            changed = False
+            inside = frozenset(region.union(*(m.nodes for m in monos)))
+            for mono in monos:
+                for name, exp in list(mono.factors.items()):
+                    if name in stop or not self._owned(name, set(), inside):
+                        continue
+                    sub = self.monomial(name, stop, inside)
+                    if not sub.nodes:
+                        continue
+                    del mono.factors[name]
+                    mono.coef *= sub.coef ** exp
+                    for k, v in sub.factors.items():
+                        mono.factors[k] += v * exp
+                    mono.factors = Counter({k: v for k, v in mono.factors.items() if v != 0})
+                    mono.nodes |= sub.nodes
+                    changed = True
+                    break
+
+    def regroup(self, mono: Monomial, group: dict[str, int], stop: frozenset[str] = frozenset()) -> tuple[str, set[int]] | None:
+        """(value, its nodes) for a node walked by `mono` that computes exactly prod(group).
+
+        The product walk is greedy: when an input such as delta is itself a product computed
+        upstream, its factors spill into the monomial. This finds the upstream value again so
+        it can stay outside the match.
+        """
+        for i in sorted(mono.nodes):
+            out = self.index.nodes[i].output[0]
+            sub = self.monomial(out, stop)
+            if sub.coef == 1.0 and dict(sub.factors) == dict(group):
+                return out, sub.nodes
+        return None
 
     def terms(self, value: str, limit: int = 4, stop: frozenset[str] = frozenset()) -> tuple[list[tuple[int, str]], set[int]]:
-        """Signed addends of value (through Add, Sub, Neg), at most `limit` of them."""
+        """Signed addends of value (through Add, Sub, Neg, entered only where the walk owns
+        the value, as in `monomial`), at most `limit` of them."""
         out: list[tuple[int, str]] = []
         nodes: set[int] = set()
 
         def walk(v: str, sign: int) -> None:
-            found = self.producer(v, "Add", "Sub", "Neg") if len(nodes) < MAX_WALK and v not in stop else None
+            owned = v == value or self._owned(v, nodes, frozenset())
+            found = self.producer(v, "Add", "Sub", "Neg") if owned and len(nodes) < MAX_WALK and v not in stop else None
             if found is None or len(out) + 1 > limit or (found[1].op_type != "Neg" and len(found[1].input) != 2):
                 out.append((sign, v))
                 return

@@ -12,6 +12,8 @@ A bare var - alpha*delta, or p / k without the shrink, is plain (or L2-only) SGD
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import onnx
 
@@ -171,10 +173,18 @@ def _update(alg: Algebra, p: str):
             continue
         mono = alg.monomial(prod)
         coef = -sd * mono.coef  # alpha's constant part: p = var - coef * (runtime factors)
-        deltas = [v for v, e in mono.factors.items() if e == 1 and same_shape(index, v, var)]
-        if len(deltas) != 1:
+        tensors = {v: e for v, e in mono.factors.items() if not is_single_element(index, v)}
+        if len(tensors) == 1 and list(tensors.values()) == [1]:
+            delta = next(iter(tensors))
+        else:
+            grouped = alg.regroup(mono, tensors)
+            if grouped is None:
+                continue
+            delta = grouped[0]
+            mono = Monomial(mono.coef, Counter({delta: 1, **{v: e for v, e in mono.factors.items() if v not in tensors}}),
+                            mono.nodes - grouped[1])
+        if not same_shape(index, delta, var):
             continue
-        delta = deltas[0]
         others = {v: e for v, e in mono.factors.items() if v != delta}
         if not others:
             return var, delta, np.array(coef, np.float32), nodes | mono.nodes

@@ -57,6 +57,7 @@ def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, int] | None
 def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
     x, abs_node = alg.unary(cmp.lhs, "Abs")
     inside, outside = (sel.when_true, sel.when_false) if cmp.relation in ("<", "<=") else (sel.when_false, sel.when_true)
+    alg.expand_shared([inside, outside], sel.nodes | cmp.nodes, stop=frozenset({x}))
     sign = _sign_factor(alg, outside, x)
     if sign is None:
         return None
@@ -107,6 +108,8 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
     beta = outer[1]
     require(close(beta, inner[1]) and beta > 0, f"the two thresholds {outer[1]:g} and {inner[1]:g} are not +-beta with beta > 0")
     low, high = (sel.when_true, inner_sel.when_true) if outer[0] == "low" else (inner_sel.when_true, sel.when_true)
+    alg.expand_shared([low, high, inner_sel.when_false], sel.nodes | inner_sel.nodes | cmp.nodes | inner_cmp.nodes,
+                      stop=frozenset({x}))
     middle = inner_sel.when_false.without(x)
     require(middle is not None, "the middle branch is not proportional to x")
     require(Counter(low.factors) == Counter(high.factors) == Counter(middle.factors),
@@ -171,11 +174,16 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
             require(not mean_at_runtime, "the gradient is divided by numel(predict) twice")
             mean_at_runtime = True
             boundary |= numel[1]
-        elif exp == 1:
+        elif exp > 0:
             douts.append(name)
         else:
             raise NoMatch(f"the gradient is scaled by {name}^{exp}, which is not numel(predict)")
-    require(len(douts) <= 1, f"the gradient is scaled by several runtime values ({', '.join(sorted(douts))})")
+    runtime = {name: exp for name, exp in scale.factors.items() if exp > 0}
+    if len(runtime) > 1 or any(exp != 1 for exp in runtime.values()):
+        grouped = alg.regroup(Monomial(1.0, Counter(), nodes), runtime, stop=frozenset({x}))
+        require(grouped is not None, f"the gradient is scaled by several runtime values ({', '.join(sorted(runtime))})")
+        douts = [grouped[0]]
+        nodes = nodes - grouped[1]
     dtype = float_dtype(index, predict)
     require(dtype is not None, "predict is not a float16/bfloat16/float32 tensor")
     require(float_dtype(index, label) == dtype, "predict and label have different dtypes")

@@ -208,3 +208,35 @@ def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling
         y = g.op("Cast", y, to=dtype)
     g.output(y, dtype, shape)
     return g.model()
+
+
+def splice(g: G, model: onnx.ModelProto, bind: dict[str, str], prefix: str) -> dict[str, str]:
+    """Copies `model`'s nodes and initializers into g, its inputs bound to g's values by `bind`.
+
+    Inputs not in `bind` become new graph inputs of g. Returns the renaming of every value.
+    """
+    rename: dict[str, str] = {}
+    for vi in model.graph.input:
+        if vi.name in bind:
+            rename[vi.name] = bind[vi.name]
+        else:
+            rename[vi.name] = f"{prefix}{vi.name}"
+            copy = onnx.ValueInfoProto()
+            copy.CopyFrom(vi)
+            copy.name = rename[vi.name]
+            g.inputs.append(copy)
+    for t in model.graph.initializer:
+        copy = onnx.TensorProto()
+        copy.CopyFrom(t)
+        copy.name = rename.setdefault(t.name, f"{prefix}{t.name}")
+        g.inits.append(copy)
+    for node in model.graph.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        for name in node.output:
+            rename.setdefault(name, f"{prefix}{name}")
+        copy.input[:] = [rename[n] for n in node.input]
+        copy.output[:] = [rename[n] for n in node.output]
+        copy.name = f"{prefix}{node.name}"
+        g.nodes.append(copy)
+    return rename
