@@ -87,9 +87,9 @@ class Plan:
     def tile(self, core: int, t: int) -> tuple[int, int]:
         """(GM offset, element count) of tile t of a core."""
         start, count = self.core_range(core)
-        if not 0 <= t < self.tile_count(core):
-            raise IndexError(t)
         off = t * self.tile_elems
+        if t < 0 or off >= count:
+            raise IndexError(t)
         return start + off, min(self.tile_elems, count - off)
 
     def tiles(self, core: int) -> Iterator[tuple[int, int]]:
@@ -259,7 +259,7 @@ def _check_tile(plan: Plan, core: int, t: int, last: int, expect: int) -> int:
     return off + n
 
 
-def _check_coverage(plan: Plan, walk_limit: int = 64) -> None:
+def _check_coverage(plan: Plan, walk_limit: int = 4) -> None:
     """Walk every core's tiles; for long cores walk the first and last walk_limit tiles and
     check that the ones between are full, back-to-back tiles (tile(c, t) is affine in t)."""
     expect = 0
