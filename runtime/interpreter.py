@@ -30,6 +30,11 @@ from runtime import numerics
 from runtime.numerics import NUMPY_DTYPES, NanPolicy
 
 LANE_GRANULE = ir.LANES_PER_REPEAT
+_F32 = np.dtype(np.float32)
+# Ops that are one numpy ufunc; they write straight into the value's UB slot (exact aliasing of
+# a source, which the allocator allows for these in-place ops, is safe for element-wise ufuncs).
+_UFUNCS = {Op.ADD: np.add, Op.ADDS: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply,
+           Op.MULS: np.multiply, Op.DIV: np.divide, Op.ABS: np.abs}
 _BATCH_LANES = 1 << 16  # lanes per numpy batch: amortises dispatch, keeps slots in cache
 
 
@@ -145,6 +150,13 @@ class _Slots:
     def read(self, value: int) -> np.ndarray:
         return self.arrays[self.key(value)]
 
+    def dest(self, value: int, dtype: np.dtype) -> np.ndarray | None:
+        """The slot array a ufunc may write `value` into directly (None: allocate a result)."""
+        if self.alloc is None:
+            return None
+        dst = self.arrays[self.key(value)]
+        return dst if dst.dtype == dtype else None
+
 
 def _check_capacity(alloc: Allocation, capacity: Mapping[str, int], tiles: Sequence[Tile]) -> None:
     """Every slot's buffer (bytes from the plan) holds the lanes of every tile."""
@@ -236,22 +248,12 @@ def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
             r = np.full((rows, count), gm[str(ins.attr("name"))][0])
         elif op is Op.CAST:
             r = numerics.cast(a[0], str(ins.dtype))
-        elif op is Op.ADD or op is Op.ADDS:
-            r = np.add(a[0], a[1])
-        elif op is Op.SUB:
-            r = np.subtract(a[0], a[1])
-        elif op is Op.MUL or op is Op.MULS:
-            r = np.multiply(a[0], a[1])
-        elif op is Op.DIV:
-            r = np.divide(a[0], a[1])
-        elif op is Op.ABS:
-            r = np.abs(a[0])
+        elif op in _UFUNCS:
+            r = _UFUNCS[op](*a, out=ub.dest(i, _F32))
         elif op is Op.SIGN:
             r = numerics.sign(a[0])
-        elif op is Op.MAXS:
-            r = numerics.maxs(a[0], a[1], nan_policy)
-        elif op is Op.MINS:
-            r = numerics.mins(a[0], a[1], nan_policy)
+        elif op is Op.MAXS or op is Op.MINS:
+            r = numerics.clamp_op(op.value, nan_policy)(a[0], a[1], out=ub.dest(i, _F32))
         elif op is Op.COMPARE:
             r = numerics.compare(a[0], a[1], str(ins.attr("mode")))
         elif op is Op.SELECT:

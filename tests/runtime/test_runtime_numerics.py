@@ -31,8 +31,11 @@ def test_cast_out_bfloat16_round_half_even():
 
 
 def test_cast_in_is_exact_and_same_dtype_cast_is_refused():
-    x = np.array([[np.float16(65504), np.float16(6e-8)]], np.float16)
-    assert np.array_equal(numerics.cast(x, "float32"), x.astype(np.float64).astype(np.float32))
+    every_half = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(1, -1)
+    got = numerics.cast(every_half, "float32")
+    with np.errstate(invalid="ignore"):  # NaN payloads through float64
+        want = every_half.astype(np.float64).astype(np.float32)
+    assert np.array_equal(got, want, equal_nan=True)
     with pytest.raises(ValueError):
         numerics.cast(np.zeros((1, 64), np.float32), "float32")
 
@@ -71,9 +74,10 @@ def test_select_tensor_tensor_and_tensor_scalar():
 @pytest.mark.parametrize("policy,expect", [("propagate", True), ("scalar", False)])
 def test_maxs_mins_nan_policies(policy, expect):
     x = np.array([[np.nan, -1, 2]], np.float32)
-    assert np.isnan(numerics.maxs(x, np.float32(0), policy)[0, 0]) == expect
-    assert np.isnan(numerics.mins(x, np.float32(0), policy)[0, 0]) == expect
-    assert numerics.maxs(x, np.float32(0), policy)[0, 1:].tolist() == [0, 2]
+    maxs, mins = numerics.clamp_op("Maxs", policy), numerics.clamp_op("Mins", policy)
+    assert np.isnan(maxs(x, np.float32(0))[0, 0]) == expect
+    assert np.isnan(mins(x, np.float32(0))[0, 0]) == expect
+    assert maxs(x, np.float32(0))[0, 1:].tolist() == [0, 2]
 
 
 def test_precision_pass_fail_thresholds():
@@ -108,3 +112,18 @@ def test_precision_shape_and_exact_types():
     assert compare("i", np.arange(4), np.arange(4)).passed
     assert not compare("i", np.arange(4), np.arange(4)[::-1].copy()).passed
     assert compare("e", np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)).passed
+
+
+def test_fast_float16_cast_is_bit_identical_to_numpy():
+    """The subnormal fast path must round exactly like numpy's conversion (RNE, signed zeros)."""
+    rng = np.random.default_rng(2)
+    random_bits = rng.integers(0, 2**32, size=1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    tiny = (rng.random(1 << 18) * 2.0**-13).astype(np.float32) * rng.choice([-1, 1], 1 << 18).astype(np.float32)
+    ties = np.array([2**-25, 3 * 2**-25, 1023.5 * 2**-24, 1022.5 * 2**-24, 2**-14 * (1 - 2**-12),
+                     1e-45, -1e-45, -0.0, 0.0, np.nan, 65519.99, 65520.0], np.float32)
+    for x in (random_bits, tiny, ties):
+        with np.errstate(all="ignore"):
+            want = x.astype(np.float16)
+        got = numerics.cast(x.reshape(-1, 2) if x.size % 2 == 0 else x.reshape(1, -1), "float16").reshape(-1)
+        same = (want.view(np.uint16) == got.view(np.uint16)) | (np.isnan(want) & np.isnan(got))
+        assert same.all()
