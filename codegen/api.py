@@ -22,7 +22,8 @@ import onnx
 
 from codegen.buffers import Allocation, allocate
 from codegen.ir import Kernel, format_kernel
-from codegen.names import snake_case
+from codegen.emit import emit_project
+from codegen.names import safe_text, snake_case
 from codegen.nodes import NodeSpec, fused_nodes, node_spec
 from codegen.passes import optimize
 from codegen.rules import lower_node
@@ -100,8 +101,6 @@ class KernelArtifact:
 
     def emit(self, kernels_dir: str | Path) -> list[Path]:
         """Write the AscendC project to kernels_dir/<file_stem>/ and return the files written."""
-        from codegen.emit import emit_project
-
         return emit_project(self, Path(kernels_dir))
 
 
@@ -128,8 +127,6 @@ def emit_kernels(artifacts: list[KernelArtifact], kernels_dir: str | Path) -> li
 
 def format_ir(artifacts: list[KernelArtifact]) -> str:
     """What `lower MODEL --emit ir` prints: each kernel's IR under a comment naming its nodes."""
-    from codegen.names import safe_text
-
     blocks = []
     for art in artifacts:
         nodes = ", ".join(safe_text(n) for n in art.nodes)
