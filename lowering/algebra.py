@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .graph import GraphIndex, attr
+from .graph import EXACT_WIDENING, GraphIndex, attr
 
 MAX_WALK = 24  # nodes one view may walk: patterns are small, this bounds the work per anchor
 
@@ -259,23 +259,108 @@ class Algebra:
             return None
         return source, found[0], dtype
 
-    def numel_of(self, value: str) -> tuple[str, set[int]] | None:
-        """(tensor, nodes) when value computes numel(tensor) at runtime, possibly cast to float."""
-        nodes: set[int] = set()
-        found = self.producer(value, "Cast")
-        if found is not None:
-            nodes.add(found[0])
-            value = found[1].input[0]
-        found = self.producer(value, "Size")
-        if found is not None:
-            return found[1].input[0], nodes | {found[0]}
-        found = self.producer(value, "ReduceProd")
-        if found is None or attr(found[1], "keepdims", 1) != 0 or len(found[1].input) > 1 and found[1].input[1]:
-            return None
-        shape = self.producer(found[1].input[0], "Shape")
-        if shape is None or shape[1].attribute:
-            return None
-        return shape[1].input[0], nodes | {found[0], shape[0]}
+    def widened(self, value: str) -> str:
+        """The narrower value behind exact widening Casts (float16 -> float32 and the like)."""
+        while (found := self.producer(value, "Cast")) is not None:
+            source = found[1].input[0]
+            if (self.index.elem_type(source), attr(found[1], "to")) not in EXACT_WIDENING:
+                break
+            value = source
+        return value
 
+    def numel_of(self, value: str) -> tuple[str, set[int]] | None:
+        """(tensor, nodes) when value computes numel(tensor) at runtime, possibly cast to float.
+
+        Accepts Size(t), ReduceProd(Shape(t)), and products of single dimensions
+        (Squeeze/Gather of Shape(t) slices) with constants standing for t's static dimensions,
+        which is how the dynamo exporter spells numel for a dynamic shape.
+        """
+        acc = _DimProduct()
+        if not self._dims(value, acc) or acc.tensor is None:
+            return None
+        if acc.all_dims:
+            return (acc.tensor, acc.nodes) if acc.const == 1 else None
+        vt = self.index.type_of(acc.tensor)
+        if vt is None or vt.shape is None or len(set(acc.dims)) != len(acc.dims):
+            return None
+        rest = [d for i, d in enumerate(vt.shape) if i not in acc.dims]
+        if not all(isinstance(d, int) for d in rest) or int(np.prod(rest, dtype=np.int64)) != acc.const:
+            return None
+        return acc.tensor, acc.nodes
+
+    def _dims(self, value: str, acc: "_DimProduct") -> bool:
+        c = self.index.const(value)
+        if c is not None:
+            if c.size != 1 or float(c.reshape(-1)[0]) != int(c.reshape(-1)[0]):
+                return False
+            acc.const *= int(c.reshape(-1)[0])
+            return True
+        found = self.producer(value, "Cast", "Mul", "Size", "ReduceProd", "Squeeze", "Reshape", "Gather")
+        if found is None:
+            return False
+        i, node = found
+        acc.nodes.add(i)
+        op = node.op_type
+        if op == "Cast":
+            return self._dims(node.input[0], acc)
+        if op == "Mul":
+            return len(node.input) == 2 and self._dims(node.input[0], acc) and self._dims(node.input[1], acc)
+        if op == "Size":
+            return acc.take(node.input[0], None)
+        if op == "ReduceProd":
+            if attr(node, "keepdims", 1) != 0 or (len(node.input) > 1 and node.input[1]) or attr(node, "axes"):
+                return False
+            shape = self._shape_slice(node.input[0], acc)
+            return shape is not None and acc.take(shape[0], shape[1])
+        if op == "Gather":
+            idx = self.index.const(node.input[1]) if len(node.input) == 2 else None
+            shape = self._shape_slice(node.input[0], acc)
+            if idx is None or idx.size != 1 or shape is None or shape[1] is not None:
+                return False
+            return acc.take(shape[0], [int(idx.reshape(-1)[0])])
+        shape = self._shape_slice(node.input[0], acc)  # Squeeze/Reshape of a one-dimension slice
+        return shape is not None and shape[1] is not None and len(shape[1]) == 1 and acc.take(shape[0], shape[1])
+
+    def _shape_slice(self, value: str, acc: "_DimProduct") -> tuple[str, list[int] | None] | None:
+        """(t, dims) for Shape(t, start, end); dims None means every dimension."""
+        found = self.producer(value, "Shape")
+        if found is None:
+            return None
+        i, node = found
+        acc.nodes.add(i)
+        start, end = attr(node, "start"), attr(node, "end")
+        if start is None and end is None:
+            return node.input[0], None
+        vt = self.index.type_of(node.input[0])
+        if vt is None or vt.shape is None:
+            return None
+        rank = len(vt.shape)
+        lo = start or 0
+        lo = lo + rank if lo < 0 else lo
+        hi = rank if end is None else (end + rank if end < 0 else min(end, rank))
+        return node.input[0], list(range(lo, hi))
+
+
+@dataclass
+class _DimProduct:
+    """What a numel walk has seen: one tensor, which of its dimensions, a constant factor."""
+
+    tensor: str | None = None
+    dims: list[int] = field(default_factory=list)
+    all_dims: bool = False
+    const: int = 1
+    nodes: set[int] = field(default_factory=set)
+
+    def take(self, tensor: str, dims: list[int] | None) -> bool:
+        if self.tensor is not None and self.tensor != tensor:
+            return False
+        self.tensor = tensor
+        if dims is None:
+            if self.all_dims:
+                return False
+            self.all_dims = True
+        else:
+            self.dims.extend(dims)
+        return not (self.all_dims and self.dims)
 
 _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}

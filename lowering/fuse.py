@@ -41,7 +41,9 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
         pass  # shapes stay unknown; shape-dependent matches are refused with a reason
     graph = work.graph
     report = FusionReport(nodes_before=len(model.graph.node))
-    report.normalization = normalize(graph).as_dict()
+    stats = normalize(graph)
+    report.normalization = stats.as_dict()
+    cleanup.eliminate_dead_code(graph)  # dead uses (an unused forward loss) must not block fusion
     index = GraphIndex(graph)
     alg = Algebra(index)
     matches: list[Match] = []
@@ -57,7 +59,7 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
             try:
                 found = pattern.match(alg, i)
                 if found is not None:
-                    _check_closed(index, alg, found)
+                    _check_closed(index, alg, found, stats.cse_shared)
             except NoMatch as exc:
                 report.rejections.append(Rejection(pattern.name, node_label(node), node.op_type, str(exc)))
                 continue
@@ -81,14 +83,19 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     return work, report
 
 
-def _check_closed(index: GraphIndex, alg: Algebra, m: Match) -> None:
-    """The match must own every intermediate it removes and must not overlap an earlier match."""
+def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str]) -> None:
+    """The match must own every intermediate it removes and must not overlap an earlier match.
+
+    An intermediate that only became shared because normalization merged identical copies is
+    not a real outside use: the copy is re-emitted for the outside users (m.duplicate).
+    """
     overlap = (m.interior | m.boundary) & alg.taken
     if overlap:
         raise NoMatch(f"overlaps an earlier fusion at {node_label(index.nodes[min(overlap)])}")
     root = index.producer.get(m.output)
     if root is None or root not in m.interior:
         raise NoMatch("internal: the fused output is not produced inside the match")
+    pending = []
     for i in m.interior:
         for name in index.nodes[i].output:
             if name == m.output or not name:
@@ -97,7 +104,21 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match) -> None:
                 raise NoMatch(f"intermediate {name} is a graph output")
             if index.is_escaping(name, m.interior):
                 user = next(c for c in index.consumers[name] if c not in m.interior)
+                if name not in cse_shared:
+                    raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the match")
+                pending.append((i, name, user))
+    while pending:
+        i, name, user = pending.pop()
+        if i in m.duplicate:
+            continue
+        m.duplicate.add(i)
+        for source in index.nodes[i].input:
+            j = index.producer.get(source)
+            if j is None or j not in m.interior or j in m.duplicate:
+                continue
+            if source not in cse_shared:
                 raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the match")
+            pending.append((j, source, user))
     produced_inside = {o for i in m.interior for o in index.nodes[i].output}
     for value in m.inputs:
         if isinstance(value, str) and value in produced_inside:
@@ -125,8 +146,9 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     graph = model.graph
     names = _Names(graph)
     opset = default_opset(model)
-    replacement: dict[int, onnx.NodeProto] = {}
+    replacement: dict[int, list[onnx.NodeProto]] = {}
     removed: set[int] = set()
+    renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
     new_inits: list[onnx.TensorProto] = []
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
@@ -144,14 +166,28 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
         body_nodes = [index.nodes[i] for i in sorted(m.interior | m.boundary)]
         model.functions.append(_function(index, m, body_nodes, input_names, node_name, opset))
         root = index.producer[m.output]
-        replacement[root] = fused
+        replacement[root] = [fused]
         removed |= m.interior
+        for i in sorted(m.duplicate):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(index.nodes[i])
+            copy.name = names.fresh(f"{node_label(copy)}_unfused")
+            for k, out in enumerate(copy.output):
+                renamed[out] = copy.output[k] = names.fresh(f"{out}_unfused")
+            replacement[i] = [copy]
         dtype = index.elem_type(m.output)
         report.fusions.append(Fusion(
             pattern=m.pattern, node=node_name, op_type=m.op_type, domain=DOMAIN, output=m.output,
             inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(dtype, str(dtype)),
             replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
-    kept = [replacement.get(i, node) for i, node in enumerate(index.nodes) if i not in removed or i in replacement]
+    kept: list[onnx.NodeProto] = []
+    for i, node in enumerate(index.nodes):
+        if i in removed and i not in replacement:
+            continue
+        for new in replacement.get(i, [node]):
+            if new.domain != DOMAIN:
+                new.input[:] = [renamed.get(n, n) for n in new.input]
+            kept.append(new)
     del graph.node[:]
     graph.node.extend(kept)
     graph.initializer.extend(new_inits)

@@ -14,6 +14,14 @@ import onnx
 from onnx import numpy_helper
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+# widening casts that lose nothing (a cast back undoes them exactly)
+EXACT_WIDENING = {
+    (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT),
+    (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT),
+    (onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE),
+    (onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE),
+    (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE),
+}
 DTYPE_NAMES = {
     onnx.TensorProto.FLOAT: "float32",
     onnx.TensorProto.FLOAT16: "float16",

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .graph import GraphIndex, ValueType, attr, constant_node_value
+from .graph import EXACT_WIDENING, GraphIndex, ValueType, attr, constant_node_value
 
 FOLD_LIMIT = 64  # largest constant (elements) folding may create: scalars and small vectors only
 COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Equal", "And", "Or", "Xor", "Sum", "Mean"}
@@ -27,20 +27,16 @@ FLIPPED_COMPARE = {"Less": "Greater", "Greater": "Less", "LessOrEqual": "Greater
                    "GreaterOrEqual": "LessOrEqual", "Equal": "Equal"}
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                     "Multinomial", "Dropout", "Bernoulli"}
-# widening casts that a cast back undoes exactly
-EXACT_WIDENING = {
-    (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT),
-    (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT),
-    (onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE),
-    (onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE),
-    (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE),
-}
+EXACT_UNARY = {"Abs", "Neg", "Relu"}  # exact in every float type, so widening around them is a no-op
 _FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")}
 
 
 @dataclass
 class NormalizeStats:
     counts: Counter = field(default_factory=Counter)
+    # outputs of nodes that absorbed identical copies: the original graph computed them more
+    # than once, so re-emitting one for an outside user adds no work the user did not have
+    cse_shared: set[str] = field(default_factory=set)
 
     def as_dict(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
@@ -84,7 +80,7 @@ def _fold(node: onnx.NodeProto, values: list[np.ndarray]) -> np.ndarray | None:
             return np.sqrt(v)
         if op == "Abs":
             return np.abs(v)
-        if op == "Cast":
+        if op in ("Cast", "CastLike"):
             to = attr(node, "to")
             if to in (onnx.TensorProto.BFLOAT16, onnx.TensorProto.STRING, onnx.TensorProto.BOOL):
                 return None
@@ -166,6 +162,8 @@ class _Normalizer:
     def _fold_constant(self, node: onnx.NodeProto) -> bool:
         if len(node.output) != 1 or not node.input or node.op_type in NONDETERMINISTIC:
             return False
+        if node.op_type == "CastLike":
+            return self._fold_cast_like(node)
         values = [self.const(n) for n in node.input if n]
         if any(v is None for v in values) or len(values) != len([n for n in node.input if n]):
             return False
@@ -175,6 +173,16 @@ class _Normalizer:
         if result is None or result.size > FOLD_LIMIT:
             return False
         return self._store_constant(node, np.asarray(result))
+
+    def _fold_cast_like(self, node: onnx.NodeProto) -> bool:
+        """CastLike(constant, x) is a constant of x's dtype (exporters use it for literals)."""
+        value = self.const(node.input[0])
+        target = self.index.elem_type(node.input[1]) if len(node.input) == 2 else None
+        if value is None or target is None or value.size > FOLD_LIMIT:
+            return False
+        cast = onnx.helper.make_node("Cast", [node.input[0]], [node.output[0]], to=target)
+        result = _fold(cast, [value])
+        return result is not None and self._store_constant(node, np.asarray(result))
 
     def _fold_shape(self, node: onnx.NodeProto) -> bool:
         if node.op_type not in ("Size", "Shape") or len(node.input) != 1 or node.attribute:
@@ -200,6 +208,7 @@ class _Normalizer:
                 origin = self.index.elem_type(inner.input[0])
                 if origin == to and (origin, attr(inner, "to")) in EXACT_WIDENING:
                     return self._forward(node, inner.input[0], "cast round trips removed")
+            self._narrow_exact_unary(node, inner, to)
             return False
         if op in ("Mul", "Div") and len(node.input) == 2:
             x, c = node.input
@@ -210,6 +219,22 @@ class _Normalizer:
             if one is not None and one.size == 1 and float(one.reshape(-1)[0]) == 1.0 and self._same_type_after(x, one, node):
                 return self._forward(node, x, "multiplications/divisions by 1 removed")
         return False
+
+    def _narrow_exact_unary(self, node: onnx.NodeProto, inner: onnx.NodeProto | None, to: int) -> None:
+        """Cast<T>(U(Cast<W>(x: T))) -> U(x) for the exact ops U = Abs, Neg, Relu: exporters widen
+        around Abs for float16, which hides |x| from the patterns."""
+        if inner is None or inner.op_type not in EXACT_UNARY or len(inner.input) != 1:
+            return
+        widen = self.index.node_of(inner.input[0])
+        if widen is None or widen.op_type != "Cast" or not widen.input:
+            return
+        source = widen.input[0]
+        if self.index.elem_type(source) != to or (to, attr(widen, "to")) not in EXACT_WIDENING:
+            return
+        node.op_type = inner.op_type
+        node.input[:] = [source]
+        del node.attribute[:]
+        self.stats.counts["exact unary ops narrowed"] += 1
 
     def _same_type_after(self, x: str, one: np.ndarray, node: onnx.NodeProto) -> bool:
         """x*1 is x only when the 1 neither broadcasts x to a higher rank nor changes its type."""
@@ -258,6 +283,7 @@ class _Normalizer:
         for old, new in zip(node.output, first.output):
             if old:
                 self.alias[old] = new
+                self.stats.cse_shared.add(new)
         self.stats.counts["common subexpressions merged"] += 1
         return True
 

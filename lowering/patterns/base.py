@@ -24,6 +24,7 @@ class Match:
     interior: set[int]  # nodes replaced; their outputs must not be used outside the match
     boundary: set[int] = field(default_factory=set)  # input-side nodes (Casts, scalar math) that may be shared
     caveats: list[str] = field(default_factory=list)  # edge behaviour the user should know about
+    duplicate: set[int] = field(default_factory=set)  # interior nodes re-emitted for outside users (CSE undone)
 
 
 @dataclass

@@ -78,36 +78,55 @@ def _find_shrink(alg: Algebra, mono: Monomial):
             clamp = _clamp(alg, other) if exp2 == 1 and other != name else None
             if clamp is None:
                 continue
-            d, clamp_node, form = clamp
+            d, clamp_nodes, form = clamp
             split = _abs_minus_t(alg, d, p)
             if split is None:
                 continue
             t, nodes = split
             rest = mono.without(name).without(other)
-            return p, t, rest, nodes | {sign[1], clamp_node}, form
+            return p, t, rest, nodes | {sign[1]} | clamp_nodes, form
     return None
 
 
-def _clamp(alg: Algebra, value: str) -> tuple[str, int, str] | None:
-    """(d, node, form) when value = max(d, 0)."""
+def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
+    """(d, nodes, form) when value = max(d, 0)."""
     found = alg.producer(value, "Max", "Relu", "Clip")
     if found is None:
         return None
     i, node = found
     if node.op_type == "Relu":
-        return node.input[0], i, "relu"
+        return node.input[0], {i}, "relu"
     if node.op_type == "Max":
         if len(node.input) != 2:
             return None
-        zero = alg.index.const(node.input[1])
-        if zero is None or zero.size == 0 or np.any(zero != 0):
-            return None
-        return node.input[0], i, "max"
+        for d, z in (node.input, node.input[::-1]):
+            zero = _zero_nodes(alg, z)
+            if zero is not None:
+                return d, {i} | zero, "max"
+        return None
     lo = alg.scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "min")
     has_max = (len(node.input) > 2 and node.input[2]) or attr(node, "max") is not None
     if lo != 0.0 or has_max:
         return None
-    return node.input[0], i, "clip"
+    return node.input[0], {i}, "clip"
+
+
+def _zero_nodes(alg: Algebra, value: str) -> set[int] | None:
+    """Nodes computing value when it is all zeros: none for a constant, ConstantOfShape(Shape(.))
+    for torch.zeros_like under dynamic shapes; None when value is not known to be zero."""
+    zero = alg.index.const(value)
+    nodes: set[int] = set()
+    if zero is None:
+        found = alg.producer(value, "ConstantOfShape")
+        if found is None:
+            return None
+        fill = attr(found[1], "value")
+        zero = np.zeros(1) if fill is None else onnx.numpy_helper.to_array(fill)
+        nodes.add(found[0])
+        shape = alg.producer(found[1].input[0], "Shape")
+        if shape is not None:
+            nodes.add(shape[0])
+    return nodes if zero.size > 0 and not np.any(zero != 0) else None
 
 
 def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[int]] | None:

@@ -41,7 +41,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     cmp = alg.compare(sel.cond)
     if cmp is None:
         return None
-    if alg.unary(cmp.lhs, "Abs") is not None:
+    if alg.unary(alg.widened(cmp.lhs), "Abs") is not None:
         return _match_abs_select(alg, out, sel, cmp)
     return _match_nested(alg, out, sel, cmp)
 
@@ -55,7 +55,7 @@ def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, int] | None
 
 
 def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
-    x, abs_node = alg.unary(cmp.lhs, "Abs")
+    x, abs_node = alg.unary(alg.widened(cmp.lhs), "Abs")
     inside, outside = (sel.when_true, sel.when_false) if cmp.relation in ("<", "<=") else (sel.when_false, sel.when_true)
     alg.expand_shared([inside, outside], sel.nodes | cmp.nodes, stop=frozenset({x}))
     sign = _sign_factor(alg, outside, x)
@@ -79,8 +79,18 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     if beta > 0:
         require(close(within.coef, rest.coef / beta),
                 f"the |x| < beta branch scales x by {within.coef:g}, not by K/beta = {rest.coef / beta:g}")
-    nodes = sel.nodes | cmp.nodes | {abs_node, sign[1]} | inside.nodes | outside.nodes
+    nodes = sel.nodes | cmp.nodes | {abs_node, sign[1]} | inside.nodes | outside.nodes | _cast_nodes(alg, cmp.lhs)
     return _finish(alg, f"{FAMILY}/{form}", out, x, rest, beta, nodes, arithmetic=sel.arithmetic)
+
+
+def _cast_nodes(alg: Algebra, value: str) -> set[int]:
+    """The widening Casts between a compared value and what it widens."""
+    nodes = set()
+    while value != alg.widened(value):
+        i, node = alg.producer(value, "Cast")
+        nodes.add(i)
+        value = node.input[0]
+    return nodes
 
 
 def _side(alg: Algebra, cmp: Comparison) -> tuple[str, float] | None:
@@ -92,14 +102,14 @@ def _side(alg: Algebra, cmp: Comparison) -> tuple[str, float] | None:
 
 
 def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
-    x = cmp.lhs
+    x = alg.widened(cmp.lhs)
     outer = _side(alg, cmp)
     inner_value = _single_factor(sel.when_false)
     if outer is None or inner_value is None:
         return None
     inner_sel = alg.select(inner_value)
     inner_cmp = None if inner_sel is None else alg.compare(inner_sel.cond)
-    if inner_cmp is None or inner_cmp.lhs != x or alg.producer(x, "Sub") is None:
+    if inner_cmp is None or alg.widened(inner_cmp.lhs) != x or alg.producer(x, "Sub") is None:
         return None
     inner = _side(alg, inner_cmp)
     if inner is None or inner[0] == outer[0]:
@@ -117,7 +127,8 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
     require(close(low.coef, -high.coef), "the x < -beta branch is not the negated x > beta branch")
     require(close(middle.coef, high.coef / beta),
             f"the middle branch scales x by {middle.coef:g}, not by K/beta = {high.coef / beta:g}")
-    nodes = sel.nodes | inner_sel.nodes | cmp.nodes | inner_cmp.nodes | low.nodes | high.nodes | inner_sel.when_false.nodes
+    nodes = (sel.nodes | inner_sel.nodes | cmp.nodes | inner_cmp.nodes | low.nodes | high.nodes
+             | inner_sel.when_false.nodes | _cast_nodes(alg, cmp.lhs) | _cast_nodes(alg, inner_cmp.lhs))
     rest = Monomial(high.coef, high.factors, high.nodes)
     return _finish(alg, form, out, x, rest, beta, nodes, arithmetic=sel.arithmetic or inner_sel.arithmetic)
 
