@@ -183,7 +183,7 @@ def aclrtFree(ptr: DevicePtr | None) -> int:  # noqa: N802
 def _bytes_of(obj: DevicePtr | np.ndarray) -> np.ndarray:
     if isinstance(obj, DevicePtr):
         return obj.data
-    return np.ascontiguousarray(obj).reshape(-1).view(np.uint8)
+    return np.asarray(obj, order="C").reshape(-1).view(np.uint8)
 
 
 def aclrtMemcpy(dst: DevicePtr | np.ndarray | None, dest_max: int,  # noqa: N802
@@ -271,7 +271,7 @@ def aclDestroyTensor(tensor: AclTensor | None) -> int:  # noqa: N802
 
 def tensor_from_numpy(array: np.ndarray) -> AclTensor:
     """Allocate device memory, copy `array` in, and describe it as a contiguous ND tensor."""
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")
     dt = acl_dtype(array.dtype)
     if dt is AclDataType.UNDEFINED:
         raise TypeError(f"no aclDataType for numpy dtype {array.dtype}")

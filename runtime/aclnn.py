@@ -115,7 +115,7 @@ def _rank_ok(t: AclTensor, role: str) -> None:
 
 
 def _host(t: AclTensor, dtype: AclDataType) -> np.ndarray:
-    return np.ascontiguousarray(t.read()).astype(acl.numpy_dtype(dtype), copy=False)
+    return np.asarray(t.read(), order="C").astype(acl.numpy_dtype(dtype), copy=False)
 
 
 def aclnnSmoothL1LossBackwardGetWorkspaceSize(  # noqa: N802 - the aclnn name
@@ -165,8 +165,8 @@ def aclnnSmoothL1LossBackwardGetWorkspaceSize(  # noqa: N802 - the aclnn name
         "predict": InputSpec(dt, shape), "label": InputSpec(dt, shape),
         "dout": InputSpec(dt, tuple(dout.shape)),
     }, {"sigma": float(beta), "reduction": red, "scale": float(scale)})
-    inputs = {"predict": np.ascontiguousarray(predict), "label": np.ascontiguousarray(label),
-              "dout": np.ascontiguousarray(dout)}
+    inputs = {"predict": np.asarray(predict, order="C"), "label": np.asarray(label, order="C"),
+              "dout": np.asarray(dout, order="C")}
     backend, soc = current_backend()
     return int(AclnnStatus.SUCCESS), 0, AclOpExecutor(KernelCall(spec, inputs, soc), grad_input,
                                                       "gradient", backend)

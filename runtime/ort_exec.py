@@ -59,8 +59,8 @@ def _with_float_outputs(model: onnx.ModelProto, names: list[str]) -> tuple[onnx.
 def _feed(value: np.ndarray) -> ort.OrtValue | np.ndarray:
     if value.dtype == _BF16:
         return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-            np.ascontiguousarray(value).view(np.uint16), TensorProto.BFLOAT16)
-    return np.ascontiguousarray(value)
+            np.asarray(value, order="C").view(np.uint16), TensorProto.BFLOAT16)
+    return np.asarray(value, order="C")
 
 
 def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

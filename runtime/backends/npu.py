@@ -88,7 +88,7 @@ class NpuBackend(Backend):
             raise BackendError(f"npu backend: {what} returned {status}: {msg.decode(errors='replace')}")
 
     def _device_tensor(self, arr: np.ndarray, owned: list[ctypes.c_void_p]) -> ctypes.c_void_p:
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr, order="C")
         ptr = ctypes.c_void_p()
         self._check(self.acl.aclrtMalloc(ctypes.byref(ptr), max(arr.nbytes, 1), 0), "aclrtMalloc")
         owned.append(ptr)

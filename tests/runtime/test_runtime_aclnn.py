@@ -157,6 +157,11 @@ def test_launch_workspace_and_stream_checks():
     assert aclnnApplyProximalGradientDescent(None, 16, executor, None) == NULLPTR  # size without memory
 
 
+def test_zero_d_tensors_keep_their_rank():
+    scalar = tensor_from_numpy(np.array(0.25, np.float32))
+    assert scalar.view_dims == () and acl.tensor_to_numpy(scalar).shape == ()
+
+
 def test_memory_and_tensor_creation():
     status, ptr = acl.aclrtMalloc(64)
     assert status == SUCCESS and ptr.data.ctypes.data % acl.DEVICE_ALIGN == 0
