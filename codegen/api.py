@@ -21,8 +21,8 @@ from pathlib import Path
 import onnx
 
 from codegen.buffers import Allocation, allocate
-from codegen.ir import Kernel, format_kernel
 from codegen.emit import emit_project
+from codegen.ir import Kernel, format_kernel
 from codegen.names import safe_text, snake_case
 from codegen.nodes import NodeSpec, fused_nodes, node_spec
 from codegen.passes import optimize
