@@ -1,0 +1,99 @@
+"""The pass on real exporter output (torch.onnx.export dynamo and TorchScript, see models/make_models.py).
+
+For every fixture: the fusion counts of the manifest; onnxruntime gives identical results on the
+fused model (through the function bodies); and each fused node's own output, fetched from inside
+the fused model, agrees with the contract's float64 formula applied to the node's own inputs and
+attributes, so the attributes (sigma, reduction, scale, scalar_form) are proven, not just present.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+
+import lowering
+from lowering.fused_ops import SMOOTH_L1_GRAD
+from pass_numerics import fused_nodes, golden_of, precision_ok, run_ort
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = json.loads((ROOT / "tests/fixtures/exporters/manifest.json").read_text())
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+def _feeds(entry: dict, rng: np.random.Generator, edges: bool) -> dict[str, np.ndarray]:
+    feeds = {}
+    for name, spec in entry["inputs"].items():
+        dtype = DTYPES[spec["dtype"]]
+        shape = spec["shape"]
+        if "range" in spec:
+            value = rng.uniform(*spec["range"], size=shape)
+        else:
+            value = rng.standard_normal(shape) * spec.get("scale", 2.0)
+        feeds[name] = np.asarray(value, np.float32).astype(dtype)
+    if edges:
+        for name, value in feeds.items():
+            if value.size >= 8 and "range" not in entry["inputs"][name]:
+                flat = value.reshape(-1)
+                flat[:4] = np.array([0.0, -0.0, 0.5, -0.5], np.float32).astype(value.dtype)
+    return feeds
+
+
+def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """The model with extra graph outputs, to read values from inside it."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    known = {o.name for o in out.graph.output} | {i.name for i in out.graph.input}
+    types = {vi.name: vi for vi in list(out.graph.value_info) + list(out.graph.output) + list(out.graph.input)}
+    for name in names:
+        if name not in known and name in types:
+            vi = onnx.ValueInfoProto()
+            vi.CopyFrom(types[name])
+            out.graph.output.append(vi)
+            known.add(name)
+    return out
+
+
+def _computes_in_half(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
+    body = next(f for f in model.functions if f.overload == node.overload)
+    return not any(n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.FLOAT for n in body.node)
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[Path(e["file"]).stem for e in MANIFEST])
+def test_exporter_fixture(entry: dict) -> None:
+    model = onnx.load(str(ROOT / entry["file"]))
+    fused, report = lowering.fuse(model)
+    expected = {k: v for k, v in entry["expected"].items() if v}
+    assert report.counts() == expected, report.summary()
+    onnx.checker.check_model(fused, full_check=True)
+    rng = np.random.default_rng()
+    for edges in (False, True):
+        feeds = _feeds(entry, rng, edges)
+        for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
+            np.testing.assert_array_equal(before, after)
+    nodes = fused_nodes(fused)
+    if not nodes:
+        return
+    wanted = sorted({n for node in nodes for n in list(node.input) + list(node.output)})
+    probe = _with_outputs(fused, wanted)
+    values = dict(zip([o.name for o in probe.graph.output], run_ort(probe, feeds)))
+    inits = {t.name for t in fused.graph.initializer}
+    for node in nodes:
+        args = {n: values[n] for n in node.input if n in values}
+        golden = golden_of(fused, node, {**feeds, **args})
+        actual = values[node.output[0]]
+        ok, detail = precision_ok(actual, golden, actual.dtype)
+        if not ok and _computes_in_half(fused, node):
+            # the exporter's own graph rounds every op to float16 (|p| - t cancels there), so
+            # its worst element may miss MARE; the mean must still hold
+            ok, detail = precision_ok(actual, golden, actual.dtype, mare_factor=100)
+        assert ok, f"{node.name}: {detail}"
+    sl1_expected = [a for a in entry.get("attrs", []) if a["op"] == SMOOTH_L1_GRAD]
+    sl1_fused = [f for f in report.fusions if f.op_type == SMOOTH_L1_GRAD]
+    for want in sl1_expected:
+        got = next(f for f in sl1_fused if f.output == want["output"])
+        assert got.attributes["sigma"] == pytest.approx(want["sigma"], rel=1e-6)
