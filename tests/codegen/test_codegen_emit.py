@@ -241,3 +241,27 @@ def test_node_spec_reads_constants_and_refuses_bad_nodes() -> None:
     odd = helper.make_node("ApplyProximalGradientDescent", ["u", "a", "b", "c", "w"], ["z"], domain=DOMAIN, name="q")
     with pytest.raises(CodegenError, match="no type known"):
         node_spec(model, odd)
+
+
+REPO = Path(__file__).resolve().parents[2]
+EXPORTED = sorted(
+    [*REPO.glob("tests/fixtures/exporters/*.onnx"), *REPO.glob("models/*.onnx")]
+)
+
+
+def test_every_exported_model_lowers_schedules_and_emits(tmp_path: Path) -> None:
+    """What the graph pass produces from real exporter output (committed fixtures and samples)."""
+    assert EXPORTED, "no exporter fixtures found"
+    distinct: dict[tuple[str, str], object] = {}
+    for path in EXPORTED:
+        fused, _ = fuse(str(path))
+        if fused_nodes(fused):
+            for target in TARGETS:
+                for art in build_kernels(fused, target):
+                    distinct.setdefault((art.file_stem, target), art)
+    assert distinct
+    for art in distinct.values():
+        for size in (0, 1, 31, 2**31 + 1):
+            art.schedule(size)
+        art.report()
+        art.emit(tmp_path / art.target.name)
