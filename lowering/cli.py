@@ -9,11 +9,19 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from codegen.api import build_kernels, emit_kernels, format_ir
+from codegen.errors import CodegenError
+from codegen.targets import UnknownTargetError, get_target, known_targets
+from runtime.diff_cli import add_input_options, run_diff, run_verify
+
 from .errors import LoweringError
+from .fuse import fuse_proto
+from .loading import load, save
 
 MARKER = ".lower-output"  # marks a directory `lower` wrote, which it may overwrite on a re-run
 
@@ -35,8 +43,6 @@ Also: `lower diff UNFUSED FUSED [options]` compares a fused model with the unfus
 
 
 def _targets() -> tuple[str, ...]:
-    from codegen.targets import known_targets
-
     return known_targets()
 
 
@@ -58,7 +64,28 @@ def build_parser() -> argparse.ArgumentParser:
                              "report only; ir: print the kernel IR of every kernel, write nothing")
     parser.add_argument("--force", action="store_true",
                         help="write into OUTDIR even if it holds files lower did not write")
+    parser.add_argument("--verify", action="store_true",
+                        help="after lowering, run the fused model (fused nodes through their kernels) "
+                             "against the original under onnxruntime and check the CANN precision standard; "
+                             "exit 1 on any FAIL")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    add_input_options(parser)
+    return parser
+
+
+def build_diff_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="lower diff", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Compare a fused model with its unfused original. onnxruntime runs the unfused model "
+                    "and the standard nodes of the fused one; each fused node runs through its generated "
+                    "kernel on the chosen backend. Reports, per graph output and per fused node (kernel "
+                    "against onnxruntime on the node's original subgraph): max abs error, MERE, MARE, "
+                    "the threshold for its dtype, NaN/Inf position mismatches and PASS/FAIL. "
+                    "Exit 0 all PASS, 1 any FAIL, 2 bad input.")
+    parser.add_argument("unfused", help="the original model")
+    parser.add_argument("fused", help="the fused model (e.g. OUTDIR/<stem>.fused.onnx from lower)")
+    parser.add_argument("--target", metavar="T", help=f"target whose schedule the kernels run with: {', '.join(_targets())}")
+    add_input_options(parser)
     return parser
 
 
@@ -89,10 +116,6 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def run_lower(args: argparse.Namespace) -> int:
-    from codegen.targets import UnknownTargetError, get_target
-
-    from .fuse import fuse_proto
-    from .loading import load, save
 
     try:
         get_target(args.target)
@@ -101,7 +124,13 @@ def run_lower(args: argparse.Namespace) -> int:
     model_path = Path(args.model)
     loaded = load(model_path)
     fused, report = fuse_proto(loaded.model)
+    try:
+        kernels = build_kernels(fused, args.target) if args.emit != "onnx" else []
+    except CodegenError as exc:
+        raise LoweringError(f"kernel generation failed: {exc}") from None
     if args.emit == "ir":
+        text = format_ir(kernels)
+        print(text if text else "# no fused nodes, so no kernels")
         return 0
     outdir = args.output or Path.cwd() / f"{safe_stem(model_path)}.lowered"
     fused_path = outdir / f"{safe_stem(model_path)}.fused.onnx"
@@ -109,18 +138,31 @@ def run_lower(args: argparse.Namespace) -> int:
         raise LoweringError(f"{fused_path}: would overwrite the input model")
     _prepare_outdir(outdir, model_path, args.force)
     save(fused, fused_path, loaded.has_external_data)
+    kernels_dir = outdir / "kernels"
+    if kernels_dir.exists():
+        shutil.rmtree(kernels_dir)  # ours (the marker says so): stale kernels must not linger
+    if kernels:
+        emit_kernels(kernels, kernels_dir)
     data = report.to_dict()
-    data.update(model=str(model_path), target=args.target, fused_model=fused_path.name)
+    data.update(model=str(model_path), target=args.target, fused_model=fused_path.name,
+                kernels=[k.report() for k in kernels])
     _write_text(outdir / "report.json", json.dumps(data, indent=2) + "\n")
     if not args.quiet:
         print(report.summary())
-        print(f"wrote {fused_path} and {outdir / 'report.json'}")
+        for k in kernels:
+            print(f"  kernel   {k.file_stem} ({k.kernel.op_type}, {k.kernel.dtype}) for {len(k.nodes)} node(s)")
+        print(f"wrote {fused_path}, {outdir / 'report.json'}" + (f" and {len(kernels)} kernel project(s) in {kernels_dir}" if kernels else ""))
+    if args.verify:
+        return run_verify(loaded.model, fused, args.target, args)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
+        if argv and argv[0] == "diff":
+            args = build_diff_parser().parse_args(argv[1:])
+            return run_diff(args.unfused, args.fused, args)
         args = build_parser().parse_args(argv)
         return run_lower(args)
     except LoweringError as exc:
@@ -129,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lower: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `lower ... --emit ir | head`: the reader left, nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as exc:  # a bug of ours: one line, the traceback only on request
         if os.environ.get("LOWER_DEBUG"):
             raise

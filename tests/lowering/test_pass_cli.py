@@ -191,3 +191,37 @@ def test_api_does_not_modify_its_input() -> None:
 def test_api_bad_input_raises_lowering_error() -> None:
     with pytest.raises(lowering.LoweringError):
         lowering.fuse(12)
+
+
+def test_lower_emits_kernels_and_lists_them(tmp_path: Path, capsys) -> None:
+    path = _save(pgd(scalars="raw"), tmp_path / "step.onnx")
+    outdir = tmp_path / "out"
+    code, out, err = _run([str(path), "--target", "ascend910_93", "-o", str(outdir)], capsys)
+    assert code == 0, err
+    report = json.loads((outdir / "report.json").read_text())
+    (kernel,) = report["kernels"]
+    assert kernel["op"] == PGD and kernel["target"] == "ascend910_93" and kernel["nodes"]
+    assert kernel["vector_instructions_per_tile"] > 0 and kernel["sample"]["block_dim"] > 0
+    project = outdir / "kernels" / kernel["kernel"]
+    assert (project / "op_kernel").is_dir() and (project / "op_host").is_dir()
+
+
+def test_emit_ir_prints_and_writes_nothing(tmp_path: Path, capsys, monkeypatch) -> None:
+    path = _save(sl1(), tmp_path / "m.onnx")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run([str(path), "--target", "ascend950", "--emit", "ir"], capsys)
+    assert code == 0, err
+    assert "kernel SmoothL1LossGradV2 float32" in out and "CopyOut" in out
+    assert not (tmp_path / "m.lowered").exists()
+
+
+def test_verify_and_diff_pass_on_a_lowered_model(tmp_path: Path, capsys) -> None:
+    path = _save(sl1(form="huber", beta=0.7), tmp_path / "m.onnx")
+    outdir = tmp_path / "out"
+    code, out, err = _run([str(path), "--target", "ascend950", "-o", str(outdir), "--verify", "--seed", "7"], capsys)
+    assert code == 0, out + err
+    assert "PASS" in out
+    code, out, err = _run(["diff", str(path), str(outdir / "m.fused.onnx"), "--edge-nonfinite",
+                           "--json", str(tmp_path / "diff.json")], capsys)
+    assert code == 0, out + err
+    assert json.loads((tmp_path / "diff.json").read_text())
