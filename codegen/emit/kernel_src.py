@@ -213,11 +213,7 @@ def kernel_h(art: KernelArtifact) -> str:
         "bfloat16": "__aicore__ inline float ScalarToFloat(bfloat16_t v) { return ToFloat(v); }",
     }
     used_conv = sorted(
-        {
-            k.param(n).dtype
-            for n in scalar_params
-            if any(ins.op is Op.SINPUT and ins.attr("name") == n for ins in k.instrs)
-        }
+        {k.param(str(ins.attr("name"))).dtype for ins in k.instrs if ins.op is Op.SINPUT}
     )
     out += [converters[d] for d in used_conv]
     if used_conv:
