@@ -37,7 +37,7 @@ def load(source: Any) -> LoadedModel:
         model.CopyFrom(source)
         validate(model)
         return LoadedModel(model, None, _uses_external_data(model))
-    if _is_ir_model(source):
+    if is_ir_model(source):
         import onnx_ir
 
         model = onnx_ir.serde.serialize_model(source)
@@ -66,7 +66,7 @@ def load(source: Any) -> LoadedModel:
     return LoadedModel(model, path, external)
 
 
-def _is_ir_model(obj: Any) -> bool:
+def is_ir_model(obj: Any) -> bool:
     return type(obj).__module__.startswith("onnx_ir") and type(obj).__name__ == "Model"
 
 

@@ -1,0 +1,24 @@
+"""The pass as an onnx_ir FunctionalPass, for pipelines built on onnx_ir passes."""
+
+from __future__ import annotations
+
+import onnx_ir
+from onnx_ir.passes import FunctionalPass, PassResult
+
+from .api import fuse
+from .report import FusionReport
+
+
+class FuseAscendPass(FunctionalPass):
+    """`FuseAscendPass()(model)` returns a PassResult with the fused model.
+
+    The last report is kept on `self.report`, so pipelines can log why something did not fuse.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.report: FusionReport | None = None
+
+    def call(self, model: onnx_ir.Model) -> PassResult:
+        fused, self.report = fuse(model)
+        return PassResult(fused, modified=bool(self.report.fusions))
