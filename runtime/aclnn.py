@@ -261,9 +261,12 @@ def aclnnApplyProximalGradientDescent(workspace: DevicePtr | None, workspace_siz
 
 def run_fused(spec: NodeSpec, inputs: Mapping[str, np.ndarray], backend: Backend,
               target: str) -> dict[str, np.ndarray]:
-    """Run one fused node of a graph through `backend` (both phases and the sync in one call).
+    """Run one fused node of a graph on `backend`: the path `lower diff` takes for fused nodes.
 
-    Empty inputs launch nothing and give an empty output, as the aclnn empty-tensor rule says.
+    The node's arguments were checked when it was fused and are checked again by codegen's
+    lowering (contract of lowering/fused_ops.py), so unlike the aclnn entry points above there
+    is no status code here: a node that cannot run raises BackendError. Empty inputs launch
+    nothing and give an empty output, as the aclnn empty-tensor rule says.
     """
     op = OP_SPECS[spec.op_type]
     first = np.asarray(inputs[op.inputs[0]])

@@ -17,7 +17,9 @@ never, or a buffer too small for a tile is a KernelExecutionError naming the cor
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +38,8 @@ _F32 = np.dtype(np.float32)
 _UFUNCS = {Op.ADD: np.add, Op.ADDS: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply,
            Op.MULS: np.multiply, Op.DIV: np.divide, Op.ABS: np.abs}
 _BATCH_LANES = 1 << 16  # lanes per numpy batch: amortises dispatch, keeps slots in cache
+_WORKERS = max(1, min(os.cpu_count() or 1, 8))
+_MIN_BATCHES_PER_WORKER = 4  # below this a thread costs more than it saves
 
 
 class KernelExecutionError(RuntimeError):
@@ -205,13 +209,27 @@ def execute(
     if alloc is not None and buffer_bytes is not None:
         _check_capacity(alloc, buffer_bytes, tiles)
     scalars = eval_scalars(kernel, inputs)
-    slots: dict[tuple[int, int], _Slots] = {}
-    with np.errstate(all="ignore"):
-        for batch in _batches([t for t in tiles if t.length]):
-            shape = (len(batch), round_up(batch[0].length, LANE_GRANULE))
-            if shape not in slots:
-                slots[shape] = _Slots(kernel, alloc, *shape)
-            _run_batch(kernel, batch, gm, outs, scalars, slots[shape], nan_policy)
+    batches = _batches([t for t in tiles if t.length])
+    # Cores are independent: hand contiguous groups of batches to threads (numpy releases the
+    # GIL inside its loops), each with its own UB slots, as each AI core has its own UB.
+    workers = max(1, min(_WORKERS, len(batches) // _MIN_BATCHES_PER_WORKER))
+    groups = [batches[k * len(batches) // workers:(k + 1) * len(batches) // workers] for k in range(workers)]
+
+    def run_group(group: list[list[Tile]]) -> None:
+        slots: dict[tuple[int, int], _Slots] = {}
+        with np.errstate(all="ignore"):
+            for batch in group:
+                shape = (len(batch), round_up(batch[0].length, LANE_GRANULE))
+                if shape not in slots:
+                    slots[shape] = _Slots(kernel, alloc, *shape)
+                _run_batch(kernel, batch, gm, outs, scalars, slots[shape], nan_policy)
+
+    if workers == 1:
+        run_group(batches)
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(run_group, g) for g in groups]:
+                done.result()
     return outs
 
 

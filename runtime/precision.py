@@ -8,6 +8,7 @@ on one side is the same infinity on the other. Integer and boolean tensors must 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import ml_dtypes
@@ -53,7 +54,11 @@ class Comparison:
     note: str = ""
 
     def to_json(self) -> dict[str, object]:
+        """Plain JSON data; a metric that could not be computed (NaN) becomes null."""
         d = asdict(self)
+        for key in ("max_abs_err", "mere", "mare"):
+            if not math.isfinite(d[key]):
+                d[key] = None
         d["shape"] = list(self.shape)
         d["status"] = "PASS" if self.passed else "FAIL"
         return d
@@ -74,12 +79,14 @@ def compare(name: str, actual: np.ndarray, golden: np.ndarray) -> Comparison:
                           THRESHOLDS.get(dname, 0.0), 0, 0, False,
                           f"shape {list(actual.shape)} != golden shape {list(golden.shape)}")
     if not is_float_name(dname):
+        # Integer and boolean outputs must be equal: MERE is the share of differing elements,
+        # MARE 1 if any differs, and the threshold 0.
         same = actual == golden
         bad = int(same.size - np.count_nonzero(same))
         note = f"{bad} elements differ (exact match required)" if bad else ""
         diff = np.abs(actual.astype(np.float64) - golden.astype(np.float64)) if actual.size else np.zeros(0)
-        return Comparison(name, dname, shape, float(diff.max(initial=0.0)), 0.0 if not bad else 1.0,
-                          0.0 if not bad else 1.0, 0.0, 0, 0, bad == 0, note)
+        return Comparison(name, dname, shape, float(diff.max(initial=0.0)), bad / max(same.size, 1),
+                          float(bad > 0), 0.0, 0, 0, bad == 0, note)
 
     a = _as_f64(actual)
     g = _as_f64(golden)

@@ -17,11 +17,8 @@ class Row:
     op_type: str = ""
 
     def to_json(self) -> dict[str, object]:
-        d: dict[str, object] = {"kind": self.kind, "name": self.name, "op_type": self.op_type,
-                                "reference": self.reference}
-        d.update(self.comparison.to_json())
-        d.pop("name", None)
-        d["name"] = self.name
+        d = self.comparison.to_json()
+        d.update(kind=self.kind, name=self.name, op_type=self.op_type, reference=self.reference)
         return d
 
 
@@ -51,7 +48,7 @@ class DiffReport:
         }
 
     def to_json_text(self) -> str:
-        return json.dumps(self.to_json(), indent=2, allow_nan=True) + "\n"
+        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
 
 
 def display(text: str, width: int = 0) -> str:

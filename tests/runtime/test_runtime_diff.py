@@ -165,3 +165,15 @@ def test_every_shipped_model_verifies(diff_args, capsys, path):
     rc = run_verify(model, fused, "ascend950", diff_args("--seed", "1", *shape_args))
     captured = capsys.readouterr()
     assert rc == 0, captured.out + captured.err
+
+
+def test_progress_lines_for_large_inputs_only(build, diff_args, capsys):
+    small = build.prox_model(shape=(1000,))
+    fused, _ = lowering.fuse(small)
+    assert run_verify(small, fused, "ascend950", diff_args()) == 0
+    assert capsys.readouterr().err == ""
+    big = build.prox_model(shape=(1 << 20,))
+    fused, _ = lowering.fuse(big)
+    assert run_verify(big, fused, "ascend950", diff_args()) == 0
+    err = capsys.readouterr().err
+    assert "onnxruntime: unfused model" in err and "cpu backend: ApplyProximalGradientDescent" in err
