@@ -509,7 +509,8 @@ def sl1_cases(gen: torch.Generator) -> list[Case]:
          dtype=f16, opset=17)
     hand("sl1_hand_where_mean_b05_f32_dynamic_dynopt.onnx", hand_sl1("mean", 0.5), "mean", 0.5,
          "dynamo-optimized",
-         "mean with dynamic dim 'n' (the aten op cannot, see the exporter limit below), so written by hand: numel = Cast(Mul(Squeeze(Shape(t,start=0,end=1)), 5 int64), to=FLOAT); "
+         "mean with dynamic dim 'n' (the aten op cannot, see the exporter limit below), so written by hand: "
+         "numel = Cast(Mul(Squeeze(Shape(t,start=0,end=1)), 5 int64), to=FLOAT); "
          "g = Div(go, numel); then the usual Where form.", "grad", dynamic=True)
     hand("sl1_hand_where_mean_b05_f32_dynamic_ts.onnx", hand_sl1("mean", 0.5), "mean", 0.5, "torchscript",
          "TorchScript with dynamic_axes: numel = Cast(ReduceProd(Shape(p), keepdims=0), to=FLOAT); "
@@ -574,8 +575,11 @@ def prox_cases(gen: torch.Generator) -> list[Case]:
                       run_shapes={k: [5, 16] for k in dyn} if dynamic else {},
                       outputs=["var_out"], not_fused=not_fused or []))
 
-    const = lambda dtype=f32: prox_args("const", dtype, gen)  # noqa: E731
-    tensor = lambda **kw: prox_args("tensor", kw.pop("dtype", f32), gen, **kw)  # noqa: E731
+    def const(dtype: torch.dtype = f32) -> dict[str, torch.Tensor]:
+        return prox_args("const", dtype, gen)
+
+    def tensor(dtype: torch.dtype = f32, **kw: object) -> dict[str, torch.Tensor]:
+        return prox_args("tensor", dtype, gen, **kw)
 
     add("prox_const_clamp_f32_dyn.onnx", prox_fn(), const(), "dynamo", const_inst("var_out"),
         "Python-float hyperparameters, not optimized: Div(Mul(Sign(p), Max(Sub(Abs(p),0.001), "
@@ -706,11 +710,12 @@ def mixed_cases(gen: torch.Generator) -> list[Case]:
         prox("W_new", "folded", "W", "mm", "lr", "mul_5", "add_1"),
         prox("b_new", "folded", "b", "view", "lr", "mul_5", "add_1"),
     ]
-    step_notes = ("pred = Add(MatMul(x,W),b); SmoothL1 grad Where(Less(Abs(d),0.5), Div(Mul(g,d),0.5), Mul(g,Sign(d))) "
-                  "with g the folded constant mul_1=1/64; gW=MatMul(Transpose(x),where_1), gb=Reshape(ReduceSum(where_1,"
-                  "[0])); two prox updates Div(Mul(Sign(q), Max(Sub(Abs(q), mul_5), 0)), add_1), q=Sub(W, Mul(lr, mm)). "
-                  "CSE shares mul_5=Mul(lr,l1) and add_1=Add(Mul(lr,l2),1) between the two updates: bind them as the "
-                  "folded threshold/divisor (or duplicate them per match); they are scalar precomputations.")
+    step_notes = (
+        "pred = Add(MatMul(x,W),b); SmoothL1 grad Where(Less(Abs(d),0.5), Div(Mul(g,d),0.5), Mul(g,Sign(d))) "
+        "with g the folded constant mul_1=1/64 (FIRST Mul operand); gW=MatMul(Transpose(x),where_1), "
+        "gb=Reshape(ReduceSum(where_1,[0])); two prox updates Div(Mul(Sign(q), Max(Sub(Abs(q), mul_5), 0)), add_1), "
+        "q=Sub(W, Mul(lr, mm)). CSE shares mul_5=Mul(lr,l1) and add_1=Add(Mul(lr,l2),1) between the two updates: "
+        "bind them as the folded threshold/divisor (or duplicate them per match); they are scalar precomputations.")
     cases = [
         Case(str(SAMPLES / "box_head_train_step.onnx"), BoxHeadStep(), step_args(gen), "dynamo-optimized", "mixed",
              step_attrs_opt, "Sample model. " + step_notes, outputs=["W_new", "b_new"]),
@@ -957,7 +962,7 @@ def _run_quietly(action: Callable[[], object]) -> str:
     try:
         with _silenced():
             action()
-    except Exception as exc:  # any failure is the measurement
+    except Exception as exc:  # noqa: BLE001 - any failure is the measurement
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
         keys = ("No ONNX function", "not supported", "Cannot access", "NOT_IMPLEMENTED", "Error")
         reason = next((ln for ln in lines if any(k in ln for k in keys)), lines[0] if lines else "")

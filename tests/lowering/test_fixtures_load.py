@@ -264,6 +264,8 @@ def test_manifest_entries_are_well_formed() -> None:
             assert set(spec.attrs) <= set(inst), e["file"]
         for op, count in e["expected"].items():
             assert count == sum(1 for i in e["attrs"] if i["op"] == op), e["file"]
+        # The manifest describes the bytes it was generated with; a file regenerated alone drifts.
+        assert (REPO / e["file"]).stat().st_size == e["size_bytes"], f"{e['file']}: manifest out of date"
 
 
 @pytest.mark.parametrize("entry", _ENTRIES, ids=[Path(e["file"]).stem for e in _ENTRIES])
