@@ -1,0 +1,103 @@
+"""Smoke test of benchmarks/pass_speed.py at a tiny size: the generator, and what each tool fuses.
+
+No timing is asserted; this guards the benchmark's meaning (the graphs are valid, deterministic,
+and the planted positives / near misses are what the fusion counts are compared against).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "pass_speed.py"
+SEEDS = (0, 1, 2, 3)
+SIZE = 400
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("pass_speed_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bench = _load()
+
+
+@pytest.fixture(scope="module", params=SEEDS)
+def graph(request):
+    return bench.build_graph(SIZE, seed=request.param)
+
+
+@pytest.fixture(scope="module")
+def ours(graph):
+    from lowering.fuse import fuse_proto
+
+    model, _ = graph
+    fused, _ = fuse_proto(model)
+    return bench.fusions_of_proto(fused)
+
+
+def test_generator_makes_a_valid_graph_of_about_the_asked_size(graph):
+    model, planted = graph
+    onnx.checker.check_model(model)
+    assert 0.8 * SIZE <= len(model.graph.node) <= 1.2 * SIZE
+    assert planted.count(bench.SMOOTH_L1_GRAD) >= 10 and planted.count(bench.PROXIMAL_GD) >= 10
+    kinds = {i.kind for i in planted.near_misses}
+    assert kinds == set(bench.NEAR_MISS_SL1) | set(bench.NEAR_MISS_PROX)
+
+
+def test_generator_is_deterministic():
+    a, _ = bench.build_graph(SIZE, seed=7)
+    b, _ = bench.build_graph(SIZE, seed=7)
+    c, _ = bench.build_graph(SIZE, seed=8)
+    assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
+    assert a.SerializeToString(deterministic=True) != c.SerializeToString(deterministic=True)
+
+
+def test_our_pass_fuses_no_near_miss_and_nothing_unplanted(graph, ours):
+    _, planted = graph
+    problems = [p for p in bench.check_fusions("ours", ours, planted) if "not fused" not in p]
+    assert problems == []
+    assert ours, "the pass fused nothing"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "lowering bug: the product/sum views walk into the producer of dout, delta or var when the "
+    "pattern is its only reader (e.g. delta = Mul(x, c), var = Add(x, c), dout = Div(a, b)), and "
+    "the match is then refused ('p is not var - alpha * delta', 'scaled by v^-1')"))
+def test_our_pass_fuses_every_planted_positive():
+    from lowering.fuse import fuse_proto
+
+    problems = []
+    for seed in SEEDS:
+        model, planted = bench.build_graph(SIZE, seed=seed)
+        fused, _ = fuse_proto(model)
+        problems += bench.check_fusions(f"ours seed {seed}", bench.fusions_of_proto(fused), planted)
+    assert problems == []
+
+
+def test_onnxscript_rules_fuse_exactly_the_planted_positives(graph, tmp_path):
+    pytest.importorskip("onnxscript")
+    model, planted = graph
+    src = tmp_path / "g.onnx"
+    onnx.save(model, str(src))
+    rewritten = bench.run_onnxscript(src, tmp_path / "out.onnx", bench.onnxscript_rules(as_function=False))
+    fusions = bench.fusions_of_ir(rewritten)
+    assert bench.check_fusions("onnxscript", fusions, planted) == []
+    assert len(fusions) == len(planted.positives)
+
+
+def test_checker_reports_a_missed_instance_and_a_fused_near_miss(graph):
+    _, planted = graph
+    hit = [bench.Fused(i.op_type, i.output, None) for i in planted.positives[1:]]
+    near = planted.near_misses[0]
+    problems = bench.check_fusions("t", hit + [bench.Fused(near.op_type, near.output, None)], planted)
+    assert any("1 planted instances not fused" in p for p in problems)
+    assert any("1 near misses fused" in p for p in problems)
