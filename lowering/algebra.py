@@ -69,11 +69,13 @@ class Algebra:
     def __init__(self, index: GraphIndex) -> None:
         self.index = index
         self.taken: set[int] = set()
+        self.seen: set[int] = set()  # nodes looked at since the caller last cleared it
 
     def producer(self, value: str, *ops: str) -> tuple[int, onnx.NodeProto] | None:
         i = self.index.producer.get(value)
         if i is None or i in self.taken:
             return None
+        self.seen.add(i)
         node = self.index.nodes[i]
         if node.domain not in ("", "ai.onnx") or (ops and node.op_type not in ops):
             return None

@@ -43,7 +43,9 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     report = FusionReport(nodes_before=len(model.graph.node))
     stats = normalize(graph)
     report.normalization = stats.as_dict()
-    cleanup.eliminate_dead_code(graph)  # dead uses (an unused forward loss) must not block fusion
+    dead = cleanup.eliminate_dead_code(graph)  # dead uses (an unused forward loss) must not block fusion
+    if dead:
+        report.normalization["dead nodes removed"] = dead
     index = GraphIndex(graph)
     alg = Algebra(index)
     matches: list[Match] = []
@@ -51,17 +53,21 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     for p in patterns:
         for op in p.anchors:
             by_op.setdefault(op, []).append(p)
+    explained: dict[str, set[int]] = {}  # per pattern: nodes an earlier, wider attempt already reported
     for i in range(len(index.nodes) - 1, -1, -1):
         node = index.nodes[i]
         if i in alg.taken or node.domain not in ("", "ai.onnx"):
             continue
         for pattern in by_op.get(node.op_type, ()):
+            alg.seen = {i}
             try:
                 found = pattern.match(alg, i)
                 if found is not None:
                     _check_closed(index, alg, found, stats.cse_shared)
             except NoMatch as exc:
-                report.rejections.append(Rejection(pattern.name, node_label(node), node.op_type, str(exc)))
+                if i not in explained.get(pattern.name, ()):
+                    report.rejections.append(Rejection(pattern.name, node_label(node), node.op_type, str(exc)))
+                explained.setdefault(pattern.name, set()).update(alg.seen)
                 continue
             if found is not None:
                 matches.append(found)
