@@ -26,10 +26,10 @@ from onnx import helper as h
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codegen.nodes import InputSpec, NodeSpec  # noqa: E402
-from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD  # noqa: E402
-from runtime.backend import KernelCall  # noqa: E402
-from runtime.backends.cpu import CpuBackend  # noqa: E402
+from codegen.nodes import InputSpec, NodeSpec
+from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+from runtime.backend import KernelCall
+from runtime.backends.cpu import CpuBackend
 
 ONNX_TYPES = {"float32": T.FLOAT, "float16": T.FLOAT16}
 TARGET = "ascend950"
@@ -90,6 +90,13 @@ def _best(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
+def _time_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray], repeat: int) -> float:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return _best(lambda: sess.run(None, feeds), repeat)
+
+
 def bench(op: str, dtype: str, n: int, repeat: int) -> tuple[float, float]:
     rng = np.random.default_rng(0)
     np_dt = np.dtype(dtype)
@@ -107,13 +114,9 @@ def bench(op: str, dtype: str, n: int, repeat: int) -> tuple[float, float]:
         spec = NodeSpec("bench", op, {k: InputSpec("float32" if v.ndim == 0 else dtype, v.shape)
                                       for k, v in data.items()}, {"scalar_form": "raw"})
         feeds = data
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    t_ort = _best(lambda: sess.run(None, feeds), repeat)
+    t_ort = _time_onnxruntime(model, feeds, repeat)
     # onnxruntime's idle worker threads spin for a while after a run; let them stop first so
-    # they do not eat the cores the CPU backend's threads need.
-    del sess
+    # they do not take the cores the CPU backend's threads need.
     time.sleep(0.5)
     cpu = CpuBackend()
     call = KernelCall(spec, data, TARGET)

@@ -160,12 +160,12 @@ def set_recent_error(message: str) -> None:
     _last_error[0] = message
 
 
-def aclGetRecentErrMsg() -> str:  # noqa: N802 - ACL's name
+def aclGetRecentErrMsg() -> str:
     """The message of the last failed call, like ACL's aclGetRecentErrMsg."""
     return _last_error[0]
 
 
-def aclrtMalloc(size: int, policy: AclrtMemMallocPolicy = AclrtMemMallocPolicy.HUGE_FIRST  # noqa: N802
+def aclrtMalloc(size: int, policy: AclrtMemMallocPolicy = AclrtMemMallocPolicy.HUGE_FIRST
                 ) -> tuple[int, DevicePtr | None]:
     if size < 0:
         set_recent_error(f"aclrtMalloc: size {size} < 0")
@@ -173,7 +173,7 @@ def aclrtMalloc(size: int, policy: AclrtMemMallocPolicy = AclrtMemMallocPolicy.H
     return AclnnStatus.SUCCESS, DevicePtr(int(size))
 
 
-def aclrtFree(ptr: DevicePtr | None) -> int:  # noqa: N802
+def aclrtFree(ptr: DevicePtr | None) -> int:
     if ptr is None:
         return AclnnStatus.PARAM_NULLPTR
     ptr.freed = True
@@ -186,7 +186,7 @@ def _bytes_of(obj: DevicePtr | np.ndarray) -> np.ndarray:
     return np.asarray(obj, order="C").reshape(-1).view(np.uint8)
 
 
-def aclrtMemcpy(dst: DevicePtr | np.ndarray | None, dest_max: int,  # noqa: N802
+def aclrtMemcpy(dst: DevicePtr | np.ndarray | None, dest_max: int,
                 src: DevicePtr | np.ndarray | None, count: int, kind: AclrtMemcpyKind) -> int:
     """Copy `count` bytes; a host side is a numpy array (a writable contiguous one for dst)."""
     if dst is None or src is None:
@@ -213,11 +213,11 @@ def aclrtMemcpy(dst: DevicePtr | np.ndarray | None, dest_max: int,  # noqa: N802
     return AclnnStatus.SUCCESS
 
 
-def aclrtCreateStream() -> tuple[int, Stream]:  # noqa: N802
+def aclrtCreateStream() -> tuple[int, Stream]:
     return AclnnStatus.SUCCESS, Stream()
 
 
-def aclrtSynchronizeStream(stream: Stream | None) -> int:  # noqa: N802
+def aclrtSynchronizeStream(stream: Stream | None) -> int:
     """Run the stream's queued launches in order; a failing launch fails the synchronize."""
     if stream is None:
         return AclnnStatus.SUCCESS
@@ -234,14 +234,14 @@ def aclrtSynchronizeStream(stream: Stream | None) -> int:  # noqa: N802
     return AclnnStatus.SUCCESS
 
 
-def aclrtDestroyStream(stream: Stream | None) -> int:  # noqa: N802
+def aclrtDestroyStream(stream: Stream | None) -> int:
     if stream is None:
         return AclnnStatus.PARAM_NULLPTR
     stream.destroyed = True
     return AclnnStatus.SUCCESS
 
 
-def aclCreateTensor(view_dims: tuple[int, ...] | list[int], data_type: AclDataType,  # noqa: N802
+def aclCreateTensor(view_dims: tuple[int, ...] | list[int], data_type: AclDataType,
                     strides: tuple[int, ...] | list[int] | None, offset: int, fmt: AclFormat,
                     storage_dims: tuple[int, ...] | list[int], tensor_data: DevicePtr | None
                     ) -> AclTensor | None:
@@ -265,7 +265,7 @@ def aclCreateTensor(view_dims: tuple[int, ...] | list[int], data_type: AclDataTy
                      tuple(int(d) for d in storage_dims), tensor_data)
 
 
-def aclDestroyTensor(tensor: AclTensor | None) -> int:  # noqa: N802
+def aclDestroyTensor(tensor: AclTensor | None) -> int:
     return AclnnStatus.SUCCESS if tensor is not None else AclnnStatus.PARAM_NULLPTR
 
 

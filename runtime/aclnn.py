@@ -27,7 +27,14 @@ import numpy as np
 from codegen.nodes import InputSpec, NodeSpec
 from lowering.fused_ops import OP_SPECS, PROXIMAL_GD, REDUCTIONS, SMOOTH_L1_GRAD
 from runtime import acl
-from runtime.acl import DTYPE_NAMES, AclDataType, AclnnStatus, AclTensor, DevicePtr, Stream
+from runtime.acl import (
+    DTYPE_NAMES,
+    AclDataType,
+    AclnnStatus,
+    AclTensor,
+    DevicePtr,
+    Stream,
+)
 from runtime.backend import DEFAULT_TARGET, Backend, BackendError, KernelCall
 from runtime.numerics import NUMPY_DTYPES
 
@@ -52,7 +59,9 @@ def set_device_backend(backend: Backend, target: str = DEFAULT_TARGET) -> None:
 
 def current_backend() -> tuple[Backend, str]:
     if _device.backend is None:
-        from runtime.backends import get_backend  # the CPU backend by default, made on first use
+        from runtime.backends import (
+            get_backend,  # the CPU backend by default, made on first use
+        )
 
         _device.backend = get_backend("cpu")
     return _device.backend, _device.target
@@ -118,7 +127,7 @@ def _host(t: AclTensor, dtype: AclDataType) -> np.ndarray:
     return np.asarray(t.read(), order="C").astype(acl.numpy_dtype(dtype), copy=False)
 
 
-def aclnnSmoothL1LossBackwardGetWorkspaceSize(  # noqa: N802 - the aclnn name
+def aclnnSmoothL1LossBackwardGetWorkspaceSize(
     grad_out: AclTensor | None, self: AclTensor | None, target: AclTensor | None,
     reduction: int, beta: float, grad_input: AclTensor | None,
 ) -> tuple[int, int, AclOpExecutor | None]:
@@ -172,7 +181,7 @@ def aclnnSmoothL1LossBackwardGetWorkspaceSize(  # noqa: N802 - the aclnn name
                                                       "gradient", backend)
 
 
-def aclnnApplyProximalGradientDescentGetWorkspaceSize(  # noqa: N802 - the aclnn name
+def aclnnApplyProximalGradientDescentGetWorkspaceSize(
     var: AclTensor | None, alpha: AclTensor | None, l1: AclTensor | None, l2: AclTensor | None,
     delta: AclTensor | None, var_out: AclTensor | None,
 ) -> tuple[int, int, AclOpExecutor | None]:
@@ -249,12 +258,12 @@ def _launch(workspace: DevicePtr | None, workspace_size: int, executor: AclOpExe
     return int(AclnnStatus.SUCCESS)
 
 
-def aclnnSmoothL1LossBackward(workspace: DevicePtr | None, workspace_size: int,  # noqa: N802
+def aclnnSmoothL1LossBackward(workspace: DevicePtr | None, workspace_size: int,
                               executor: AclOpExecutor | None, stream: Stream | None) -> int:
     return _launch(workspace, workspace_size, executor, stream, "aclnnSmoothL1LossBackward")
 
 
-def aclnnApplyProximalGradientDescent(workspace: DevicePtr | None, workspace_size: int,  # noqa: N802
+def aclnnApplyProximalGradientDescent(workspace: DevicePtr | None, workspace_size: int,
                                       executor: AclOpExecutor | None, stream: Stream | None) -> int:
     return _launch(workspace, workspace_size, executor, stream, "aclnnApplyProximalGradientDescent")
 

@@ -14,9 +14,18 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
-from lowering.fused_ops import PROXIMAL_GD, proximal_gd_reference, smooth_l1_grad_reference
+from lowering.fused_ops import (
+    PROXIMAL_GD,
+    proximal_gd_reference,
+    smooth_l1_grad_reference,
+)
 from runtime.backend import Backend
-from runtime.graph_exec import FusedRun, function_body, run_fused_model, run_function_body
+from runtime.graph_exec import (
+    FusedRun,
+    function_body,
+    run_function_body,
+    run_fused_model,
+)
 from runtime.ort_exec import run_model
 from runtime.precision import compare
 from runtime.progress import Progress

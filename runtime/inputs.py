@@ -112,9 +112,8 @@ def resolve_shapes(
             for g, d in zip(given, s.shape):
                 if isinstance(d, int) and d != g:
                     raise InputError(f"--shape {s.name}={_fmt(given)} disagrees with the static shape {_fmt(s.shape)}")
-                if isinstance(d, str):
-                    if bound.setdefault(d, g) != g:
-                        raise InputError(f"--shape {s.name}: dim {d!r} is {g} here but {bound[d]} elsewhere")
+                if isinstance(d, str) and bound.setdefault(d, g) != g:
+                    raise InputError(f"--shape {s.name}: dim {d!r} is {g} here but {bound[d]} elsewhere")
         out[s.name] = given
     unresolved = []
     for s in specs:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 from runtime.precision import Comparison
@@ -60,7 +61,7 @@ def display(text: str, width: int = 0) -> str:
 
 
 def _num(x: float) -> str:
-    return f"{x:.3e}" if x == x else "-"
+    return "-" if math.isnan(x) else f"{x:.3e}"
 
 
 def format_table(report: DiffReport) -> str:
@@ -75,8 +76,9 @@ def format_table(report: DiffReport) -> str:
                       _num(c.max_abs_err), _num(c.mere), _num(c.mare), _num(c.threshold),
                       f"{c.nan_mismatch}/{c.inf_mismatch}", "PASS" if c.passed else "FAIL"))
     widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(head)]
-    out = [f"diff {display(report.unfused)} (unfused) vs {display(report.fused)} (fused); "
-           f"backend {report.backend}, target {report.target}, inputs: {display(report.inputs)}",
+    title = (f"diff {display(report.unfused)} (unfused) vs {display(report.fused)} (fused); "
+             f"backend {report.backend}, target {report.target}, inputs: {display(report.inputs)}")
+    out = [title,
            "  ".join(h.ljust(w) for h, w in zip(head, widths)),
            "  ".join("-" * w for w in widths)]
     out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in lines]

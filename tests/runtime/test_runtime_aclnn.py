@@ -8,7 +8,13 @@ import pytest
 
 from lowering.fused_ops import proximal_gd_reference, smooth_l1_grad_reference
 from runtime import acl, aclnn
-from runtime.acl import AclDataType, AclFormat, AclnnStatus, AclrtMemcpyKind, tensor_from_numpy
+from runtime.acl import (
+    AclDataType,
+    AclFormat,
+    AclnnStatus,
+    AclrtMemcpyKind,
+    tensor_from_numpy,
+)
 from runtime.aclnn import (
     aclnnApplyProximalGradientDescent,
     aclnnApplyProximalGradientDescentGetWorkspaceSize,
@@ -48,14 +54,14 @@ def test_smooth_l1_null_tensor_is_161001(which):
 
 
 @pytest.mark.parametrize("case", [
-    dict(self=t((8, 16), np.float64)),
-    dict(grad_out=t((8, 16), np.int32)),
-    dict(grad_input=t((8, 16), np.float64, fill=0)),
-    dict(reduction=3), dict(reduction=-1),
-    dict(beta=-0.5), dict(beta=float("nan")),
-    dict(self=t((8, 15))),                                     # fails to broadcast
-    dict(grad_input=t((8, 1), fill=0)),                        # broadcast != output shape
-    dict(shape=(1,) * 9),                                      # rank 9
+    {"self": t((8, 16), np.float64)},
+    {"grad_out": t((8, 16), np.int32)},
+    {"grad_input": t((8, 16), np.float64, fill=0)},
+    {"reduction": 3}, {"reduction": -1},
+    {"beta": -0.5}, {"beta": float("nan")},
+    {"self": t((8, 15))},                                     # fails to broadcast
+    {"grad_input": t((8, 1), fill=0)},                       # broadcast != output shape
+    {"shape": (1,) * 9},                                      # rank 9
 ])
 def test_smooth_l1_invalid_is_161002(case):
     status, _, executor = sl1(**case)
@@ -83,13 +89,13 @@ def test_prox_null_tensor_is_161001(which):
 
 
 @pytest.mark.parametrize("case", [
-    dict(var=t((100,), np.float64)),
-    dict(delta=t((100,), np.float16)),                          # var and delta differ
-    dict(alpha=t((2,), fill=0.1)),                              # not one element
-    dict(l2=t((), np.int64, fill=1)),
-    dict(delta=t((99,))),                                       # no broadcast for var/delta
-    dict(var_out=t((100, 1), fill=0)),
-    dict(shape=(1,) * 9),
+    {"var": t((100,), np.float64)},
+    {"delta": t((100,), np.float16)},                          # var and delta differ
+    {"alpha": t((2,), fill=0.1)},                          # not one element
+    {"l2": t((), np.int64, fill=1)},
+    {"delta": t((99,))},                                       # no broadcast for var/delta
+    {"var_out": t((100, 1), fill=0)},
+    {"shape": (1,) * 9},
 ])
 def test_prox_invalid_is_161002(case):
     status, _, executor = prox(**case)
@@ -191,6 +197,7 @@ def test_kernel_failure_surfaces_at_synchronize(monkeypatch):
 
     monkeypatch.setattr(aclnn, "_device", aclnn._Device(Broken()))
     status, ws, executor = sl1()
+    assert status == SUCCESS
     _, stream = acl.aclrtCreateStream()
     assert aclnnSmoothL1LossBackward(None, ws, executor, stream) == SUCCESS
     assert acl.aclrtSynchronizeStream(stream) == AclnnStatus.RUNTIME_ERROR

@@ -86,7 +86,7 @@ def test_two_live_values_in_one_slot_give_a_wrong_result(setup):
 
 
 def test_pad_lanes_never_reach_memory(setup):
-    kernel, alloc, plan, inputs, golden = setup
+    kernel, alloc, _, inputs, golden = setup
     # tiles of 100 elements compute over 128 lanes whose pad holds NaN: none may be stored
     tiles = [Tile(0, k, off, min(100, N - off)) for k, off in enumerate(range(0, N, 100))]
     out = execute(kernel, tiles, inputs, N, alloc=alloc)["gradient"]
