@@ -282,11 +282,6 @@ def tensor_from_numpy(array: np.ndarray) -> AclTensor:
     return tensor
 
 
-def empty_tensor(shape: tuple[int, ...], dtype: np.dtype) -> AclTensor:
-    """A zero-filled contiguous ND tensor of `shape` and numpy `dtype` in device memory."""
-    return tensor_from_numpy(np.zeros(shape, dtype))
-
-
 def tensor_to_numpy(tensor: AclTensor) -> np.ndarray:
     """Copy a tensor's values back to a new contiguous host array."""
     return np.array(tensor.read(), copy=True)

@@ -195,7 +195,9 @@ def test_kernel_failure_surfaces_at_synchronize(monkeypatch):
         def run(self, call):
             raise RuntimeError("boom")
 
-    monkeypatch.setattr(aclnn, "_device", aclnn._Device(Broken()))
+    monkeypatch.setattr(aclnn, "_device", aclnn._Device())  # restored after the test
+    aclnn.set_device_backend(Broken(), "ascend910b")
+    assert aclnn.current_backend()[1] == "ascend910b"
     status, ws, executor = sl1()
     assert status == SUCCESS
     _, stream = acl.aclrtCreateStream()
