@@ -442,12 +442,12 @@ def sl1_cases(gen: torch.Generator) -> list[Case]:
     p, t = randn(4, 5, gen=gen), randn(4, 5, gen=gen)
     c.append(Case(fx("sl1_autograd_mean_b05_f32_dynopt.onnx"), autograd_sl1("mean", 0.5, False),
                   {"p": p, "t": t}, "dynamo-optimized", "smooth_l1_grad",
-                  [sl1("where_1", 0.5, "sum", "p", "t", stored(0.05))],
+                  [sl1("where_1", 0.5, "mean", "p", "t", 1.0)],
                   "F.smooth_l1_loss + torch.autograd.grad inside forward (torch.export records the backward; the "
                   "unused forward loss is dropped). grad_output=ones is folded with norm into one initializer "
                   "mul_1=0.05, so g is a constant: Where(Less(Abs(d),0.5), Div(Mul(0.05,d),0.5), Mul(0.05,Sign(d))) "
-                  "with the constant as the FIRST Mul operand. No dout input: bind dout to the constant "
-                  "(reduction 'sum', or dout 1.0 with reduction 'mean')."))
+                  "with the constant as the FIRST Mul operand. No dout input: the constant is norm*1 (0.05 = 1/numel), so "
+                  "reduction 'mean' with dout 1.0 (equivalently reduction 'sum' with dout 0.05)."))
     c.append(Case(fx("sl1_autograd_mean_b05_f32_dyn.onnx"), autograd_sl1("mean", 0.5, False),
                   {"p": p.clone(), "t": t.clone()}, "dynamo", "smooth_l1_grad",
                   [sl1("where_1", 0.5, "mean", "p", "t", "ones_like")],
@@ -706,16 +706,18 @@ def prox_cases(gen: torch.Generator) -> list[Case]:
 
 def mixed_cases(gen: torch.Generator) -> list[Case]:
     step_attrs_opt = [
-        sl1("where_1", 0.5, "sum", "add", "target", stored(1 / 64)),
-        prox("W_new", "folded", "W", "mm", "lr", "mul_5", "add_1"),
-        prox("b_new", "folded", "b", "view", "lr", "mul_5", "add_1"),
+        sl1("where_1", 0.5, "mean", "add", "target", 1.0),
+        prox("W_new", "raw", "W", "mm", "lr", "l1", "l2"),
+        prox("b_new", "raw", "b", "view", "lr", "l1", "l2"),
     ]
     step_notes = (
         "pred = Add(MatMul(x,W),b); SmoothL1 grad Where(Less(Abs(d),0.5), Div(Mul(g,d),0.5), Mul(g,Sign(d))) "
         "with g the folded constant mul_1=1/64 (FIRST Mul operand); gW=MatMul(Transpose(x),where_1), "
         "gb=Reshape(ReduceSum(where_1,[0])); two prox updates Div(Mul(Sign(q), Max(Sub(Abs(q), mul_5), 0)), add_1), "
         "q=Sub(W, Mul(lr, mm)). CSE shares mul_5=Mul(lr,l1) and add_1=Add(Mul(lr,l2),1) between the two updates: "
-        "bind them as the folded threshold/divisor (or duplicate them per match); they are scalar precomputations.")
+        "attrs bind the raw inputs lr, l1, l2 (the shared scalar products stay for the other consumer or go "
+        "dead); binding mul_5/add_1 as 'folded' threshold/divisor is equivalent. SmoothL1: g = 1/64 = 1/numel, so "
+        "reduction 'mean' with dout 1.0.")
     cases = [
         Case(str(SAMPLES / "box_head_train_step.onnx"), BoxHeadStep(), step_args(gen), "dynamo-optimized", "mixed",
              step_attrs_opt, "Sample model. " + step_notes, outputs=["W_new", "b_new"]),
@@ -734,7 +736,7 @@ def mixed_cases(gen: torch.Generator) -> list[Case]:
              "Less(Abs,0.5), so the SmoothL1 backward's intermediates feed the loss (Pow/ReduceMean) too and it "
              "must NOT fuse; the two prox updates still fuse. " + step_notes,
              outputs=["W_new", "b_new", "loss"],
-             not_fused=[sl1("where_1", 0.5, "sum", "add", "target", stored(1 / 64),
+             not_fused=[sl1("where_1", 0.5, "mean", "add", "target", 1.0,
                             reason="Sub, Abs and Less are shared with the forward loss (CSE)")]),
         Case(fx("mixed_two_heads_dynopt.onnx"), TwoHeadStep(),
              {"x": randn(12, 6, gen=gen), "t1": randn(12, 4, gen=gen), "t2": randn(12, 3, gen=gen),
@@ -742,11 +744,11 @@ def mixed_cases(gen: torch.Generator) -> list[Case]:
               "W2": randn(6, 3, scale=0.5, gen=gen), "b2": randn(3, scale=0.1, gen=gen),
               "lr": torch.tensor(0.1), "l1": torch.tensor(0.01), "l2": torch.tensor(0.05)},
              "dynamo-optimized", "mixed",
-             [sl1("where", 0.5, "sum", "add", "t1", stored(1 / 48)), sl1("where_1", 2.0, "sum", "add_1", "t2", 1.0),
-              prox("W1_new", "folded", "W1", "matmul_2", "lr", "mul_7", "add_2"),
-              prox("b1_new", "folded", "b1", "sum_1", "lr", "mul_7", "add_2"),
-              prox("W2_new", "folded", "W2", "matmul_3", "lr", "mul_7", "add_2"),
-              prox("b2_new", "folded", "b2", "sum_2", "lr", "mul_7", "add_2")],
+             [sl1("where", 0.5, "mean", "add", "t1", 1.0), sl1("where_1", 2.0, "sum", "add_1", "t2", 1.0),
+              prox("W1_new", "raw", "W1", "matmul_2", "lr", "l1", "l2"),
+              prox("b1_new", "raw", "b1", "sum_1", "lr", "l1", "l2"),
+              prox("W2_new", "raw", "W2", "matmul_3", "lr", "l1", "l2"),
+              prox("b2_new", "raw", "b2", "sum_2", "lr", "l1", "l2")],
              "Two heads with the aten op and grad_output = torch.ones(()): head 1 (mean, beta 0.5): ones*1/48 "
              "folded into one initializer, the FIRST Mul operand: Where(Less(Abs(d),0.5), Div(Mul(0.0208333,d),0.5), "
              "Mul(0.0208333,Sign(d))); head 2 (sum, beta 2): g=1 vanishes: Where(Less(Abs(d),2), Div(d,2), Sign(d)). "
@@ -759,13 +761,12 @@ def mixed_cases(gen: torch.Generator) -> list[Case]:
               "W2": randn(6, 3, scale=0.5, gen=gen), "b2": randn(3, scale=0.1, gen=gen),
               "lr": torch.tensor(0.1), "l1": torch.tensor(0.01), "l2": torch.tensor(0.05)},
              "torchscript", "mixed",
-             [sl1("/Where_output_0", 0.5, "sum", "/Add_output_0", "t1", stored(1 / 48)),
+             [sl1("/Where_output_0", 0.5, "mean", "/Add_output_0", "t1", 1.0),
               sl1("/Where_1_output_0", 2.0, "sum", "/Add_1_output_0", "t2", 1.0),
-              prox("W1_new", "folded", "W1", "/MatMul_2_output_0", "lr", "/Mul_5_output_0", "/Add_2_output_0"),
-              prox("b1_new", "folded", "b1", "/ReduceSum_output_0", "lr", "/Mul_5_output_0", "/Add_2_output_0"),
-              prox("W2_new", "folded", "W2", "/MatMul_3_output_0", "lr", "/Mul_5_output_0", "/Add_2_output_0"),
-              prox("b2_new", "folded", "b2", "/ReduceSum_1_output_0", "lr", "/Mul_5_output_0",
-                   "/Add_2_output_0")],
+              prox("W1_new", "raw", "W1", "/MatMul_2_output_0", "lr", "l1", "l2"),
+              prox("b1_new", "raw", "b1", "/ReduceSum_output_0", "lr", "l1", "l2"),
+              prox("W2_new", "raw", "W2", "/MatMul_3_output_0", "lr", "l1", "l2"),
+              prox("b2_new", "raw", "b2", "/ReduceSum_1_output_0", "lr", "l1", "l2")],
              "TorchScript, hand-written SmoothL1 grads with grad_output = torch.ones(()): the tracer folds "
              "ones/48 into Constant 0.0208333 (head 1) and ones into Constant 1.0 (head 2), both as the FIRST "
              "Mul operand: Where(Less(Abs(d),0.5), Div(Mul(c,d),0.5), Mul(c,Sign(d))); the Mul by 1.0 is kept. "
@@ -777,9 +778,9 @@ def mixed_cases(gen: torch.Generator) -> list[Case]:
               "b": randn(32, scale=0.1, gen=gen), "lr": torch.tensor(0.1), "l1": torch.tensor(0.01),
               "l2": torch.tensor(0.05)},
              "dynamo-optimized", "mixed",
-             [sl1("where_1", 1.0, "sum", "add", "target", stored(1 / 2048)),
-              prox("W_new", "folded", "W", "mm", "lr", "mul_5", "add_1"),
-              prox("b_new", "folded", "b", "view", "lr", "mul_5", "add_1")],
+             [sl1("where_1", 1.0, "mean", "add", "target", 1.0),
+              prox("W_new", "raw", "W", "mm", "lr", "l1", "l2"),
+              prox("b_new", "raw", "b", "view", "lr", "l1", "l2")],
              "Larger: frozen Linear(64,128) backbone as initializers (Gemm/Relu), head W [128,32] = 4096 elements, "
              "pred [64,32] = 2048 elements. SmoothL1 beta 1 so Div(.,1) is gone: Where(Less(Abs(d),1), "
              "Mul(g,d), Mul(g,Sign(d))), g = initializer mul_1 = 1/2048 (FIRST Mul operand). The optimizer "
