@@ -251,11 +251,13 @@ def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
             src = gm[str(ins.attr("name"))][start:start + rows * n].reshape(rows, n)
             if count == n and ub.alloc is None:
                 ub.write(i, src)
-            else:
+                continue
+            r = ub.dest(i, src.dtype)
+            if r is None:
                 r = np.empty((rows, count), src.dtype)
-                r[:, :n] = src
-                r[:, n:] = np.nan  # DataCopyPad pads the tail; the pad lanes are never stored
-                ub.write(i, r)
+            r[:, :n] = src
+            r[:, n:] = np.nan  # DataCopyPad pads the tail; the pad lanes are never stored
+            ub.write(i, r)
             continue
         a = [v(s) for s in ins.srcs]
         if op is Op.COPY_OUT:
