@@ -18,8 +18,12 @@ ApplyProximalGradientDescent(var, alpha, l1, l2, delta) -> var_out
       raw:               threshold = alpha * l1, divisor = 1 + alpha * l2
       folded:            threshold = l1,         divisor = l2
       folded_reciprocal: threshold = l1,         divisor = 1 / l2
+           shrink_max (float, default +inf): ONNX Clip(x, min=0) without max clamps at the
+           largest finite value of its dtype, so a graph written with it maps +-inf to
+           +-that value; the attribute carries it
     prox = var - alpha * delta
-    var_out = sign(prox) * max(|prox| - threshold, 0) / divisor   (sign(0) = 0; NaN propagates)
+    var_out = sign(prox) * min(max(|prox| - threshold, 0), shrink_max) / divisor
+              (sign(0) = 0; NaN propagates)
     alpha, l1, l2 hold one element each (0-D or [1]); var and delta share one shape.
 
 Tensors are float32, float16 or bfloat16 (one dtype per node for the tensor inputs; the scalars of
@@ -65,7 +69,7 @@ OP_SPECS: dict[str, OpSpec] = {
         inputs=("var", "alpha", "l1", "l2", "delta"),
         outputs=("var_out",),
         scalar_inputs=("alpha", "l1", "l2"),
-        attrs={"scalar_form": "raw"},
+        attrs={"scalar_form": "raw", "shrink_max": float("inf")},
     ),
 }
 
@@ -88,8 +92,8 @@ def smooth_l1_grad_reference(
     if sigma < 0:
         raise ValueError("sigma must be >= 0")
     p = np.asarray(predict, np.float64)
-    x = p - np.asarray(label, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
+        x = p - np.asarray(label, np.float64)
         inside = np.abs(x) < sigma
         s = np.where(inside, x / (sigma if sigma > 0 else 1.0), _sign_keep_nan(x))
     norm = 1.0 / p.size if reduction == "mean" and p.size else 1.0
@@ -116,6 +120,7 @@ def proximal_gd_reference(
     l2: float,
     delta: np.ndarray,
     scalar_form: str = "raw",
+    shrink_max: float = float("inf"),
 ) -> np.ndarray:
     """float64 golden of ApplyProximalGradientDescent (result in float64; the caller rounds)."""
     a = float(np.asarray(alpha, np.float64).reshape(-1)[0])
@@ -127,6 +132,6 @@ def proximal_gd_reference(
     )
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         prox = np.asarray(var, np.float64) - a * np.asarray(delta, np.float64)
-        shrunk = np.maximum(np.abs(prox) - threshold, 0.0)
+        shrunk = np.minimum(np.maximum(np.abs(prox) - threshold, 0.0), shrink_max)
         shrunk = np.where(np.isnan(prox), prox, shrunk)
         return _sign_keep_nan(prox) * shrunk / divisor

@@ -36,7 +36,8 @@ def formula_golden(run: FusedRun) -> np.ndarray:
     """float64 formula for one fused node run, rounded to its output dtype."""
     x, a = run.inputs, run.spec.attrs
     if run.spec.op_type == PROXIMAL_GD:
-        g = proximal_gd_reference(x["var"], x["alpha"], x["l1"], x["l2"], x["delta"], str(a["scalar_form"]))
+        g = proximal_gd_reference(x["var"], x["alpha"], x["l1"], x["l2"], x["delta"], str(a["scalar_form"]),
+                                  float(a.get("shrink_max", np.inf)))
     else:
         g = smooth_l1_grad_reference(x["predict"], x["label"], x["dout"], float(a["sigma"]),
                                      str(a["reduction"]), float(a["scale"]))

@@ -1,7 +1,7 @@
 """ApplyProximalGradientDescent -> IR.
 
     prox = var - alpha * delta
-    var_out = sign(prox) * max(|prox| - t, 0) * r        t = threshold, r = 1 / divisor
+    var_out = sign(prox) * min(max(|prox| - t, 0), shrink_max) * r     t = threshold, r = 1 / divisor
 
 is computed as `prox - c` with
 
@@ -101,6 +101,14 @@ def lower_proximal_gd(spec: NodeSpec) -> Kernel:
     else:
         shrink = b.tile_scalar(Op.MINS, b.unary(Op.ABS, prox), thr)
         c = b.binary(Op.MUL, b.unary(Op.SIGN, prox), shrink)
-    out = b.tile_scalar(Op.MULS, b.binary(Op.SUB, prox, c), recip)
+    shrunk = b.binary(Op.SUB, prox, c)
+    shrink_max = float(spec.attrs.get("shrink_max", math.inf))
+    if math.isfinite(shrink_max):
+        # min(., shrink_max) on the magnitude; Maxs/Mins on NaN are undocumented, so a NaN is
+        # selected back from the unclamped value (Compare(x, x, EQ) is false only for NaN)
+        m = b.sconst(shrink_max)
+        clamped = b.tile_scalar(Op.MINS, b.tile_scalar(Op.MAXS, shrunk, b.sop(Op.SNEG, m)), m)
+        shrunk = b.select(b.compare(shrunk, shrunk, "EQ"), clamped, shrunk)
+    out = b.tile_scalar(Op.MULS, shrunk, recip)
     store(b, "var_out", out, dtype)
     return b.build()

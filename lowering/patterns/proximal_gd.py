@@ -31,7 +31,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     shrink = _find_shrink(alg, mono)
     if shrink is None:
         return None
-    p, t, rest, nodes, form = shrink
+    p, t, rest, nodes, form, clamp_input = shrink
     update = _update(alg, p)
     require(update is not None, "p is not var - alpha * delta with a scalar alpha")
     var, delta, alpha, update_nodes = update
@@ -54,11 +54,12 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         inputs = [var, alpha, l1, l2, delta]
         interior |= out_cast
         boundary |= in_casts
-    caveats = []
+    attrs: dict[str, object] = {"scalar_form": scalar_form}
     if form == "clip":
-        caveats.append("Clip without max: onnxruntime clamps +inf to FLT_MAX, the kernel keeps inf")
-    return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, inputs, {"scalar_form": scalar_form},
-                 interior=interior - boundary, boundary=boundary, caveats=caveats)
+        # Clip without max clamps at its dtype's largest finite value (ONNX spec), so inf maps there
+        attrs["shrink_max"] = float(_finfo_max(index.elem_type(clamp_input)))
+    return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, inputs, attrs,
+                 interior=interior - boundary, boundary=boundary)
 
 
 def _find_shrink(alg: Algebra, mono: Monomial):
@@ -69,7 +70,7 @@ def _find_shrink(alg: Algebra, mono: Monomial):
         soft = _softshrink(alg, name)
         if soft is not None:
             p, t, nodes = soft
-            return p, t, mono.without(name), nodes, "softshrink"
+            return p, t, mono.without(name), nodes, "softshrink", None
         sign = alg.unary(name, "Sign")
         if sign is None:
             continue
@@ -84,8 +85,18 @@ def _find_shrink(alg: Algebra, mono: Monomial):
                 continue
             t, nodes = split
             rest = mono.without(name).without(other)
-            return p, t, rest, nodes | {sign[1]} | clamp_nodes, form
+            return p, t, rest, nodes | {sign[1]} | clamp_nodes, form, d
     return None
+
+
+def _finfo_max(elem_type: int | None) -> float:
+    if elem_type == onnx.TensorProto.FLOAT16:
+        return float(np.finfo(np.float16).max)
+    if elem_type == onnx.TensorProto.BFLOAT16:
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    return float(np.finfo(np.float32).max)
 
 
 def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:

@@ -121,7 +121,8 @@ def golden_of(fused: onnx.ModelProto, node: onnx.NodeProto, feeds: dict[str, np.
         return smooth_l1_grad_reference(*args, sigma=attrs["sigma"], reduction=reduction, scale=attrs["scale"])
     if node.op_type == PROXIMAL_GD:
         form = attrs["scalar_form"]
-        return proximal_gd_reference(*args, scalar_form=form.decode() if isinstance(form, bytes) else form)
+        return proximal_gd_reference(*args, scalar_form=form.decode() if isinstance(form, bytes) else form,
+                                     shrink_max=attrs.get("shrink_max", np.inf))
     raise AssertionError(node.op_type)
 
 
