@@ -163,27 +163,23 @@ class Algebra:
                 return out, sub.nodes
         return None
 
-    def terms(self, value: str, limit: int = 4, stop: frozenset[str] = frozenset()) -> tuple[list[tuple[int, str]], set[int]]:
-        """Signed addends of value (through Add, Sub, Neg, entered only where the walk owns
-        the value, as in `monomial`), at most `limit` of them."""
+    def terms(self, value: str) -> tuple[list[tuple[int, str]], set[int]]:
+        """The two signed addends of value = Add(a, b) or Sub(a, b), a Neg on either side
+        flipping its sign. One level only: what feeds the addends (a var that is itself a sum)
+        stays whole, which is what every pattern wants of an update or a threshold."""
+        found = self.producer(value, "Add", "Sub")
+        if found is None or len(found[1].input) != 2:
+            return [(1, value)], set()
+        i, node = found
         out: list[tuple[int, str]] = []
-        nodes: set[int] = set()
-
-        def walk(v: str, sign: int) -> None:
-            owned = v == value or self._owned(v, nodes, frozenset())
-            found = self.producer(v, "Add", "Sub", "Neg") if owned and len(nodes) < MAX_WALK and v not in stop else None
-            if found is None or len(out) + 1 > limit or (found[1].op_type != "Neg" and len(found[1].input) != 2):
-                out.append((sign, v))
-                return
-            i, node = found
-            nodes.add(i)
-            if node.op_type == "Neg":
-                walk(node.input[0], -sign)
-            else:
-                walk(node.input[0], sign)
-                walk(node.input[1], sign if node.op_type == "Add" else -sign)
-
-        walk(value, 1)
+        nodes = {i}
+        for k, operand in enumerate(node.input):
+            sign = -1 if k == 1 and node.op_type == "Sub" else 1
+            neg = self.producer(operand, "Neg") if self._owned(operand, nodes, frozenset()) else None
+            if neg is not None:
+                nodes.add(neg[0])
+                sign, operand = -sign, neg[1].input[0]
+            out.append((sign, operand))
         return out, nodes
 
     def select(self, value: str) -> Select | None:

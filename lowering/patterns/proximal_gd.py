@@ -171,7 +171,7 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     if inside.coef != 0.0 or dict(inside.factors) != {p: 1}:
         return None
     moved = _single(outside)
-    terms, tnodes = alg.terms(moved, stop=frozenset({p})) if moved is not None else ([], set())
+    terms, tnodes = alg.terms(moved) if moved is not None else ([], set())
     if sorted(s for s, _ in terms) != [-1, 1] or (1, p) not in terms:
         return None
     (_, shift), = [(s, v) for s, v in terms if s == -1]

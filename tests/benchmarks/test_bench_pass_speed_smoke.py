@@ -67,10 +67,6 @@ def test_our_pass_fuses_exactly_the_planted_positives(graph, ours):
     assert len(ours) == len(planted.positives)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lowering bug reproduced at 2k nodes, seed 0: the product/sum views walk into the producer of "
-    "delta or var when the update is its only reader (delta = Mul(x, c), var = Add(x, c)) and the "
-    "match is then refused with 'p is not var - alpha * delta with a scalar alpha'"))
 def test_our_pass_fuses_every_planted_positive_at_2k():
     from lowering.fuse import fuse_proto
 
