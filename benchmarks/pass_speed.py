@@ -15,14 +15,16 @@ Then times, end to end from file to file, best of N runs:
   ours       onnx.load -> lowering.fuse.fuse_proto -> onnx.save
   onnxscript onnx_ir.load -> onnxscript.rewriter.rewrite(rules below) -> onnx_ir.save
 The onnxscript rules match exactly the planted forms (fixed operand order, no commute()), check
-the constants as our pass does, and emit the same custom op with a model-local function body
-(as_function=True), because our pass also writes one function per fused node.
+the constants as our pass does, and emit the same custom ops. By default they write no function
+bodies, so onnxscript does less work than our pass (one model-local function per fused node);
+--onnxscript-functions sets as_function=True, whose extraction rescans the whole graph for every
+fusion (quadratic in onnxscript 0.7), which is practical only with --quick.
 
 Prints a table and exits 1 with a MISMATCH line when the two disagree on what fused.
 Goals (issue 2): ours >= 5x faster than onnxscript at 200k nodes; our 200k/40k time ratio <= 5.5.
 
 Usage: python benchmarks/pass_speed.py [--quick] [--seed 0] [--repeat-small 2] [--repeat-large 1]
-                                       [--pattern-share 0.4] [--onnxscript-functions]
+                                       [--pattern-share 0.4] [--onnxscript-functions] [--profile]
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lowering.errors import LoweringError  # noqa: E402
 from lowering.fuse import fuse_proto  # noqa: E402
 from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD  # noqa: E402
+from lowering.report import FusionReport  # noqa: E402
 
 OPSET = 18
 IR_VERSION = 10
@@ -117,9 +120,7 @@ class _Builder:
         vi = self.graph.value_info.add()
         vi.CopyFrom(template)
         vi.name = out
-        for name in inputs:
-            if name in self.unused_set:
-                self.unused_set.discard(name)
+        self.unused_set.difference_update(inputs)
         return out
 
     def scalar(self, prefix: str, value: float) -> str:
@@ -182,17 +183,18 @@ class _Builder:
         self.publish(self.node("Where", [mask, a, b]))
         return 2
 
-    def smooth_l1(self, k: int, go: str, escape: str | None = None) -> Instance:
-        """PyTorch's SmoothL1 backward; `escape` names the one way a near miss is spoilt."""
+    def smooth_l1(self, serial: int, go: str, escape: str | None = None) -> Instance:
+        """PyTorch's SmoothL1 backward; `serial` keeps its constants apart from every other instance's
+        (so CSE merges none), `escape` names the one way a near miss is spoilt."""
         rng = self.rng
         p = self.pick()
         lab = self.pick((p,))
         full_dout = rng.random() < 0.25
         dout = self.pick((p, lab)) if full_dout else go
-        beta = self.scalar("beta", 0.5 + 1e-6 * k)
+        beta = self.scalar("beta", 0.5 + 1e-6 * serial)
         if escape == "beta_overridable":
             self.graph_input(beta, scalar=True)
-        norm = self.scalar("norm", 1.0 / WIDTH if rng.random() < 0.5 else 0.25 + 1e-6 * k)
+        norm = self.scalar("norm", 1.0 / WIDTH if rng.random() < 0.5 else 0.25 + 1e-6 * serial)
         x = self.node("Sub", [p, lab])
         g = self.node("Mul", [dout, norm], "tensor" if full_dout else "scalar")
         ax = self.node("Abs", [x])
@@ -207,18 +209,18 @@ class _Builder:
         self.publish(out)
         return Instance(escape or "smooth_l1", SMOOTH_L1_GRAD, out, "n" + sign[1:])
 
-    def proximal(self, k: int, escape: str | None = None) -> Instance:
+    def proximal(self, serial: int, escape: str | None = None) -> Instance:
         """Proximal update with constant alpha, t, k; `escape` names the one way a near miss is spoilt."""
         var = self.pick()
         delta = self.pick((var,))
-        alpha = self.scalar("alpha", 0.01 + 1e-6 * k)
+        alpha = self.scalar("alpha", 0.01 + 1e-6 * serial)
         prox = self.node("Sub", [var, self.node("Mul", [alpha, delta])])
-        divisor = self.scalar("k", 1.01 + 1e-6 * k)
+        divisor = self.scalar("k", 1.01 + 1e-6 * serial)
         if escape == "sgd":  # L2-only SGD: no shrink, not a proximal update
             out = self.node("Div", [prox, divisor])
             self.publish(out)
             return Instance(escape, PROXIMAL_GD, out, "n" + prox[1:])
-        t = self.scalar("t", 0.001 + 1e-7 * k)
+        t = self.scalar("t", 0.001 + 1e-7 * serial)
         zero = self.scalar("zero", 0.0)
         if escape == "zero_overridable":  # Max(., zero) is no clamp when zero can be overridden
             self.graph_input(zero, scalar=True)
@@ -260,12 +262,12 @@ def build_graph(nodes: int, seed: int = 0, pattern_share: float = 0.4) -> tuple[
     filler_budget = max(len(plan), nodes - planted_nodes - nodes // (2 * SUM_FANIN))
     fill_per_slot = filler_budget / (len(plan) + 1)
     made = 0.0
-    for k, item in enumerate(plan):
+    for serial, item in enumerate(plan):
         made += fill_per_slot
         while made >= 1:
             made -= b.filler()
         family, _, kind = item.partition(":")
-        inst = b.smooth_l1(k, go, kind or None) if family == "sl1" else b.proximal(k, kind or None)
+        inst = b.smooth_l1(serial, go, kind or None) if family == "sl1" else b.proximal(serial, kind or None)
         (b.planted.near_misses if kind else b.planted.positives).append(inst)
     while made >= 1:
         made -= b.filler()
@@ -361,11 +363,11 @@ def onnxscript_rules(as_function: bool = True) -> list:
 # end-to-end runs (file in, file out) and what they fused
 
 
-def run_ours(src: Path, dst: Path) -> onnx.ModelProto:
+def run_ours(src: Path, dst: Path) -> tuple[onnx.ModelProto, FusionReport]:
     model = onnx.load(str(src))
-    fused, _ = fuse_proto(model)
+    fused, report = fuse_proto(model)
     onnx.save(fused, str(dst))
-    return fused
+    return fused, report
 
 
 def run_onnxscript(src: Path, dst: Path, rules: list):
@@ -382,42 +384,38 @@ def run_onnxscript(src: Path, dst: Path, rules: list):
 class Fused:
     op_type: str
     output: str
-    body: frozenset[str] | None  # node names in its function body, when it has one
+    replaced: frozenset[str] | None  # names of the original nodes it replaced, when known
 
 
-def fusions_of_proto(model: onnx.ModelProto) -> list[Fused]:
-    bodies = {(f.domain, f.name, f.overload): frozenset(n.name for n in f.node) for f in model.functions}
-    return [Fused(n.op_type, n.output[0], bodies.get((n.domain, n.op_type, n.overload)))
-            for n in model.graph.node if n.domain == DOMAIN]
+def fusions_of_ours(model: onnx.ModelProto, report: FusionReport) -> list[Fused]:
+    """Our fusions as the report lists them; refuses a report that disagrees with the model."""
+    in_model = sorted((n.op_type, n.output[0]) for n in model.graph.node if n.domain == DOMAIN)
+    in_report = sorted((f.op_type, f.output) for f in report.fusions)
+    if in_model != in_report:
+        raise LoweringError(f"the report lists {len(in_report)} fusions, the model has {len(in_model)} fused nodes")
+    return [Fused(f.op_type, f.output, frozenset(f.replaced_nodes)) for f in report.fusions]
 
 
 def fusions_of_ir(model) -> list[Fused]:
-    bodies = {key: frozenset(n.name for n in f) for key, f in model.functions.items()}
+    bodies = {key: frozenset(n.name for n in f) for key, f in model.functions.items()}  # as_function keeps names
     return [Fused(n.op_type, n.outputs[0].name, bodies.get((n.domain, n.op_type, n.overload)))
             for n in model.graph if n.domain == DOMAIN]
-
-
-def _covered(fused: Fused, instances: list[Instance]) -> list[Instance]:
-    """The planted instances one fused node took: by body node names, else by output name."""
-    if fused.body is not None:
-        return [i for i in instances if i.core in fused.body]
-    return [i for i in instances if i.output == fused.output]
 
 
 def check_fusions(who: str, fusions: list[Fused], planted: Planted) -> list[str]:
     """Every planted positive fused exactly once into its op type; nothing else; no near miss.
 
     A fusion may legitimately reach past the planted output (our pass folds a constant scale that
-    follows into the fused node), so identity is the planted instance's core node inside the
-    fused node's function body, not the output name.
+    follows into the fused node), so an instance is identified by its core node among the nodes a
+    fusion replaced, and by the output name only where those are not known.
     """
     by_core = {i.core: i for i in planted.positives + planted.near_misses}
     by_output = {i.output: i for i in planted.positives + planted.near_misses}
     taken: dict[Instance, int] = {}
     stray, wrong_type = [], []
     for f in fusions:
-        if f.body is not None:
-            hits = [by_core[n] for n in f.body if n in by_core]
+        if f.replaced is not None:
+            hits = [by_core[n] for n in f.replaced if n in by_core]
         else:
             hits = [by_output[f.output]] if f.output in by_output else []
         if len(hits) != 1:
@@ -484,9 +482,9 @@ def measure(label: str, size: int, seed: int, share: float, repeat: int, rules: 
           f"planted, {len(planted.near_misses)} near misses; built in {time.perf_counter() - start:.1f} s", flush=True)
     ours_error, ours, ours_s = None, [], float("nan")
     try:
-        ours_s, fused = best_of(repeat, lambda: run_ours(src, tmp / "ours.onnx"))
-        ours = fusions_of_proto(fused)
-        del fused
+        ours_s, (fused, report) = best_of(repeat, lambda: run_ours(src, tmp / "ours.onnx"))
+        ours = fusions_of_ours(fused, report)
+        del fused, report
         print(f"[{label}] ours: {ours_s:.2f} s", flush=True)
     except LoweringError as exc:
         ours_error = str(exc)
@@ -496,6 +494,18 @@ def measure(label: str, size: int, seed: int, share: float, repeat: int, rules: 
     del rewritten
     print(f"[{label}] onnxscript: {theirs_s:.2f} s", flush=True)
     return Row(label, n, ours, theirs, ours_s, theirs_s, planted, ours_error)
+
+
+def profile_ours(src: Path, dst: Path, top: int = 25) -> None:
+    """cProfile of one run of our pass: where the time goes, by cumulative and by own time."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(run_ours, src, dst)
+    stats = pstats.Stats(profiler, stream=sys.stdout).strip_dirs()
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -510,9 +520,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--onnxscript-functions", action="store_true",
                         help="let onnxscript also write a function body per fusion (as_function=True), as ours does; "
                              "its extraction scans the whole graph per fusion, so use it with --quick")
+    parser.add_argument("--profile", action="store_true", help="only profile our pass (cProfile) on the small graph")
     args = parser.parse_args(argv)
     sizes = [("2k", 2_000), ("10k", 10_000)] if args.quick else [("40k", 40_000), ("200k", 200_000)]
     repeats = [1, 1] if args.quick else [args.repeat_small, args.repeat_large]
+    if args.profile:
+        with tempfile.TemporaryDirectory(prefix="pass_speed_") as tmp:
+            label, size = sizes[0]
+            model, _ = build_graph(size, args.seed, args.pattern_share)
+            src = Path(tmp) / f"synthetic_{label}.onnx"
+            onnx.save(model, str(src))
+            print(f"[{label}] {len(model.graph.node)} nodes, profiling our pass")
+            del model
+            profile_ours(src, Path(tmp) / "ours.onnx")
+        return 0
     rules = onnxscript_rules(as_function=args.onnxscript_functions)
     # both tools share the machine with whatever else runs; say how busy it was
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
