@@ -155,6 +155,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     replacement: dict[int, list[onnx.NodeProto]] = {}
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
+    bodies: dict[bytes, str] = {}  # function body -> its overload name
     new_inits: list[onnx.TensorProto] = []
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
@@ -168,9 +169,14 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
                 new_inits.append(tensor)
                 input_names.append(tensor.name)
         fused = helper.make_node(m.op_type, input_names, [m.output], name=node_name, domain=DOMAIN, **m.attrs)
-        fused.overload = node_name
         body_nodes = [index.nodes[i] for i in sorted(m.interior | m.boundary)]
-        model.functions.append(_function(index, m, body_nodes, input_names, node_name, opset))
+        function = _function(index, m, body_nodes, input_names, opset)
+        key = function.SerializeToString(deterministic=True)
+        if key not in bodies:  # identical subgraphs (say, every weight's update) share one function
+            function.overload = names.fresh(f"{m.op_type}_f{len(bodies)}")
+            bodies[key] = function.overload
+            model.functions.append(function)
+        fused.overload = bodies[key]
         root = index.producer[m.output]
         replacement[root] = [fused]
         removed |= m.interior
@@ -203,8 +209,9 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
 
 
 def _function(index: GraphIndex, m: Match, nodes: list[onnx.NodeProto], input_names: list[str],
-              overload: str, opset: int) -> onnx.FunctionProto:
-    """The matched subgraph as a function over the fused node's formal inputs."""
+              opset: int) -> onnx.FunctionProto:
+    """The matched subgraph as a function over the fused node's formal inputs; values and nodes
+    are renamed canonically so that identical subgraphs give identical functions."""
     spec = OP_SPECS[m.op_type]
     rename: dict[str, str] = {}
     for formal, actual in zip(spec.inputs, input_names):
@@ -220,17 +227,20 @@ def _function(index: GraphIndex, m: Match, nodes: list[onnx.NodeProto], input_na
                 continue
             value = index.const(name)
             if value is None:
-                raise LoweringError(f"internal error: fused node {overload} reads {name}, which is neither an input nor a constant")
+                raise LoweringError(f"internal error: a fused {m.op_type} reads {name}, which is neither an input nor a constant")
             rename[name] = f"_c{next(counter)}"
             constants.append(helper.make_node("Constant", [], [rename[name]],
                                               value=numpy_helper.from_array(np.asarray(value), rename[name])))
-    for name in sorted(produced - set(rename)):
-        rename[name] = f"_v{next(counter)}"
+    for node in nodes:  # definition order, so the names do not depend on the model's names
+        for name in node.output:
+            if name and name not in rename:
+                rename[name] = f"_v{next(counter)}"
     for node in nodes:
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         copy.input[:] = [rename.get(n, n) if n else n for n in node.input]
         copy.output[:] = [rename.get(n, n) if n else n for n in node.output]
+        copy.name = ""
         body.append(copy)
     return helper.make_function(DOMAIN, m.op_type, list(spec.inputs), list(spec.outputs), constants + body,
-                                [helper.make_opsetid("", opset)], overload=overload)
+                                [helper.make_opsetid("", opset)])

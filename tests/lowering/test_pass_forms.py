@@ -69,7 +69,7 @@ def _check_structure(fused: onnx.ModelProto, op_type: str) -> onnx.NodeProto:
     node = nodes[0]
     assert len(node.input) == len(OP_SPECS[op_type].inputs)
     assert any(o.domain == DOMAIN for o in fused.opset_import)
-    assert [(f.name, f.overload) for f in fused.functions] == [(op_type, node.overload)]
+    assert [(f.domain, f.name, f.overload) for f in fused.functions] == [(DOMAIN, op_type, node.overload)]
     return node
 
 

@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 import lowering
-from pass_forms import BF, F, H, G, PGD, SL1, pgd, sl1
+from pass_forms import BF, F, H, G, PGD, SL1, pgd, sl1, splice
 from pass_numerics import fused_nodes
 
 
@@ -169,3 +169,21 @@ def test_half_output_without_cast_back_keeps_float32_node(dtype: int) -> None:
     fused, report = _fuse(model)
     assert report.fusions[0].dtype == "float32"
     assert {n.op_type for n in fused.graph.node} == {"Cast", SL1}
+
+
+def test_identical_updates_share_one_function_body() -> None:
+    """Every weight of a model updated with the same lr/l1/l2 gives the same subgraph: one function."""
+    g = G()
+    outs = []
+    shared = {role: f"w0_{role}" for role in ("alpha", "l1", "l2")}
+    for k in range(3):
+        inst = pgd(scalars="raw")
+        names = splice(g, inst, shared if k else {}, f"w{k}_")
+        outs.append(names[inst.graph.output[0].name])
+    for o in outs:
+        g.output(o)
+    model = g.model()
+    fused, report = _fuse(model)
+    assert report.counts() == {PGD: 3}
+    assert len(fused.functions) == 1
+    assert {n.overload for n in fused_nodes(fused)} == {fused.functions[0].overload}
