@@ -5,10 +5,12 @@ from __future__ import annotations
 from runtime.backend import Backend, BackendError
 from runtime.backends.cpu import CpuBackend
 from runtime.backends.npu import NpuBackend
+from runtime.backends.twin import TwinBackend
 
 BACKENDS: dict[str, type[Backend]] = {
     "cpu": CpuBackend,
     "npu": NpuBackend,
+    "twin": TwinBackend,
 }
 
 

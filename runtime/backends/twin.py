@@ -1,0 +1,73 @@
+"""The twin backend: the emitted AscendC kernel, compiled by g++ against the twin headers.
+
+For each call: codegen lowers and schedules the node (the same artifact the CPU backend uses),
+the emitted op_kernel sources and host tiling function are compiled once (runtime/twin/build.py
+caches the shared object), the emitted tiling runs for the call's shapes and must agree with
+codegen's Plan, then every block runs the kernel. A broken hardware rule, a compile error or a
+tiling disagreement is a one-line BackendError.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from codegen.api import KernelArtifact
+from codegen.errors import CodegenError
+from lowering.fused_ops import OP_SPECS
+from runtime.backend import Backend, BackendError, KernelCall
+from runtime.backends.cpu import artifact_for
+from runtime.twin.kernel import TwinKernel
+from runtime.twin.library import LaunchStats
+from runtime.twin.toolchain import find_toolchain
+
+
+class TwinBackend(Backend):
+    """Runs fused nodes through the emitted C++ kernels on the CPU, block by block."""
+
+    name = "twin"
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.toolchain = find_toolchain()
+        if workers is not None and (not isinstance(workers, int) or workers < 1):
+            raise BackendError(f"twin backend: workers must be a positive integer, got {workers!r}")
+        self.workers = workers or max(1, os.cpu_count() or 1)
+        self._kernels: dict[tuple[str, str], TwinKernel] = {}
+        self._lock = threading.Lock()
+        self.last_stats: LaunchStats | None = None
+
+    def kernel(self, art: KernelArtifact) -> TwinKernel:
+        """The compiled kernel of an artifact (compiled at most once per process and cache)."""
+        key = (art.ir_text, art.target.name)
+        with self._lock:
+            found = self._kernels.get(key)
+        if found is None:
+            found = TwinKernel(art, self.toolchain)
+            with self._lock:
+                found = self._kernels.setdefault(key, found)
+        return found
+
+    def prepare(self, artifacts: Iterable[KernelArtifact], jobs: int | None = None) -> None:
+        """Compile many kernels at once (g++ processes in parallel); errors surface here."""
+        arts = list(artifacts)
+        with ThreadPoolExecutor(max(1, jobs or self.workers)) as pool:
+            for fut in [pool.submit(self.kernel, a) for a in arts]:
+                fut.result()
+
+    def run(self, call: KernelCall) -> dict[str, np.ndarray]:
+        spec = call.spec
+        art = artifact_for(spec, call.target)
+        first = np.asarray(call.inputs[OP_SPECS[spec.op_type].inputs[0]])
+        try:
+            plan = art.schedule(int(first.size))
+        except CodegenError as exc:
+            raise BackendError(f"node {spec.name!r}: no plan for {first.size} elements: {exc}") from None
+        kernel = self.kernel(art)
+        host = kernel.host_tiling(call.inputs)
+        kernel.check_host_tiling(host, kernel.plan_tiling(plan, call.inputs))
+        outs, self.last_stats = kernel.run(call.inputs, host, self.workers)
+        return {name: arr.reshape(first.shape) for name, arr in outs.items()}

@@ -1,0 +1,127 @@
+"""One kernel artifact on the twin: compile it, compute its tiling, launch it.
+
+The tiling comes from the emitted host tiling function (compiled into the same library) and is
+checked against codegen's Plan and the IR's host scalars, so the C++ tiling, the Python
+scheduler and the kernel all agree, or the run fails saying where. `plan_tiling` builds the same
+tiling from the Plan alone (the scheduler's values), which tests use to feed corrupted plans.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from codegen.api import KernelArtifact
+from codegen.emit.kernel_src import host_scalars
+from codegen.ir import Kind
+from codegen.schedule import Plan
+from runtime.backend import BackendError
+from runtime.interpreter import eval_scalars
+from runtime.numerics import NUMPY_DTYPES
+from runtime.twin.build import build
+from runtime.twin.library import GM_INPUT, GM_OUTPUT, GmArg, LaunchStats, TargetRules, TwinLibrary
+from runtime.twin.sources import kernel_sources
+from runtime.twin.toolchain import Toolchain
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """A launch's tiling: the tiling-data fields, then block dim, tiling key and workspace bytes."""
+
+    num_elements: int
+    block_factor: int
+    tile_elems: int
+    scalars: tuple[tuple[int, float], ...]  # (IR value id, float32 value) of each host scalar
+    block_dim: int
+    tiling_key: int
+    workspace: int = 0
+
+    def with_fields(self, **changes: object) -> Tiling:
+        return replace(self, **changes)
+
+
+def _bits(v: float) -> int:
+    return int(np.float32(v).view(np.uint32))
+
+
+def target_rules(art: KernelArtifact) -> TargetRules:
+    t = art.target
+    return TargetRules(t.ub_bytes, t.select_scratch_bytes, t.npu_arch)
+
+
+class TwinKernel:
+    """A compiled artifact: its tiling struct layout and the loaded library."""
+
+    def __init__(self, art: KernelArtifact, tc: Toolchain) -> None:
+        self.art = art
+        self.library = TwinLibrary(build(kernel_sources(art), tc, art.file_stem), art.file_stem)
+        self._scalar_ids = host_scalars(art)
+        fields = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64)]
+        fields += [(f"s{i}", ctypes.c_float) for i in self._scalar_ids]
+        self._struct = type("TilingData", (ctypes.Structure,), {"_fields_": fields})
+        if ctypes.sizeof(self._struct) != self.library.tiling_size:
+            raise BackendError(f"twin: {art.file_stem}'s tiling struct is {self.library.tiling_size} bytes in C++, "
+                               f"{ctypes.sizeof(self._struct)} in the twin's layout")
+
+    def _arrays(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        k = self.art.kernel
+        out: dict[str, np.ndarray] = {}
+        for p in k.inputs:
+            if p.name not in inputs:
+                raise BackendError(f"twin: {self.art.file_stem} needs input {p.name!r}")
+            a = np.ascontiguousarray(inputs[p.name])
+            if a.dtype != NUMPY_DTYPES[p.dtype]:
+                raise BackendError(f"twin: input {p.name} is {a.dtype}, kernel {self.art.file_stem} takes {p.dtype}")
+            out[p.name] = a
+        return out
+
+    def host_tiling(self, inputs: Mapping[str, np.ndarray]) -> Tiling:
+        """The emitted tiling function's decision for these inputs on the artifact's target."""
+        arrays = self._arrays(inputs)
+        shapes = [tuple(int(d) for d in arrays[p.name].shape) for p in self.art.kernel.inputs]
+        host = self.library.host_tiling(shapes, self.art.target.aiv_cores, self.art.target.ub_bytes)
+        data = self._struct.from_buffer_copy(host.data.ljust(ctypes.sizeof(self._struct), b"\0"))
+        scalars = tuple((i, float(getattr(data, f"s{i}"))) for i in self._scalar_ids)
+        return Tiling(data.numElements, data.blockFactor, data.tileElems, scalars, host.block_dim, host.tiling_key,
+                      host.workspace)
+
+    def plan_tiling(self, plan: Plan, inputs: Mapping[str, np.ndarray]) -> Tiling:
+        """The tiling codegen's scheduler computes: the Plan plus the IR's host scalars."""
+        values = eval_scalars(self.art.kernel, self._arrays(inputs))
+        scalars = tuple((i, float(values[i])) for i in self._scalar_ids)
+        return Tiling(plan.num_elements, plan.block_factor, plan.tile_elems, scalars, plan.block_dim,
+                      plan.tiling_key)
+
+    def check_host_tiling(self, host: Tiling, planned: Tiling) -> None:
+        """BackendError naming the first field where the emitted tiling and the scheduler differ."""
+        pairs = [("numElements", host.num_elements, planned.num_elements),
+                 ("blockFactor", host.block_factor, planned.block_factor),
+                 ("tileElems", host.tile_elems, planned.tile_elems),
+                 ("block dim", host.block_dim, planned.block_dim),
+                 ("tiling key", host.tiling_key, planned.tiling_key)]
+        pairs += [(f"host scalar ${i}", _bits(a), _bits(b)) for (i, a), (_, b) in zip(host.scalars, planned.scalars)]
+        for name, got, want in pairs:
+            if got != want:
+                raise BackendError(f"twin: the emitted tiling of {self.art.file_stem} computes {name} = {got}, "
+                                   f"codegen's scheduler {want}")
+
+    def tiling_bytes(self, tiling: Tiling) -> bytes:
+        data = self._struct(tiling.num_elements, tiling.block_factor, tiling.tile_elems,
+                            *[v for _, v in tiling.scalars])
+        return bytes(data)
+
+    def run(self, inputs: Mapping[str, np.ndarray], tiling: Tiling, workers: int = 1
+            ) -> tuple[dict[str, np.ndarray], LaunchStats]:
+        """Launch on `inputs` with `tiling`; returns the flat outputs by name and the GM traffic."""
+        k = self.art.kernel
+        arrays = self._arrays(inputs)
+        n = next(a.size for p, a in zip(k.inputs, arrays.values()) if p.kind is Kind.TILE)
+        outs = {p.name: np.empty(n, NUMPY_DTYPES[p.dtype]) for p in k.outputs}
+        args = [GmArg(p.name, arrays[p.name], GM_INPUT) for p in k.inputs]
+        args += [GmArg(p.name, outs[p.name], GM_OUTPUT) for p in k.outputs]
+        stats = self.library.launch(args, self.tiling_bytes(tiling), tiling.tiling_key, tiling.block_dim,
+                                    tiling.workspace, target_rules(self.art), workers)
+        return outs, stats
