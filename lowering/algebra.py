@@ -149,38 +149,31 @@ class Algebra:
                     changed = True
                     break
 
-    def regroup(self, mono: Monomial, group: dict[str, int], stop: frozenset[str] = frozenset()) -> tuple[str, set[int]] | None:
-        """(value, its nodes) for a node walked by `mono` that computes exactly prod(group).
+    def regroup(self, mono: Monomial, group: dict[str, int], stop: frozenset[str] = frozenset()
+                ) -> tuple[str, set[int], float] | None:
+        """(value, its nodes, c) for a node walked by `mono` that computes c * prod(group).
 
         The product walk is greedy: when an input such as delta is itself a product computed
         upstream, its factors spill into the monomial. This finds the upstream value again so
-        it can stay outside the match.
+        it can stay outside the match; the caller divides its own coefficient by c.
         """
         for i in sorted(mono.nodes):
             out = self.index.nodes[i].output[0]
             sub = self.monomial(out, stop)
-            if sub.coef == 1.0 and dict(sub.factors) == dict(group):
-                return out, sub.nodes
+            if dict(sub.factors) == dict(group) and sub.coef != 0 and np.isfinite(sub.coef):
+                return out, sub.nodes, sub.coef
         return None
 
     def terms(self, value: str) -> tuple[list[tuple[int, str]], set[int]]:
-        """The two signed addends of value = Add(a, b) or Sub(a, b), a Neg on either side
-        flipping its sign. One level only: what feeds the addends (a var that is itself a sum)
-        stays whole, which is what every pattern wants of an update or a threshold."""
+        """The two signed addends of value = Add(a, b) or Sub(a, b). One level only: what feeds
+        the addends (a var that is itself a sum or a negation) stays whole, which is what every
+        pattern wants of an update or a threshold."""
         found = self.producer(value, "Add", "Sub")
         if found is None or len(found[1].input) != 2:
             return [(1, value)], set()
         i, node = found
-        out: list[tuple[int, str]] = []
-        nodes = {i}
-        for k, operand in enumerate(node.input):
-            sign = -1 if k == 1 and node.op_type == "Sub" else 1
-            neg = self.producer(operand, "Neg") if self._owned(operand, nodes, frozenset()) else None
-            if neg is not None:
-                nodes.add(neg[0])
-                sign, operand = -sign, neg[1].input[0]
-            out.append((sign, operand))
-        return out, nodes
+        a, b = node.input
+        return [(1, a), (-1 if node.op_type == "Sub" else 1, b)], {i}
 
     def select(self, value: str) -> Select | None:
         found = self.producer(value, "Where")

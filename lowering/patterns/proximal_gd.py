@@ -151,6 +151,9 @@ def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[in
             continue
         if s2 == -1:
             return t, nodes | {found[1]}
+        neg = alg.unary(t, "Neg")
+        if neg is not None:
+            return neg[0], nodes | {found[1], neg[1]}
         c = alg.index.const(t)
         if c is not None and c.size == 1:
             return (-c.astype(np.float32)).reshape(()), nodes | {found[1]}
@@ -211,7 +214,9 @@ def _update(alg: Algebra, p: str):
             if grouped is None:
                 continue
             delta = grouped[0]
-            mono = Monomial(mono.coef, Counter({delta: 1, **{v: e for v, e in mono.factors.items() if v not in tensors}}),
+            coef /= grouped[2]
+            mono = Monomial(mono.coef / grouped[2],
+                            Counter({delta: 1, **{v: e for v, e in mono.factors.items() if v not in tensors}}),
                             mono.nodes - grouped[1])
         if not same_shape(index, delta, var):
             continue

@@ -178,23 +178,25 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     predict, label = sub[1].input
     boundary: set[int] = set()
     mean_at_runtime = False
-    douts: list[str] = []
+    runtime: dict[str, int] = {}
     for name, exp in scale.factors.items():
         numel = alg.numel_of(name) if exp == -1 else None
         if numel is not None and (numel[0] in (predict, label, x) or same_shape(index, numel[0], predict)):
             require(not mean_at_runtime, "the gradient is divided by numel(predict) twice")
             mean_at_runtime = True
             boundary |= numel[1]
-        elif exp > 0:
-            douts.append(name)
         else:
-            raise NoMatch(f"the gradient is scaled by {name}^{exp}, which is not numel(predict)")
-    runtime = {name: exp for name, exp in scale.factors.items() if exp > 0}
+            runtime[name] = exp
+    k = scale.coef
+    douts = [name for name, exp in runtime.items() if exp == 1]
     if len(runtime) > 1 or any(exp != 1 for exp in runtime.values()):
+        # dout computed upstream (a product or quotient the walk spilled into the match)
         grouped = alg.regroup(Monomial(1.0, Counter(), nodes), runtime, stop=frozenset({x}))
-        require(grouped is not None, f"the gradient is scaled by several runtime values ({', '.join(sorted(runtime))})")
+        require(grouped is not None, "the gradient is scaled by runtime values other than dout and numel "
+                                     f"({', '.join(f'{n}^{e}' for n, e in sorted(runtime.items()))})")
         douts = [grouped[0]]
         nodes = nodes - grouped[1]
+        k /= grouped[2]
     dtype = float_dtype(index, predict)
     require(dtype is not None, "predict is not a float16/bfloat16/float32 tensor")
     require(float_dtype(index, label) == dtype, "predict and label have different dtypes")
@@ -208,7 +210,7 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     else:
         dout = np.array(1.0, onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32)
     single = not douts or is_single_element(index, douts[0])
-    reduction, factor = _reduction(index.numel(predict), scale.coef, mean_at_runtime, beta, single, _EPS[dtype])
+    reduction, factor = _reduction(index.numel(predict), k, mean_at_runtime, beta, single, _EPS[dtype])
     interior = nodes | {sub[0]}
     inputs: list = [predict, label, dout]
     wrapped = absorb_casts(alg, out, [predict, label] + ([dout] if isinstance(dout, str) else []))
