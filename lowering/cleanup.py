@@ -6,35 +6,34 @@ import heapq
 
 import onnx
 
-from .graph import GraphIndex, subgraph_inputs
+from .graph import may_have_subgraphs, subgraph_inputs
 
 
 def eliminate_dead_code(graph: onnx.GraphProto) -> int:
     """Removes nodes and initializers nothing uses; returns how many nodes went."""
-    index = GraphIndex(graph)
-    live = set(index.graph_outputs) | index.subgraph_uses
-    kept: list[onnx.NodeProto] = []
-    for node in reversed(index.nodes):
-        if any(o in live for o in node.output if o):
-            kept.append(node)
-            live.update(n for n in node.input if n)
-            live.update(subgraph_inputs(node))
-    removed = len(index.nodes) - len(kept)
+    live = {vi.name for vi in graph.output}
+    nodes = list(graph.node)
+    keep = [False] * len(nodes)
+    for i in range(len(nodes) - 1, -1, -1):
+        node = nodes[i]
+        if any(o in live for o in node.output):
+            keep[i] = True
+            live.update(node.input)
+            if may_have_subgraphs(node):
+                live.update(subgraph_inputs(node))
+    removed = keep.count(False)
     if removed:
-        kept.reverse()
         del graph.node[:]
-        graph.node.extend(kept)
-    inputs = {vi.name for vi in graph.input}
-    unused = [t for t in graph.initializer if t.name not in live and t.name not in inputs]
-    if unused:
-        keep = [t for t in graph.initializer if t.name in live or t.name in inputs]
-        del graph.initializer[:]
-        graph.initializer.extend(keep)
-    produced = {o for n in graph.node for o in n.output}
-    vis = [vi for vi in graph.value_info if vi.name in produced]
-    if len(vis) != len(graph.value_info):
+        graph.node.extend(n for n, k in zip(nodes, keep) if k)
+        gone = {o for n, k in zip(nodes, keep) if not k for o in n.output}
+        vis = [vi for vi in graph.value_info if vi.name not in gone]
         del graph.value_info[:]
         graph.value_info.extend(vis)
+    inputs = {vi.name for vi in graph.input}
+    if any(t.name not in live and t.name not in inputs for t in graph.initializer):
+        inits = [t for t in graph.initializer if t.name in live or t.name in inputs]
+        del graph.initializer[:]
+        graph.initializer.extend(inits)
     return removed
 
 
@@ -45,7 +44,8 @@ def topological_sort(graph: onnx.GraphProto) -> None:
     deps: list[set[int]] = []
     users: list[list[int]] = [[] for _ in nodes]
     for i, n in enumerate(nodes):
-        d = {producer[x] for x in list(n.input) + sorted(subgraph_inputs(n)) if x in producer and producer[x] != i}
+        uses = list(n.input) + (sorted(subgraph_inputs(n)) if may_have_subgraphs(n) else [])
+        d = {producer[x] for x in uses if x in producer and producer[x] != i}
         deps.append(d)
         for j in d:
             users[j].append(i)

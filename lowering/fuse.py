@@ -6,6 +6,7 @@ body is the matched subgraph, so onnxruntime and any other ONNX runtime still ru
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Sequence
 
@@ -33,6 +34,18 @@ def node_label(node: onnx.NodeProto) -> str:
 
 def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a validated ModelProto; returns a new model and the report. The input is not modified."""
+    # the pass allocates millions of small objects that never form cycles; the cyclic collector
+    # only adds work that grows faster than the graph
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _fuse_proto(model, patterns)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[onnx.ModelProto, FusionReport]:
     work = onnx.ModelProto()
     work.CopyFrom(model)
     try:

@@ -88,27 +88,28 @@ class GraphIndex:
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = defaultdict(list)
         self.subgraph_uses: set[str] = set()
+        producer, consumers = self.producer, self.consumers
         for i, node in enumerate(self.nodes):
             for name in node.output:
-                if name:
-                    self.producer[name] = i
+                producer[name] = i
             for name in node.input:
-                if name:
-                    self.consumers[name].append(i)
-            # values captured by a subgraph are used there; count the node as their consumer
-            for name in subgraph_inputs(node):
-                self.consumers[name].append(i)
-                self.subgraph_uses.add(name)
+                consumers[name].append(i)
+            if may_have_subgraphs(node):
+                # values captured by a subgraph are used there; count the node as their consumer
+                for name in subgraph_inputs(node):
+                    consumers[name].append(i)
+                    self.subgraph_uses.add(name)
+        producer.pop("", None)
+        consumers.pop("", None)
         self.graph_inputs = {vi.name for vi in graph.input}
         self.graph_outputs = {vi.name for vi in graph.output}
         self.initializers = {t.name: t for t in graph.initializer}
-        self.types: dict[str, ValueType] = {}
-        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-            vt = value_type_of(vi)
-            if vt is not None:
-                self.types[vi.name] = vt
-        for name, t in self.initializers.items():
-            self.types.setdefault(name, ValueType(t.data_type, tuple(t.dims)))
+        # types are parsed on first use: most values are never asked about
+        self._infos: dict[str, onnx.ValueInfoProto] = {}
+        for field in (graph.value_info, graph.output, graph.input):
+            for vi in field:
+                self._infos[vi.name] = vi
+        self.types: dict[str, ValueType | None] = {}
         self._const_cache: dict[str, np.ndarray | None] = {}
 
     def node_of(self, name: str) -> onnx.NodeProto | None:
@@ -140,10 +141,17 @@ class GraphIndex:
         return name in self.initializers and name in self.graph_inputs
 
     def type_of(self, name: str) -> ValueType | None:
-        return self.types.get(name)
+        if name not in self.types:
+            vi = self._infos.get(name)
+            vt = value_type_of(vi) if vi is not None else None
+            if vt is None and name in self.initializers:
+                t = self.initializers[name]
+                vt = ValueType(t.data_type, tuple(t.dims))
+            self.types[name] = vt
+        return self.types[name]
 
     def elem_type(self, name: str) -> int | None:
-        vt = self.types.get(name)
+        vt = self.type_of(name)
         if vt is not None:
             return vt.elem_type
         value = self.const(name)
@@ -152,7 +160,7 @@ class GraphIndex:
         return None
 
     def numel(self, name: str) -> int | None:
-        vt = self.types.get(name)
+        vt = self.type_of(name)
         if vt is not None and vt.numel is not None:
             return vt.numel
         value = self.const(name)
@@ -163,6 +171,14 @@ class GraphIndex:
         if name in self.graph_outputs:
             return True
         return any(c not in inside for c in self.consumers.get(name, ()))
+
+
+_SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
+
+
+def may_have_subgraphs(node: onnx.NodeProto) -> bool:
+    """Cheap test before scanning attributes: only these ops (and custom ones) carry graphs."""
+    return node.op_type in _SUBGRAPH_OPS or node.domain not in ("", "ai.onnx")
 
 
 def subgraph_inputs(node: onnx.NodeProto) -> set[str]:

@@ -102,9 +102,6 @@ class _Normalizer:
         self.stats = NormalizeStats()
         # names must stay where a graph output or a subgraph refers to them by name
         self.pinned = self.index.graph_outputs | self.index.subgraph_uses
-        for name in self.index.initializers:
-            if name not in self.index.graph_inputs:
-                self.consts[name] = numpy_helper.to_array(self.index.initializers[name])
 
     def resolve(self, name: str) -> str:
         while name in self.alias:
@@ -112,7 +109,18 @@ class _Normalizer:
         return name
 
     def const(self, name: str) -> np.ndarray | None:
-        return self.consts.get(name)
+        if name not in self.consts:
+            init = self.index.initializers.get(name)
+            if init is None or name in self.index.graph_inputs:
+                return None
+            # only small initializers can take part in folding; big weights are never read
+            n = 1
+            for d in init.dims:
+                n *= d
+            if n > FOLD_LIMIT:
+                return None
+            self.consts[name] = numpy_helper.to_array(init)
+        return self.consts[name]
 
     def replace_value(self, old: str, new: str) -> bool:
         """Make every use of `old` use `new`; refused for pinned names."""
