@@ -81,6 +81,24 @@ class Algebra:
             return None
         return i, node
 
+    def reaches(self, value: str, targets: frozenset[str], through: frozenset[str], depth: int) -> bool:
+        """Cheap pre-check before a full view: is an op in `targets` within `depth` producers of
+        value, walking only through ops in `through`? Most anchors fail it in a few lookups."""
+        frontier = [value]
+        for _ in range(depth):
+            nxt = []
+            for v in frontier:
+                i = self.index.producer.get(v)
+                if i is None or i in self.taken:
+                    continue
+                node = self.index.nodes[i]
+                if node.op_type in targets:
+                    return True
+                if node.op_type in through:
+                    nxt.extend(node.input)
+            frontier = nxt
+        return False
+
     def scalar(self, value: str) -> float | None:
         return self.index.scalar(value)
 

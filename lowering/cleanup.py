@@ -37,8 +37,22 @@ def eliminate_dead_code(graph: onnx.GraphProto) -> int:
     return removed
 
 
+def is_topologically_sorted(graph: onnx.GraphProto) -> bool:
+    defined = {vi.name for vi in graph.input} | {t.name for t in graph.initializer} | {""}
+    produced_later = {o for n in graph.node for o in n.output}
+    for node in graph.node:
+        uses = list(node.input) + (sorted(subgraph_inputs(node)) if may_have_subgraphs(node) else [])
+        for name in uses:
+            if name not in defined and name in produced_later:
+                return False
+        defined.update(node.output)
+    return True
+
+
 def topological_sort(graph: onnx.GraphProto) -> None:
     """Stable topological order (original positions break ties), so untouched graphs keep theirs."""
+    if is_topologically_sorted(graph):
+        return
     nodes = list(graph.node)
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
     deps: list[set[int]] = []

@@ -63,11 +63,33 @@ def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
     return ValueType(tt.elem_type, shape)
 
 
+_FAST_DTYPES = {
+    onnx.TensorProto.FLOAT: np.dtype(np.float32),
+    onnx.TensorProto.FLOAT16: np.dtype(np.float16),
+    onnx.TensorProto.DOUBLE: np.dtype(np.float64),
+    onnx.TensorProto.INT64: np.dtype(np.int64),
+    onnx.TensorProto.INT32: np.dtype(np.int32),
+}
+
+
+def tensor_value(t: onnx.TensorProto) -> np.ndarray:
+    """numpy_helper.to_array with a fast path for the common raw-data layouts (it is the
+    largest single cost of reading constants in big graphs)."""
+    dtype = _FAST_DTYPES.get(t.data_type)
+    if dtype is not None and t.HasField("raw_data") and t.data_location != onnx.TensorProto.EXTERNAL:
+        return np.frombuffer(t.raw_data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(tuple(t.dims))
+    if t.data_type == onnx.TensorProto.FLOAT and t.float_data:
+        return np.array(t.float_data, np.float32).reshape(tuple(t.dims))
+    if t.data_type == onnx.TensorProto.INT64 and t.int64_data:
+        return np.array(t.int64_data, np.int64).reshape(tuple(t.dims))
+    return numpy_helper.to_array(t)
+
+
 def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
     """The value of a Constant node, for every attribute form a Constant can carry."""
     for attr in node.attribute:
         if attr.name == "value":
-            return numpy_helper.to_array(attr.t)
+            return tensor_value(attr.t)
         if attr.name == "value_float":
             return np.array(attr.f, np.float32)
         if attr.name == "value_floats":
@@ -122,7 +144,7 @@ class GraphIndex:
             return self._const_cache[name]
         value: np.ndarray | None = None
         if name in self.initializers and name not in self.graph_inputs:
-            value = numpy_helper.to_array(self.initializers[name])
+            value = tensor_value(self.initializers[name])
         else:
             node = self.node_of(name)
             if node is not None and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .graph import EXACT_WIDENING, GraphIndex, ValueType, attr, constant_node_value
+from .graph import EXACT_WIDENING, GraphIndex, ValueType, attr, constant_node_value, may_have_subgraphs, tensor_value
 
 FOLD_LIMIT = 64  # largest constant (elements) folding may create: scalars and small vectors only
 COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Equal", "And", "Or", "Xor", "Sum", "Mean"}
@@ -119,7 +119,7 @@ class _Normalizer:
                 n *= d
             if n > FOLD_LIMIT:
                 return None
-            self.consts[name] = numpy_helper.to_array(init)
+            self.consts[name] = tensor_value(init)
         return self.consts[name]
 
     def replace_value(self, old: str, new: str) -> bool:
@@ -131,19 +131,21 @@ class _Normalizer:
 
     def run(self) -> list[onnx.NodeProto]:
         kept: list[onnx.NodeProto] = []
+        alias = self.alias
         for node in self.index.nodes:
-            for i, name in enumerate(node.input):
-                if name:
-                    node.input[i] = self.resolve(name)
+            if alias:
+                for i, name in enumerate(node.input):
+                    if name in alias:
+                        node.input[i] = self.resolve(name)
             if self._visit(node):
                 kept.append(node)
         return kept
 
     def _visit(self, node: onnx.NodeProto) -> bool:
         """Normalizes one node in place; returns False when the node is dropped."""
-        if node.domain not in ("", "ai.onnx") or any(
+        if node.domain not in ("", "ai.onnx") or (may_have_subgraphs(node) and any(
             a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
-        ):
+        )):
             return True
         op = node.op_type
         if op == "Constant" and len(node.output) == 1:
@@ -280,8 +282,9 @@ class _Normalizer:
     def _eliminate_common(self, node: onnx.NodeProto) -> bool:
         if node.op_type in NONDETERMINISTIC or not node.output or any(o in self.pinned for o in node.output):
             return False
+        attrs = node.attribute
         key = (node.domain, node.op_type, node.overload, tuple(node.input),
-               tuple(a.SerializeToString(deterministic=True) for a in node.attribute))
+               tuple(a.SerializeToString(deterministic=True) for a in attrs) if len(attrs) else ())
         first = self.cse.get(key)
         if first is None:
             self.cse[key] = node

@@ -19,7 +19,7 @@ import onnx
 
 from ..algebra import Algebra, Monomial
 from ..fused_ops import PROXIMAL_GD
-from ..graph import attr
+from ..graph import attr, tensor_value
 from .base import Match, NoMatch, Pattern, absorb_casts, float_dtype, is_single_element, require, same_shape
 
 FAMILY = "proximal_gd"
@@ -27,6 +27,8 @@ FAMILY = "proximal_gd"
 
 def match(alg: Algebra, anchor: int) -> Match | None:
     out = alg.index.nodes[anchor].output[0]
+    if not alg.reaches(out, frozenset({"Sign", "Where"}), frozenset({"Mul", "Div", "Neg", "Reciprocal"}), 4):
+        return None
     mono = alg.monomial(out)
     shrink = _find_shrink(alg, mono)
     if shrink is None:
@@ -132,7 +134,7 @@ def _zero_nodes(alg: Algebra, value: str) -> set[int] | None:
         if found is None:
             return None
         fill = attr(found[1], "value")
-        zero = np.zeros(1) if fill is None else onnx.numpy_helper.to_array(fill)
+        zero = np.zeros(1) if fill is None else tensor_value(fill)
         nodes.add(found[0])
         shape = alg.producer(found[1].input[0], "Shape")
         if shape is not None:

@@ -30,11 +30,20 @@ FAMILY = "smooth_l1_grad"
 _EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, onnx.TensorProto.BFLOAT16: 2.0**-7}
 
 
+_PRODUCT_OPS = frozenset({"Mul", "Div", "Neg", "Reciprocal"})
+
+
 def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type == "Mul":
+        if not alg.reaches(out, frozenset({"Clip"}), _PRODUCT_OPS, 3):
+            return None
         return _match_clip(alg, out)
+    if node.op_type == "Where" and alg.compare(node.input[0]) is None:
+        return None
+    if node.op_type == "Add" and not alg.reaches(out, frozenset({"Cast"}), frozenset({"Add", "Mul"}), 3):
+        return None
     sel = alg.select(out)
     if sel is None:
         return None
