@@ -130,18 +130,15 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
         else:
             cl = g.op("Clip", q, min=-1.0, max=1.0)
         y = g.op("Mul", cl, gk)
-    elif form == "huber":
+    elif form in ("huber", "huber_swapped"):
         nb = g.const(-beta, cd)
         lo = g.op("Mul", g.op("Neg", gk), b)
         hi = g.op("Mul", gk, b)
         mid = g.op("Mul", x, gk)
-        y = g.op("Where", g.op("Less", x, nb), lo, g.op("Where", g.op("Greater", x, b), hi, mid))
-    elif form == "huber_swapped":
-        nb = g.const(-beta, cd)
-        lo = g.op("Mul", g.op("Neg", gk), b)
-        hi = g.op("Mul", gk, b)
-        mid = g.op("Mul", x, gk)
-        y = g.op("Where", g.op("Less", b, x), hi, g.op("Where", g.op("Less", x, nb), lo, mid))
+        if form == "huber":
+            y = g.op("Where", g.op("Less", x, nb), lo, g.op("Where", g.op("Greater", x, b), hi, mid))
+        else:  # the high side tested first, written b < x
+            y = g.op("Where", g.op("Less", b, x), hi, g.op("Where", g.op("Less", x, nb), lo, mid))
     else:
         raise ValueError(form)
     if cast_wrapped:
