@@ -1,0 +1,67 @@
+"""Fixtures for the twin tests: one TwinBackend per session whose kernels are compiled up front,
+all at once and in parallel (g++ processes), so the tests share them through the cache.
+
+TWIN_TEST_SEED fixes the random data (otherwise each session draws a fresh seed, which failing
+tests print).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # twin_cases.py sits beside the tests
+
+from codegen.api import build_kernels  # noqa: E402
+from codegen.targets import TARGETS  # noqa: E402
+from lowering import fuse  # noqa: E402
+from runtime.backends.cpu import CpuBackend  # noqa: E402
+
+from twin_cases import cases, model_of  # noqa: E402
+
+MODELS = sorted((Path(__file__).resolve().parents[2] / "models").glob("*.onnx"))
+HAVE_CXX = shutil.which(os.environ.get("ASCEND_TWIN_CXX") or os.environ.get("CXX") or "g++") is not None
+
+
+@pytest.fixture(scope="session")
+def seed() -> int:
+    return int(os.environ.get("TWIN_TEST_SEED") or secrets.randbits(31))
+
+
+@pytest.fixture(scope="session")
+def cpu() -> CpuBackend:
+    return CpuBackend()
+
+
+def _artifacts() -> list:
+    """Every kernel the variant and model tests launch, on every target."""
+    models = [fuse(model_of(v, (256,)))[0] for v in {c[0] for c in cases()}]
+    models += [fuse(str(path))[0] for path in MODELS]
+    return [art for m in models for target in TARGETS for art in build_kernels(m, target)]
+
+
+@pytest.fixture(scope="session")
+def toolchain():
+    """The twin's compiler (tests that compile their own C++ skip without one)."""
+    if not HAVE_CXX:
+        pytest.skip("no C++ compiler (the twin needs g++)")
+    from runtime.twin.toolchain import find_toolchain
+
+    return find_toolchain()
+
+
+@pytest.fixture(scope="session")
+def twin():
+    """The twin backend with every tested kernel already compiled."""
+    if not HAVE_CXX:
+        pytest.skip("no C++ compiler (the twin needs g++)")
+    from runtime.backends.twin import TwinBackend
+
+    backend = TwinBackend()
+    backend.prepare(_artifacts(), jobs=max(2, os.cpu_count() or 1))
+    return backend
