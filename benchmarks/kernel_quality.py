@@ -29,6 +29,9 @@ from codegen.nodes import InputSpec, NodeSpec  # noqa: E402
 from codegen.targets import TARGETS, get_target  # noqa: E402
 
 DTYPES = ("float32", "float16", "bfloat16")
+# Clip(min=0) without max (TorchScript's clamp): ONNX clamps inf at the dtype's largest finite
+# value, a function CANN's kernel does not compute, so that row has nothing to compare with
+CLIP_VARIANT = "constant, Clip(min=0) form"
 
 
 @dataclass(frozen=True)
@@ -49,9 +52,11 @@ def _variants(dtype: str) -> list[Variant]:
             "dout": InputSpec(dtype, dout),
         }
         out.append(Variant("SmoothL1LossGradV2", label, NodeSpec("q", "SmoothL1LossGradV2", inputs, sl1)))
-    for label, consts in (
-        ("runtime alpha/l1/l2", {}),
-        ("constant alpha/l1/l2", {"alpha": 0.01, "l1": 0.001, "l2": 0.01}),
+    constants = {"alpha": 0.01, "l1": 0.001, "l2": 0.01}
+    for label, consts, extra in (
+        ("runtime alpha/l1/l2", {}, {}),
+        ("constant alpha/l1/l2", constants, {}),
+        (CLIP_VARIANT, constants, {"shrink_max": 65504.0 if dtype == "float16" else 3.4028234663852886e38}),
     ):
         inputs = {"var": InputSpec(dtype, shape), "delta": InputSpec(dtype, shape)}
         inputs.update({r: InputSpec(dtype, (), consts.get(r)) for r in ("alpha", "l1", "l2")})
@@ -59,7 +64,7 @@ def _variants(dtype: str) -> list[Variant]:
             Variant(
                 "ApplyProximalGradientDescent",
                 label,
-                NodeSpec("q", "ApplyProximalGradientDescent", inputs, {"scalar_form": "raw"}),
+                NodeSpec("q", "ApplyProximalGradientDescent", inputs, {"scalar_form": "raw", **extra}),
             )
         )
     return out
@@ -95,6 +100,8 @@ def cann_smooth_l1_dag(dtype: str, scalar_dout: bool) -> Kernel:
 def cann_figures(v: Variant, dtype: str) -> tuple[int | None, tuple[float, float] | None, str]:
     """(instructions per tile, (UB B/elem single, double), source) of the hand-written kernel."""
     if v.op == "ApplyProximalGradientDescent":
+        if v.label == CLIP_VARIANT:
+            return None, None, "CANN keeps inf"
         if dtype == "float32":
             return 8, (24.0, 36.0), "ops-nn tiling"
         if dtype == "float16":
@@ -175,6 +182,10 @@ Notes
   for a run-time threshold (8 instructions, as CANN's clamp-based sign, which does rely on
   Maxs/Mins NaN behaviour), and out = (prox - clip(prox, -t, t)) * r when t >= 0 is a compile-time
   constant (6; 5 when the divisor is 1). NaN-correctness costs no instruction here.
+* "Clip(min=0) form": ONNX Clip without max maps inf to the largest finite value; the kernel
+  clamps the shrunk value there with Maxs + Mins and selects NaN back through Compare(x, x, EQ) +
+  Select (4 instructions), since Maxs/Mins on NaN are undocumented. CANN's kernel keeps inf, so
+  there is no hand-written figure for it.
 * SmoothL1LossGradV2: Compare(|x| >= sigma) + Select(sign(x), x * 1/sigma) replaces CANN's three
   compare/select branches and two adds; NaN in x stays NaN because the compare is false for NaN.
 """
