@@ -113,13 +113,21 @@ class TwinKernel:
                             *[v for _, v in tiling.scalars])
         return bytes(data)
 
-    def run(self, inputs: Mapping[str, np.ndarray], tiling: Tiling, workers: int = 1
-            ) -> tuple[dict[str, np.ndarray], LaunchStats]:
-        """Launch on `inputs` with `tiling`; returns the flat outputs by name and the GM traffic."""
+    def run(self, inputs: Mapping[str, np.ndarray], tiling: Tiling, workers: int = 1,
+            out: Mapping[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], LaunchStats]:
+        """Launch on `inputs` with `tiling`; returns the flat outputs by name and the GM traffic.
+
+        `out` may give C-contiguous output buffers to write into (a benchmark reuses them).
+        """
         k = self.art.kernel
         arrays = self._arrays(inputs)
         n = next(a.size for p, a in zip(k.inputs, arrays.values()) if p.kind is Kind.TILE)
-        outs = {p.name: np.empty(n, NUMPY_DTYPES[p.dtype]) for p in k.outputs}
+        outs = {p.name: np.empty(n, NUMPY_DTYPES[p.dtype]) for p in k.outputs} if out is None else {
+            p.name: out[p.name].reshape(-1) for p in k.outputs}
+        for p in k.outputs:
+            a = outs[p.name]
+            if a.dtype != NUMPY_DTYPES[p.dtype] or a.size != n or not a.flags.c_contiguous:
+                raise BackendError(f"twin: output buffer {p.name} must be {n} contiguous {p.dtype} elements")
         args = [GmArg(p.name, arrays[p.name], GM_INPUT) for p in k.inputs]
         args += [GmArg(p.name, outs[p.name], GM_OUTPUT) for p in k.outputs]
         stats = self.library.launch(args, self.tiling_bytes(tiling), tiling.tiling_key, tiling.block_dim,

@@ -7,6 +7,7 @@ several threads at once, as the AI cores would.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from runtime.backend import BackendError
 from runtime.twin.errors import TwinRuleError
 
 ABI_VERSION = 1
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_guard = threading.Lock()
 GM_INPUT, GM_OUTPUT, GM_WORKSPACE, GM_TILING = 0, 1, 2, 3
 _TEXT = 512
 _TILING_CAPACITY = 4096
@@ -57,6 +60,14 @@ class TargetRules:
 class LaunchStats:
     gm_read_bytes: int
     gm_write_bytes: int
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """A long-lived pool per size: threads (and the UB arena each keeps) outlive one launch."""
+    with _pools_guard:
+        if workers not in _pools:
+            _pools[workers] = ThreadPoolExecutor(workers, thread_name_prefix="twin-block")
+        return _pools[workers]
 
 
 class TwinLibrary:
@@ -141,9 +152,8 @@ class TwinLibrary:
         if workers == 1:
             codes = [self._lib.twin_run_blocks(handle, 0, block_dim)]
         else:
-            with ThreadPoolExecutor(workers) as pool:
-                futures = [pool.submit(self._lib.twin_run_blocks, handle, cuts[k], cuts[k + 1])
-                           for k in range(workers)]
-                codes = [f.result() for f in futures]
+            pool = _pool(workers)
+            futures = [pool.submit(self._lib.twin_run_blocks, handle, cuts[k], cuts[k + 1]) for k in range(workers)]
+            codes = [f.result() for f in futures]
         if any(c < 0 for c in codes):  # rule errors are read by twin_launch_finish
             raise BackendError(f"twin: {self.label} was launched with a GM argument list it cannot take")
