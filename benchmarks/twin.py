@@ -37,12 +37,12 @@ from onnx import shape_inference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codegen.nodes import fused_nodes  # noqa: E402
-from lowering import fuse  # noqa: E402
-from runtime.backends.cpu import artifact_for  # noqa: E402
-from runtime.backends.twin import TwinBackend  # noqa: E402
-from runtime.graph_exec import model_constants, node_spec_at_runtime  # noqa: E402
-from lowering.fused_ops import OP_SPECS  # noqa: E402
+from codegen.nodes import fused_nodes
+from lowering import fuse
+from lowering.fused_ops import OP_SPECS
+from runtime.backends.cpu import artifact_for
+from runtime.backends.twin import TwinBackend
+from runtime.graph_exec import model_constants, node_spec_at_runtime
 
 SPEEDUP_GOAL = 4.0
 FLOOR_GOAL = 2.5

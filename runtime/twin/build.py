@@ -62,7 +62,8 @@ def _compile(sources: Mapping[str, str], tc: Toolchain, final: Path, label: str)
             path.write_text(text, encoding="utf-8")
         cmd = [tc.cxx, *tc.flags, "-I", str(INCLUDE_DIR), "-I", str(stage), "-o", LIBRARY, LAUNCHER]
         try:
-            proc = subprocess.run(cmd, cwd=stage, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+            proc = subprocess.run(cmd, cwd=stage, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
+                                  check=False)
         except subprocess.TimeoutExpired:
             raise TwinCompileError(f"twin: compiling {label} took over {COMPILE_TIMEOUT_S} s") from None
         except OSError as exc:

@@ -22,7 +22,14 @@ from runtime.backend import BackendError
 from runtime.interpreter import eval_scalars
 from runtime.numerics import NUMPY_DTYPES
 from runtime.twin.build import build
-from runtime.twin.library import GM_INPUT, GM_OUTPUT, GmArg, LaunchStats, TargetRules, TwinLibrary
+from runtime.twin.library import (
+    GM_INPUT,
+    GM_OUTPUT,
+    GmArg,
+    LaunchStats,
+    TargetRules,
+    TwinLibrary,
+)
 from runtime.twin.sources import kernel_sources
 from runtime.twin.toolchain import Toolchain
 

@@ -72,9 +72,8 @@ def cache_dir() -> Path:
         root = base / "ascend-lowering" / "twin"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=root, prefix=".probe-")
-        probe.close()
-        return root
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".probe-"):
+            return root
     except OSError:
         if configured:
             raise BackendError(f"twin backend: ASCEND_TWIN_CACHE={configured} is not a writable directory") from None

@@ -17,12 +17,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # twin_cases.py sits beside the tests
 
-from codegen.api import build_kernels  # noqa: E402
-from codegen.targets import TARGETS  # noqa: E402
-from lowering import fuse  # noqa: E402
-from runtime.backends.cpu import CpuBackend  # noqa: E402
+from twin_cases import cases, model_of
 
-from twin_cases import cases, model_of  # noqa: E402
+from codegen.api import build_kernels
+from codegen.targets import TARGETS
+from lowering import fuse
+from runtime.backends.cpu import CpuBackend
 
 MODELS = sorted((Path(__file__).resolve().parents[2] / "models").glob("*.onnx"))
 HAVE_CXX = shutil.which(os.environ.get("ASCEND_TWIN_CXX") or os.environ.get("CXX") or "g++") is not None

@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+from twin_cases import Variant, differing, feeds_of, model_of
 
 from codegen.api import build_kernels
 from lowering import fuse
@@ -16,8 +17,6 @@ from runtime.twin import toolchain as toolchain_mod
 from runtime.twin.build import build, build_key
 from runtime.twin.errors import TwinCompileError
 from runtime.twin.sources import snippet_sources
-
-from twin_cases import Variant, differing, feeds_of, model_of
 
 TINY = """
 #include "kernel_operator.h"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from twin_cases import differing
 
 from codegen.targets import TARGETS
 from lowering import fuse
@@ -18,10 +19,13 @@ from lowering.cli import main
 from lowering.loading import load
 from runtime.diff import diff_models
 from runtime.graph_exec import run_fused_model
-from runtime.inputs import edge_hints, generate_inputs, model_input_specs, resolve_shapes
+from runtime.inputs import (
+    edge_hints,
+    generate_inputs,
+    model_input_specs,
+    resolve_shapes,
+)
 from runtime.report import DiffReport
-
-from twin_cases import differing
 
 MODELS = sorted((Path(__file__).resolve().parents[2] / "models").glob("*.onnx"))
 

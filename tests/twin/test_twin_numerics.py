@@ -15,14 +15,13 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from twin_cases import differing
 
 from codegen.targets import TARGETS
 from runtime.numerics import cast
 from runtime.twin.build import build
 from runtime.twin.library import GM_INPUT, GM_OUTPUT, GmArg, TargetRules, TwinLibrary
 from runtime.twin.sources import snippet_sources
-
-from twin_cases import differing
 
 SOURCE = Path(__file__).with_name("twin_cast_cases.h").read_text()
 MODES = {"F32_TO_F16": 0, "F32_TO_BF16": 1, "F16_TO_F32": 2, "BF16_TO_F32": 3}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from twin_cases import PROX_SCALARS, Variant, feeds_of, model_of
 
 from codegen.api import build_kernels
 from codegen.targets import TARGETS
@@ -23,8 +24,6 @@ from runtime.twin.build import build
 from runtime.twin.errors import TwinRuleError
 from runtime.twin.library import GM_INPUT, GM_OUTPUT, GmArg, TargetRules, TwinLibrary
 from runtime.twin.sources import snippet_sources
-
-from twin_cases import PROX_SCALARS, Variant, feeds_of, model_of
 
 CASES = Path(__file__).with_name("twin_rule_cases.h").read_text()
 CASE_IDS = ["CLEAN", "UB_OVERFLOW", "UB_ALIGNMENT", "UB_BOUNDS", "DATACOPY_LENGTH", "DATACOPYPAD_LENGTH",
@@ -173,12 +172,12 @@ def test_the_uncorrupted_plan_runs(sl1_kernel):
 
 
 @pytest.mark.parametrize(("changes", "rule"), [
-    (dict(tile_elems=16384), "ub-overflow"),
-    (dict(tile_elems=200), "ub-bounds"),
-    (dict(block_dim=40), "gm-coverage"),
-    (dict(block_factor=1024), "gm-coverage"),
-    (dict(num_elements=100_032), "gm-bounds"),
-    (dict(tiling_key=3), "tiling-key"),
+    ({"tile_elems": 16384}, "ub-overflow"),
+    ({"tile_elems": 200}, "ub-bounds"),
+    ({"block_dim": 40}, "gm-coverage"),
+    ({"block_factor": 1024}, "gm-coverage"),
+    ({"num_elements": 100_032}, "gm-bounds"),
+    ({"tiling_key": 3}, "tiling-key"),
 ], ids=["tile-over-ub", "tile-not-whole-repeats", "too-few-cores", "cores-too-small", "too-many-elements",
         "unknown-key"])
 def test_corrupted_plan_is_rejected(sl1_kernel, changes, rule):

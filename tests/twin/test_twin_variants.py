@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from twin_cases import cases, differing, feeds_of, model_of, size_of
 
 from lowering import fuse
 from runtime.graph_exec import run_fused_model
 from runtime.ort_exec import run_model
 from runtime.precision import compare
-
-from twin_cases import cases, differing, feeds_of, model_of, size_of
 
 CASES = cases()
 
