@@ -27,6 +27,9 @@ FLIPPED_COMPARE = {"Less": "Greater", "Greater": "Less", "LessOrEqual": "Greater
                    "GreaterOrEqual": "LessOrEqual", "Equal": "Equal"}
 NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                     "Multinomial", "Dropout", "Bernoulli"}
+# ops _fold can evaluate: only these are worth looking up constants for
+_FOLDABLE_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Identity", "Neg", "Reciprocal", "Sqrt", "Abs",
+                 "Cast", "CastLike"}
 EXACT_UNARY = {"Abs", "Neg", "Relu"}  # exact in every float type, so widening around them is a no-op
 _FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")}
 
@@ -153,11 +156,14 @@ class _Normalizer:
             if value is not None:
                 self.consts[node.output[0]] = value
             return True
-        if self._fold_constant(node) or self._fold_shape(node):
+        if op in _FOLDABLE_OPS and self._fold_constant(node):
             return False
-        if self._drop_noop(node):
+        if op in ("Size", "Shape") and self._fold_shape(node):
             return False
-        self._canonical_order(node)
+        if op in ("Identity", "Cast", "Mul", "Div") and self._drop_noop(node):
+            return False
+        if op in COMMUTATIVE or op in FLIPPED_COMPARE:
+            self._canonical_order(node)
         return not self._eliminate_common(node)
 
     def _store_constant(self, node: onnx.NodeProto, value: np.ndarray) -> bool:
@@ -174,9 +180,12 @@ class _Normalizer:
             return False
         if node.op_type == "CastLike":
             return self._fold_cast_like(node)
-        values = [self.const(n) for n in node.input if n]
-        if any(v is None for v in values) or len(values) != len([n for n in node.input if n]):
-            return False
+        values = []
+        for name in node.input:
+            value = self.const(name) if name else None
+            if value is None:
+                return False  # an optional input left empty is not folded either
+            values.append(value)
         if any(v.size > FOLD_LIMIT for v in values):
             return False
         result = _fold(node, values)
