@@ -6,7 +6,7 @@ For each kernel, in one run and interleaved round by round (best of R): onnxrunt
 unfused subgraph (all graph optimizations, default threads; its threads do not spin after a run,
 so they leave the CPUs to whatever runs next), the twin on the fused node (the emitted host tiling
 checked against codegen's plan, then every block of the emitted kernel on the twin backend's
-worker threads), and this machine's memory-bandwidth floor: a large float32 array copy (numpy),
+worker threads: TwinBackend.launch), and this machine's memory-bandwidth floor: a large float32 array copy (numpy),
 whose bytes per second turn the minimum traffic of the kernel (each input read once, the output
 written once) into the fastest time any implementation could reach. All three write into output
 buffers allocated once (onnxruntime through IOBinding), so first-touch page faults of fresh
@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from codegen.nodes import fused_nodes
 from lowering import fuse
 from lowering.fused_ops import OP_SPECS
-from runtime.backends.cpu import artifact_for
+from runtime.backend import KernelCall
 from runtime.backends.twin import TwinBackend
 from runtime.graph_exec import model_constants, node_spec_at_runtime
 
@@ -128,17 +128,13 @@ def bench(case: Case, target: str, rounds: int, backend: TwinBackend) -> dict[st
     node = fused_nodes(fused)[0]
     values = {**model_constants(fused), **case.feeds}
     inputs = {role: np.asarray(values[name]) for role, name in zip(OP_SPECS[node.op_type].inputs, node.input)}
-    art = artifact_for(node_spec_at_runtime(node, inputs, {}), target)
-    kernel = backend.kernel(art)
-    out_name = art.kernel.outputs[0].name
-    twin_out = {out_name: np.empty(n, np.float32)}
+    call = KernelCall(node_spec_at_runtime(node, inputs, {}), inputs, target)
+    twin_out = {OP_SPECS[node.op_type].outputs[0]: np.empty(n, np.float32)}
     ort_out = np.empty(n, np.float32)
     run_ort = ort_runner(case, ort_out)
 
     def run_twin() -> None:
-        host = kernel.host_tiling(inputs)
-        kernel.check_host_tiling(host, kernel.plan_tiling(art.schedule(n), inputs))
-        backend.last_stats = kernel.run(inputs, host, backend.workers, twin_out)[1]
+        backend.launch(call, twin_out)
 
     src = case.feeds[next(iter(case.feeds))]
     dst = np.empty_like(src)

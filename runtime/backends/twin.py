@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from codegen.api import KernelArtifact
 from codegen.errors import CodegenError
+from codegen.schedule import Plan
 from lowering.fused_ops import OP_SPECS
 from runtime.backend import Backend, BackendError, KernelCall
 from runtime.backends.cpu import artifact_for
 from runtime.twin.kernel import TwinKernel
 from runtime.twin.library import LaunchStats
 from runtime.twin.toolchain import find_toolchain
+
+_PLAN_CACHE_SIZE = 256
 
 
 class TwinBackend(Backend):
@@ -37,6 +40,7 @@ class TwinBackend(Backend):
             raise BackendError(f"twin backend: workers must be a positive integer, got {workers!r}")
         self.workers = workers or max(1, os.cpu_count() or 1)
         self._kernels: dict[tuple[str, str], TwinKernel] = {}
+        self._plans: dict[tuple[str, str, int], Plan] = {}
         self._lock = threading.Lock()
         self.last_stats: LaunchStats | None = None
 
@@ -58,16 +62,34 @@ class TwinBackend(Backend):
             for fut in [pool.submit(self.kernel, a) for a in arts]:
                 fut.result()
 
-    def run(self, call: KernelCall) -> dict[str, np.ndarray]:
+    def plan(self, art: KernelArtifact, num_elements: int, node: str) -> Plan:
+        """codegen's checked plan, memoised per kernel, target and size (plans are deterministic)."""
+        key = (art.ir_text, art.target.name, num_elements)
+        with self._lock:
+            found = self._plans.get(key)
+        if found is None:
+            try:
+                found = art.schedule(num_elements)
+            except CodegenError as exc:
+                raise BackendError(f"node {node!r}: no plan for {num_elements} elements: {exc}") from None
+            with self._lock:
+                if len(self._plans) >= _PLAN_CACHE_SIZE:
+                    self._plans.clear()
+                self._plans[key] = found
+        return found
+
+    def launch(self, call: KernelCall, out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """run(), optionally writing into given output buffers; the outputs come back flat."""
         spec = call.spec
         art = artifact_for(spec, call.target)
         first = np.asarray(call.inputs[OP_SPECS[spec.op_type].inputs[0]])
-        try:
-            plan = art.schedule(int(first.size))
-        except CodegenError as exc:
-            raise BackendError(f"node {spec.name!r}: no plan for {first.size} elements: {exc}") from None
+        plan = self.plan(art, int(first.size), spec.name)
         kernel = self.kernel(art)
         host = kernel.host_tiling(call.inputs)
         kernel.check_host_tiling(host, kernel.plan_tiling(plan, call.inputs))
-        outs, self.last_stats = kernel.run(call.inputs, host, self.workers)
-        return {name: arr.reshape(first.shape) for name, arr in outs.items()}
+        outs, self.last_stats = kernel.run(call.inputs, host, self.workers, out)
+        return outs
+
+    def run(self, call: KernelCall) -> dict[str, np.ndarray]:
+        first = np.asarray(call.inputs[OP_SPECS[call.spec.op_type].inputs[0]])
+        return {name: arr.reshape(first.shape) for name, arr in self.launch(call).items()}

@@ -30,68 +30,47 @@ inline float BitsFloat(uint32_t u)
     return f;
 }
 
-// Round (q + rem / 2^shift) to an integer, ties to even.
-inline uint32_t RoundHalfEven(uint32_t q, uint32_t rem, uint32_t half)
-{
-    return (rem > half || (rem == half && (q & 1u))) ? q + 1u : q;
-}
+// The conversions are written without branches (every case computed, one selected) so that the
+// compiler vectorises a Cast over a tile.
 
 inline uint16_t FloatToHalfBits(float value)
 {
     const uint32_t f = FloatBits(value);
     const uint32_t sign = (f >> 16) & 0x8000u;
     const uint32_t a = f & 0x7fffffffu;
-    if (a > 0x7f800000u) {  // NaN: top payload bits, never turning into inf
-        uint32_t h = 0x7c00u + ((a & 0x007fffffu) >> 13);
-        return static_cast<uint16_t>(sign | (h == 0x7c00u ? 0x7c01u : h));
-    }
-    if (a >= 0x477ff000u) {  // >= 65520 rounds to inf
-        return static_cast<uint16_t>(sign | 0x7c00u);
-    }
-    if (a >= 0x38800000u) {  // normal half: rebias the exponent, round 13 bits away
-        const uint32_t m = a - 0x38000000u;
-        return static_cast<uint16_t>(sign | RoundHalfEven(m >> 13, m & 0x1fffu, 0x1000u));
-    }
-    // subnormal half: value / 2^-24 rounded to an integer
-    const uint32_t exp = a >> 23;
-    const uint32_t shift = 126u - exp;
-    if (exp == 0 || shift >= 25u) {
-        return static_cast<uint16_t>(sign);
-    }
-    const uint32_t sig = (a & 0x007fffffu) | 0x00800000u;
-    const uint32_t q = RoundHalfEven(sig >> shift, sig & ((1u << shift) - 1u), 1u << (shift - 1u));
-    return static_cast<uint16_t>(sign | q);
+    // normal half: rebias the exponent, round the 13 dropped bits half to even (the carry may
+    // step into the exponent, which is right)
+    const uint32_t m = a - 0x38000000u;
+    const uint32_t normal = (m + 0x0fffu + ((m >> 13) & 1u)) >> 13;
+    // subnormal half: |x| / 2^-24 rounded half to even by adding 2^23 in float32 (exact scaling)
+    const uint32_t subnormal = FloatBits(BitsFloat(a) * 0x1p24f + 0x1p23f) - 0x4b000000u;
+    // NaN keeps the top 10 payload bits and never becomes inf
+    const uint32_t payload = 0x7c00u + ((a & 0x007fffffu) >> 13);
+    const uint32_t nan = payload | static_cast<uint32_t>(payload == 0x7c00u);
+    const uint32_t r = a > 0x7f800000u ? nan
+                       : a >= 0x477ff000u ? 0x7c00u  // >= 65520 rounds to inf
+                       : a >= 0x38800000u ? normal
+                                          : subnormal;
+    return static_cast<uint16_t>(sign | r);
 }
 
 inline float HalfBitsToFloat(uint16_t h)
 {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x03ffu;
-    if (exp == 0x1fu) {
-        return BitsFloat(sign | 0x7f800000u | (mant << 13));
-    }
-    if (exp != 0) {
-        return BitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
-    }
-    if (mant == 0) {
-        return BitsFloat(sign);
-    }
-    uint32_t e = 113u;  // normalise the subnormal
-    while ((mant & 0x0400u) == 0) {
-        mant <<= 1;
-        --e;
-    }
-    return BitsFloat(sign | (e << 23) | ((mant & 0x03ffu) << 13));
+    const uint32_t mant = h & 0x03ffu;
+    const uint32_t normal = ((exp + 112u) << 23) | (mant << 13);
+    const uint32_t special = 0x7f800000u | (mant << 13);
+    const uint32_t subnormal = FloatBits(static_cast<float>(mant) * 0x1p-24f);  // exact
+    return BitsFloat(sign | (exp == 0x1fu ? special : exp == 0 ? subnormal : normal));
 }
 
 inline uint16_t FloatToBf16Bits(float value)
 {
     const uint32_t f = FloatBits(value);
-    if ((f & 0x7fffffffu) > 0x7f800000u) {
-        return static_cast<uint16_t>(((f >> 16) & 0x8000u) | 0x7fc0u);
-    }
-    return static_cast<uint16_t>(RoundHalfEven(f >> 16, f & 0xffffu, 0x8000u));
+    const uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;  // half to even
+    const uint32_t nan = ((f >> 16) & 0x8000u) | 0x7fc0u;
+    return static_cast<uint16_t>((f & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 inline float Bf16BitsToFloat(uint16_t b)
