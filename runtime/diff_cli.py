@@ -60,7 +60,8 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
                    help="also put inf, -inf and NaN among the generated edge values")
     g.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
     g.add_argument("--backend", default="cpu", choices=backend_names(),
-                   help="where fused nodes run: cpu (IR interpreter, default) or npu (CANN device)")
+                   help="where fused nodes run: cpu (IR interpreter, default), twin (the emitted AscendC "
+                        "compiled with g++ against our CPU header set) or npu (CANN device)")
 
 
 def _feeds(unfused: onnx.ModelProto, fused: onnx.ModelProto, args: argparse.Namespace
