@@ -101,6 +101,18 @@ def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
     return None
 
 
+def model_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Values the user cannot override: initializers that are not graph inputs, Constant nodes."""
+    graph_inputs = {vi.name for vi in model.graph.input}
+    out = {t.name: tensor_value(t) for t in model.graph.initializer if t.name not in graph_inputs}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
+            value = constant_node_value(node)
+            if value is not None:
+                out[node.output[0]] = value
+    return out
+
+
 class GraphIndex:
     """Producers, consumers, constants and types of every value in one graph."""
 

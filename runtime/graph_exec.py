@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 
 from codegen.nodes import InputSpec, NodeSpec
 from lowering.fused_ops import OP_SPECS
-from lowering.graph import subgraph_inputs
+from lowering.graph import model_constants, subgraph_inputs
 from runtime import aclnn
 from runtime.backend import Backend, BackendError
 from runtime.fused_node import fused_attrs, is_fused
@@ -44,18 +44,6 @@ class FusedRun:
     inputs: dict[str, np.ndarray]  # by contract input name
     outputs: dict[str, np.ndarray]  # by contract output name (NaN-filled when the kernel failed)
     error: str = ""  # why the kernel failed, empty when it ran
-
-
-def model_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """Values the user cannot override: initializers that are not graph inputs, Constant nodes."""
-    graph_inputs = {vi.name for vi in model.graph.input}
-    out = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name not in graph_inputs}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            for a in node.attribute:
-                if a.name == "value":
-                    out[node.output[0]] = numpy_helper.to_array(a.t)
-    return out
 
 
 def _elem_type(arr: np.ndarray) -> int:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD, proximal_scalars
+from lowering.graph import model_constants
 from runtime.fused_node import fused_attrs
 
 Dim = int | str | None
@@ -179,19 +179,6 @@ class EdgeHints:
     prox_pairs: list[tuple[str, str, str | float, str | float, str | float, str]] = field(default_factory=list)
 
 
-def _const_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    graph_inputs = {vi.name for vi in model.graph.input}
-    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name not in graph_inputs}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            for a in node.attribute:
-                if a.name == "value":
-                    values[node.output[0]] = numpy_helper.to_array(a.t)
-                elif a.name == "value_float":
-                    values[node.output[0]] = np.array(a.f, np.float32)
-    return values
-
-
 def _source_input(model_inputs: set[str], producers: dict[str, onnx.NodeProto], name: str) -> str | None:
     """The graph input a value comes from through Cast/Identity/Reshape-free chains, if any."""
     seen = 0
@@ -208,7 +195,7 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
     """Read the fused nodes of a fused model for input roles and thresholds."""
     inputs = {vi.name for vi in fused_model.graph.input}
     producers = {o: n for n in fused_model.graph.node for o in n.output}
-    consts = _const_values(fused_model)
+    consts = model_constants(fused_model)
     hints = EdgeHints()
 
     def src(name: str) -> str | float | None:
