@@ -151,7 +151,8 @@ def run_lower(args: argparse.Namespace) -> int:
         print(report.summary())
         for k in kernels:
             print(f"  kernel   {k.file_stem} ({k.kernel.op_type}, {k.kernel.dtype}) for {len(k.nodes)} node(s)")
-        print(f"wrote {fused_path}, {outdir / 'report.json'}" + (f" and {len(kernels)} kernel project(s) in {kernels_dir}" if kernels else ""))
+        written = f" and {len(kernels)} kernel project(s) in {kernels_dir}" if kernels else ""
+        print(f"wrote {fused_path}, {outdir / 'report.json'}{written}")
     if args.verify:
         return run_verify(loaded.model, fused, args.target, args)
     return 0

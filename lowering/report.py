@@ -55,7 +55,8 @@ class FusionReport:
                  f"{len(self.fusions)} fused, {len(self.rejections)} near-matches not fused"]
         for f in self.fusions:
             attrs = ", ".join(f"{k}={v}" for k, v in f.attributes.items())
-            lines.append(f"  fused    {f.node}: {f.op_type}({attrs}) [{f.dtype}] from {len(f.replaced_nodes)} nodes ({f.pattern})")
+            lines.append(f"  fused    {f.node}: {f.op_type}({attrs}) [{f.dtype}] "
+                         f"from {len(f.replaced_nodes)} nodes ({f.pattern})")
             lines.extend(f"           note: {c}" for c in f.caveats)
         for r in self.rejections:
             lines.append(f"  skipped  {r.anchor} ({r.op_type}, {r.pattern}): {r.reason}")

@@ -46,7 +46,8 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     for name, value in (("alpha", alpha), ("l1", l1), ("l2", l2)):
         if isinstance(value, str):
             require(is_single_element(index, value), f"{name} ({value}) is not known to hold one element")
-            require(index.elem_type(value) in (onnx.TensorProto.FLOAT, dtype), f"{name} ({value}) is neither float32 nor var's dtype")
+            require(index.elem_type(value) in (onnx.TensorProto.FLOAT, dtype),
+                    f"{name} ({value}) is neither float32 nor var's dtype")
     interior = nodes | update_nodes | mono.nodes
     boundary = set(scalar_nodes)
     inputs = [var, alpha, l1, l2, delta]
@@ -186,7 +187,8 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     expected = {sign: 1} if t_const is not None else {sign: 1, t: 1}
     if sign is None or dict(shift_mono.factors) != expected or shift_mono.coef != (1.0 if t_const is None else t_const):
         return None
-    nodes = sel.nodes | cmp.nodes | {absp[1], alg.unary(sign, "Sign")[1]} | inside.nodes | outside.nodes | tnodes | shift_mono.nodes
+    nodes = (sel.nodes | cmp.nodes | {absp[1], alg.unary(sign, "Sign")[1]} | inside.nodes | outside.nodes
+             | tnodes | shift_mono.nodes)
     return p, t, nodes
 
 

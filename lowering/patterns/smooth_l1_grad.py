@@ -209,7 +209,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     dtype = float_dtype(index, predict)
     require(dtype is not None, "predict is not a float16/bfloat16/float32 tensor")
     require(float_dtype(index, label) == dtype, "predict and label have different dtypes")
-    require(same_shape(index, predict, label), "predict and label shapes differ or are unknown (in-kernel broadcast of predict/label is not supported)")
+    require(same_shape(index, predict, label),
+            "predict and label shapes differ or are unknown (in-kernel broadcast of predict/label is not supported)")
     dout: str | np.ndarray
     if douts:
         dout = douts[0]
@@ -232,7 +233,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         inputs[2] = _const_like(dout, dtype)
     caveats = []
     if arithmetic:
-        caveats.append("tf2onnx arithmetic select: where the branch not taken is inf/NaN the unfused graph gives NaN, the kernel gives the selected branch")
+        caveats.append("tf2onnx arithmetic select: where the branch not taken is inf/NaN the unfused graph gives NaN, "
+                       "the kernel gives the selected branch")
     if dtype == onnx.TensorProto.FLOAT16 and wrapped is None:
         caveats.append("native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN")
     return Match(form, SMOOTH_L1_GRAD, out, inputs,

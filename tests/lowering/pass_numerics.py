@@ -8,7 +8,13 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD, proximal_gd_reference, smooth_l1_grad_reference
+from lowering.fused_ops import (
+    DOMAIN,
+    PROXIMAL_GD,
+    SMOOTH_L1_GRAD,
+    proximal_gd_reference,
+    smooth_l1_grad_reference,
+)
 
 THRESHOLD = {np.dtype(np.float32): 2.0**-13, np.dtype(np.float16): 2.0**-10, np.dtype(ml_dtypes.bfloat16): 2.0**-7}
 SCALAR_INPUTS = {"alpha": 0.1, "l1": 0.05, "l2": 0.2, "threshold": 0.005, "divisor": 1.02}

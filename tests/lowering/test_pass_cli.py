@@ -11,11 +11,11 @@ import numpy as np
 import onnx
 import onnx_ir
 import pytest
+from pass_forms import PGD, SL1, pgd, sl1
+from pass_numerics import fused_nodes, make_feeds, run_ort
 
 import lowering
 from lowering.cli import main
-from pass_forms import PGD, SL1, pgd, sl1
-from pass_numerics import fused_nodes, make_feeds, run_ort
 
 
 def _save(model: onnx.ModelProto, path: Path) -> Path:

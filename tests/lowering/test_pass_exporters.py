@@ -15,10 +15,10 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from pass_numerics import fused_nodes, golden_of, precision_ok, run_ort
 
 import lowering
 from lowering.fused_ops import SMOOTH_L1_GRAD
-from pass_numerics import fused_nodes, golden_of, precision_ok, run_ort
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = json.loads((ROOT / "tests/fixtures/exporters/manifest.json").read_text())
@@ -81,7 +81,6 @@ def test_exporter_fixture(entry: dict) -> None:
     wanted = sorted({n for node in nodes for n in list(node.input) + list(node.output)})
     probe = _with_outputs(fused, wanted)
     values = dict(zip([o.name for o in probe.graph.output], run_ort(probe, feeds)))
-    inits = {t.name for t in fused.graph.initializer}
     for node in nodes:
         args = {n: values[n] for n in node.input if n in values}
         golden = golden_of(fused, node, {**feeds, **args})

@@ -5,12 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from pass_forms import BF, PGD, SL1, F, H, pgd, sl1
+from pass_numerics import fused_nodes, golden_of, make_feeds, precision_ok, run_ort
 
 import lowering
 from lowering.fused_ops import DOMAIN, OP_SPECS
-
-from pass_forms import BF, F, H, PGD, SL1, pgd, sl1
-from pass_numerics import fused_nodes, golden_of, make_feeds, precision_ok, run_ort
 
 SL1_CASES = {
     "where-mean": (dict(), dict(sigma=0.5, reduction="mean", scale=1.0)),

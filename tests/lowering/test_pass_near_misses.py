@@ -5,10 +5,10 @@ from __future__ import annotations
 import onnx
 import pytest
 from onnx import helper
+from pass_forms import BF, PGD, SL1, F, G, H, pgd, sl1, splice
+from pass_numerics import fused_nodes
 
 import lowering
-from pass_forms import BF, F, H, G, PGD, SL1, pgd, sl1, splice
-from pass_numerics import fused_nodes
 
 
 def _sl1_graph(mutate) -> onnx.ModelProto:

@@ -10,10 +10,10 @@ import numpy as np
 import onnx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pass_forms import PGD, SL1, G, pgd, sl1, splice
+from pass_numerics import fused_nodes, make_feeds, run_ort
 
 import lowering
-from pass_forms import F, G, PGD, SL1, pgd, sl1, splice
-from pass_numerics import fused_nodes, make_feeds, run_ort
 
 UNRELATED = ["Add", "Mul", "Sub", "Relu", "Abs", "Neg", "Max", "Sign", "Tanh"]
 SL1_FORMS = ["where", "where_le", "where_ge", "tf2onnx", "clip", "huber"]
