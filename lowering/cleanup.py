@@ -1,8 +1,6 @@
-"""Graph hygiene after rewriting: dead code, unused initializers and value_info, topological order."""
+"""Graph hygiene after rewriting: dead code, unused initializers and value_info."""
 
 from __future__ import annotations
-
-import heapq
 
 import onnx
 
@@ -35,47 +33,3 @@ def eliminate_dead_code(graph: onnx.GraphProto) -> int:
         del graph.initializer[:]
         graph.initializer.extend(inits)
     return removed
-
-
-def is_topologically_sorted(graph: onnx.GraphProto) -> bool:
-    defined = {vi.name for vi in graph.input} | {t.name for t in graph.initializer} | {""}
-    produced_later = {o for n in graph.node for o in n.output}
-    for node in graph.node:
-        uses = list(node.input) + (sorted(subgraph_inputs(node)) if may_have_subgraphs(node) else [])
-        for name in uses:
-            if name not in defined and name in produced_later:
-                return False
-        defined.update(node.output)
-    return True
-
-
-def topological_sort(graph: onnx.GraphProto) -> None:
-    """Stable topological order (original positions break ties), so untouched graphs keep theirs."""
-    if is_topologically_sorted(graph):
-        return
-    nodes = list(graph.node)
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    deps: list[set[int]] = []
-    users: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        uses = list(n.input) + (sorted(subgraph_inputs(n)) if may_have_subgraphs(n) else [])
-        d = {producer[x] for x in uses if x in producer and producer[x] != i}
-        deps.append(d)
-        for j in d:
-            users[j].append(i)
-    pending = [len(d) for d in deps]
-    ready = [i for i, c in enumerate(pending) if c == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            pending[u] -= 1
-            if pending[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(nodes):
-        raise ValueError("the graph has a cycle")
-    if order != list(range(len(nodes))):
-        del graph.node[:]
-        graph.node.extend(nodes[i] for i in order)

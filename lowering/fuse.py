@@ -93,7 +93,6 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[on
         return out, report
     _rewrite(work, index, matches, report)
     cleanup.eliminate_dead_code(graph)
-    cleanup.topological_sort(graph)
     report.nodes_after = len(graph.node)
     try:
         onnx.checker.check_model(work)
@@ -162,6 +161,9 @@ class _Names:
 
 
 def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport) -> None:
+    """Replaces each match in place. The order stays topological by construction: a fused node
+    takes its root's position and reads only values produced before its first matched node, and
+    re-emitted intermediates keep their own positions (the checker verifies it afterwards)."""
     graph = model.graph
     names = _Names(graph)
     opset = default_opset(model)
