@@ -46,12 +46,11 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
 
 
 def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[onnx.ModelProto, FusionReport]:
-    work = onnx.ModelProto()
-    work.CopyFrom(model)
     try:
-        work = onnx.shape_inference.infer_shapes(work)
+        work = onnx.shape_inference.infer_shapes(model)  # a new model: the input stays untouched
     except (onnx.shape_inference.InferenceError, ValueError):
-        pass  # shapes stay unknown; shape-dependent matches are refused with a reason
+        work = onnx.ModelProto()  # shapes stay unknown; shape-dependent matches are refused with a reason
+        work.CopyFrom(model)
     graph = work.graph
     report = FusionReport(nodes_before=len(model.graph.node))
     stats = normalize(graph)

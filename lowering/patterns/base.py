@@ -27,14 +27,8 @@ class Match:
     duplicate: set[int] = field(default_factory=set)  # interior nodes re-emitted for outside users (CSE undone)
 
 
-@dataclass
-class Rejection:
-    pattern: str
-    reason: str
-
-
 class NoMatch(Exception):
-    """Raised inside a pattern when the core shape is there but a check fails; becomes a Rejection."""
+    """Raised inside a pattern when the core shape is there but a check fails; the pass records it as a report.Rejection."""
 
 
 @dataclass(frozen=True)
