@@ -33,10 +33,20 @@ def scalar_expr(ins: Instr, ref: dict[int, str]) -> str:
     if ins.op is Op.SRECIP:
         return f"(1.0f / {a[0]})"
     if ins.op is Op.SMAX:
-        return f"(({a[0]} > {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})"
+        return nan_max_expr(a[0], a[1])
     if ins.op is Op.SMIN:
-        return f"(({a[0]} < {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})"
+        return nan_min_expr(a[0], a[1])
     raise ValueError(f"{ins.op.value} is not an arithmetic scalar op")
+
+
+def nan_max_expr(a: str, b: str) -> str:
+    """max(a, b) in C++ that keeps a NaN in a (the IR's reading of Maxs/SMax on NaN)."""
+    return f"(({a} > {b} || {a} != {a}) ? {a} : {b})"
+
+
+def nan_min_expr(a: str, b: str) -> str:
+    """min(a, b) in C++ that keeps a NaN in a."""
+    return f"(({a} < {b} || {a} != {a}) ? {a} : {b})"
 
 
 def comment_block(text: str, prefix: str = "// ") -> str:

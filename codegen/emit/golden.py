@@ -7,7 +7,7 @@ result is compared with the same computation done at higher precision.
 
 from __future__ import annotations
 
-from codegen.emit.cxx import scalar_expr
+from codegen.emit.cxx import nan_max_expr, nan_min_expr, scalar_expr
 from codegen.ir import Kernel, Kind, Op
 
 _BIN = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.MULS: "*", Op.ADDS: "+"}
@@ -26,9 +26,9 @@ def _tile_expr(k: Kernel, i: int, v: dict[int, str]) -> str:
     if ins.op in _BIN:
         return f"({a[0]} {_BIN[ins.op]} {a[1]})"
     if ins.op is Op.MAXS:
-        return f"(({a[0]} > {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})"
+        return nan_max_expr(a[0], a[1])
     if ins.op is Op.MINS:
-        return f"(({a[0]} < {a[1]} || {a[0]} != {a[0]}) ? {a[0]} : {a[1]})"
+        return nan_min_expr(a[0], a[1])
     if ins.op is Op.ABS:
         return f"std::fabs({a[0]})"
     if ins.op is Op.SIGN:
