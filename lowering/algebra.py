@@ -16,10 +16,9 @@ the size of the pattern. Every view records the nodes it walked, which become th
 
 from __future__ import annotations
 
-from collections import Counter
+import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import onnx
 
 from .graph import EXACT_WIDENING, GraphIndex, attr
@@ -30,14 +29,14 @@ MAX_WALK = 24  # nodes one view may walk: patterns are small, this bounds the wo
 @dataclass
 class Monomial:
     coef: float
-    factors: Counter  # value name -> exponent
+    factors: dict[str, int]  # value name -> exponent (never 0)
     nodes: set[int] = field(default_factory=set)
 
     def without(self, name: str, exponent: int = 1) -> "Monomial | None":
         """This monomial divided by name**exponent, or None when that factor is not there."""
         if self.factors.get(name, 0) != exponent:
             return None
-        rest = Counter(self.factors)
+        rest = dict(self.factors)
         del rest[name]
         return Monomial(self.coef, rest, set(self.nodes))
 
@@ -106,43 +105,45 @@ class Algebra:
         """The product view of value. The walk enters a producer only when every use of its
         output lies inside the walk (or `region`), so values the rest of the graph also reads,
         like a shared delta, stay factors instead of dissolving into the match."""
-        mono = Monomial(1.0, Counter())
-        self._walk_product(value, 1, mono, stop, region, [MAX_WALK], root=True)
-        mono.factors = Counter({k: v for k, v in mono.factors.items() if v != 0})
-        return mono
+        index = self.index
+        coef = 1.0
+        factors: dict[str, int] = {}
+        nodes: set[int] = set()
+        budget = MAX_WALK
+        stack = [(value, 1)]  # depth first, left operand first: ownership depends on what was walked
+        while stack:
+            v, exponent = stack.pop()
+            c = index.scalar(v)
+            if c is not None and index.elem_type(v) in _FLOAT_TYPES:
+                coef *= c if exponent == 1 else 1.0 / c if c != 0 else math.inf
+                continue
+            found = None
+            if v not in stop and budget > 0 and (v == value or self._owned(v, nodes, region)):
+                found = self.producer(v, "Mul", "Div", "Neg", "Reciprocal")
+            if found is None or (found[1].op_type in ("Mul", "Div") and len(found[1].input) != 2):
+                factors[v] = factors.get(v, 0) + exponent
+                continue
+            budget -= 1
+            i, node = found
+            nodes.add(i)
+            op = node.op_type
+            if op == "Mul":
+                stack.append((node.input[1], exponent))
+                stack.append((node.input[0], exponent))
+            elif op == "Div":
+                stack.append((node.input[1], -exponent))
+                stack.append((node.input[0], exponent))
+            elif op == "Neg":
+                coef = -coef
+                stack.append((node.input[0], exponent))
+            else:
+                stack.append((node.input[0], -exponent))
+        return Monomial(coef, {k: e for k, e in factors.items() if e != 0}, nodes)
 
     def _owned(self, value: str, nodes: set[int], region: frozenset[int]) -> bool:
         if value in self.index.graph_outputs:
             return False
         return all(c in nodes or c in region for c in self.index.consumers.get(value, ()))
-
-    def _walk_product(self, value: str, exponent: int, mono: Monomial, stop: frozenset[str],
-                      region: frozenset[int], budget: list[int], root: bool = False) -> None:
-        c = self.scalar(value)
-        if c is not None and self.index.elem_type(value) in _FLOAT_TYPES:
-            mono.coef *= c if exponent == 1 else 1.0 / c if c != 0 else np.inf
-            return
-        found = None
-        if value not in stop and budget[0] > 0 and (root or self._owned(value, mono.nodes, region)):
-            found = self.producer(value, "Mul", "Div", "Neg", "Reciprocal")
-        if found is None or (found[1].op_type in ("Mul", "Div") and len(found[1].input) != 2):
-            mono.factors[value] += exponent
-            return
-        budget[0] -= 1
-        i, node = found
-        mono.nodes.add(i)
-        walk = lambda v, e: self._walk_product(v, e, mono, stop, region, budget)  # noqa: E731
-        if node.op_type == "Mul":
-            walk(node.input[0], exponent)
-            walk(node.input[1], exponent)
-        elif node.op_type == "Div":
-            walk(node.input[0], exponent)
-            walk(node.input[1], -exponent)
-        elif node.op_type == "Neg":
-            mono.coef = -mono.coef
-            walk(node.input[0], exponent)
-        else:
-            walk(node.input[0], -exponent)
 
     def expand_shared(self, monos: list[Monomial], region: set[int], stop: frozenset[str] = frozenset()) -> None:
         """Expands factors that several monomials share and only they use (g = dout * norm,
@@ -158,11 +159,12 @@ class Algebra:
                     sub = self.monomial(name, stop, inside)
                     if not sub.nodes:
                         continue
-                    del mono.factors[name]
+                    factors = dict(mono.factors)
+                    del factors[name]
                     mono.coef *= sub.coef ** exp
                     for k, v in sub.factors.items():
-                        mono.factors[k] += v * exp
-                    mono.factors = Counter({k: v for k, v in mono.factors.items() if v != 0})
+                        factors[k] = factors.get(k, 0) + v * exp
+                    mono.factors = {k: v for k, v in factors.items() if v != 0}
                     mono.nodes |= sub.nodes
                     changed = True
                     break
@@ -178,7 +180,7 @@ class Algebra:
         for i in sorted(mono.nodes):
             out = self.index.nodes[i].output[0]
             sub = self.monomial(out, stop)
-            if dict(sub.factors) == dict(group) and sub.coef != 0 and np.isfinite(sub.coef):
+            if sub.factors == group and sub.coef != 0 and math.isfinite(sub.coef):
                 return out, sub.nodes, sub.coef
         return None
 
@@ -293,7 +295,7 @@ class Algebra:
         if vt is None or vt.shape is None or len(set(acc.dims)) != len(acc.dims):
             return None
         rest = [d for i, d in enumerate(vt.shape) if i not in acc.dims]
-        if not all(isinstance(d, int) for d in rest) or int(np.prod(rest, dtype=np.int64)) != acc.const:
+        if not all(isinstance(d, int) for d in rest) or math.prod(rest) != acc.const:
             return None
         return acc.tensor, acc.nodes
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -18,7 +19,7 @@ from . import cleanup
 from .algebra import Algebra
 from .errors import LoweringError
 from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
-from .graph import DTYPE_NAMES, GraphIndex
+from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, captured_names, decode_nodes
 from .loading import default_opset
 from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS
@@ -28,7 +29,7 @@ from .report import Fusion, FusionReport, Rejection
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 
-def node_label(node: onnx.NodeProto) -> str:
+def node_label(node: Node | onnx.NodeProto) -> str:
     return node.name or f"{node.op_type} -> {node.output[0] if node.output else '?'}"
 
 
@@ -46,19 +47,15 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
 
 
 def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[onnx.ModelProto, FusionReport]:
-    try:
-        work = onnx.shape_inference.infer_shapes(model)  # a new model: the input stays untouched
-    except (onnx.shape_inference.InferenceError, ValueError):
-        work = onnx.ModelProto()  # shapes stay unknown; shape-dependent matches are refused with a reason
-        work.CopyFrom(model)
-    graph = work.graph
+    info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
-    stats = normalize(graph)
+    normalized = normalize(decode_nodes(model.graph), info)
+    stats = normalized.stats
     report.normalization = stats.as_dict()
-    dead = cleanup.eliminate_dead_code(graph)  # dead uses (an unused forward loss) must not block fusion
-    if dead:
-        report.normalization["dead nodes removed"] = dead
-    index = GraphIndex(graph)
+    nodes = cleanup.live_nodes(normalized.nodes, info.graph_outputs)  # dead uses (an unused forward loss) must not block fusion
+    if len(nodes) < len(normalized.nodes):
+        report.normalization["dead nodes removed"] = len(normalized.nodes) - len(nodes)
+    index = GraphIndex(nodes, info, normalized.folded)
     alg = Algebra(index)
     matches: list[Match] = []
     by_op: dict[str, list[Pattern]] = {}
@@ -66,11 +63,12 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[on
         for op in p.anchors:
             by_op.setdefault(op, []).append(p)
     explained: dict[str, set[int]] = {}  # per pattern: nodes an earlier, wider attempt already reported
-    for i in range(len(index.nodes) - 1, -1, -1):
-        node = index.nodes[i]
-        if i in alg.taken or node.domain not in ("", "ai.onnx"):
+    for i in range(len(nodes) - 1, -1, -1):
+        node = nodes[i]
+        candidates = by_op.get(node.op_type)
+        if candidates is None or i in alg.taken or node.domain not in ("", "ai.onnx"):
             continue
-        for pattern in by_op.get(node.op_type, ()):
+        for pattern in candidates:
             alg.seen = {i}
             try:
                 found = pattern.match(alg, i)
@@ -90,9 +88,9 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[on
         out = onnx.ModelProto()
         out.CopyFrom(model)
         return out, report
-    _rewrite(work, index, matches, report)
-    cleanup.eliminate_dead_code(graph)
-    report.nodes_after = len(graph.node)
+    rewritten = _rewrite(model, index, matches, report)
+    work = _assemble(model, info, rewritten, normalized.folded)
+    report.nodes_after = len(work.graph.node)
     try:
         onnx.checker.check_model(work)
     except onnx.checker.ValidationError as exc:
@@ -145,10 +143,11 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
 class _Names:
     """Fresh names that collide with nothing in the model."""
 
-    def __init__(self, graph: onnx.GraphProto) -> None:
+    def __init__(self, model: onnx.ModelProto, nodes: list[Node]) -> None:
+        graph = model.graph
         self.used = {n.name for n in graph.node} | {t.name for t in graph.initializer} | {
             v.name for v in itertools.chain(graph.input, graph.output, graph.value_info)} | {
-            o for n in graph.node for o in n.output}
+            o for n in nodes for o in n.output}
 
     def fresh(self, base: str) -> str:
         name, k = base, 0
@@ -159,18 +158,24 @@ class _Names:
         return name
 
 
-def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport) -> None:
-    """Replaces each match in place. The order stays topological by construction: a fused node
-    takes its root's position and reads only values produced before its first matched node, and
+@dataclass
+class _Rewritten:
+    nodes: list[Node]
+    initializers: list[onnx.TensorProto]
+    functions: list[onnx.FunctionProto]
+
+
+def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport) -> _Rewritten:
+    """Replaces each match. The order stays topological by construction: a fused node takes its
+    root's position and reads only values produced before its first matched node, and
     re-emitted intermediates keep their own positions (the checker verifies it afterwards)."""
-    graph = model.graph
-    names = _Names(graph)
+    names = _Names(model, index.nodes)
     opset = default_opset(model)
-    replacement: dict[int, list[onnx.NodeProto]] = {}
+    replacement: dict[int, Node] = {}
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
     bodies: dict[bytes, str] = {}  # function body -> its overload name
-    new_inits: list[onnx.TensorProto] = []
+    out = _Rewritten([], [], [])
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
         node_name = names.fresh(f"{m.op_type}_{count}")
@@ -180,81 +185,127 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
                 input_names.append(value)
             else:
                 tensor = numpy_helper.from_array(np.asarray(value), names.fresh(f"{node_name}_{formal}"))
-                new_inits.append(tensor)
+                out.initializers.append(tensor)
                 input_names.append(tensor.name)
         fused = helper.make_node(m.op_type, input_names, [m.output], name=node_name, domain=DOMAIN, **m.attrs)
-        body_nodes = [index.nodes[i] for i in sorted(m.interior | m.boundary)]
-        function = _function(index, m, body_nodes, input_names, opset)
+        function = _function(index, m, sorted(m.interior | m.boundary), input_names, opset)
         key = function.SerializeToString(deterministic=True)
         if key not in bodies:  # identical subgraphs (say, every weight's update) share one function
             function.overload = names.fresh(f"{m.op_type}_f{len(bodies)}")
             bodies[key] = function.overload
-            model.functions.append(function)
+            out.functions.append(function)
         fused.overload = bodies[key]
         root = index.producer[m.output]
-        replacement[root] = [fused]
+        replacement[root] = Node(fused, m.op_type, DOMAIN, tuple(input_names), (m.output,))
         removed |= m.interior
         for i in sorted(m.duplicate):
             copy = onnx.NodeProto()
-            copy.CopyFrom(index.nodes[i])
+            copy.CopyFrom(index.nodes[i].to_proto())
             copy.name = names.fresh(f"{node_label(copy)}_unfused")
-            for k, out in enumerate(copy.output):
-                renamed[out] = copy.output[k] = names.fresh(f"{out}_unfused")
-            replacement[i] = [copy]
+            for k, name in enumerate(copy.output):
+                renamed[name] = copy.output[k] = names.fresh(f"{name}_unfused")
+            replacement[i] = Node(copy, copy.op_type, copy.domain, tuple(copy.input), tuple(copy.output))
         dtype = index.elem_type(m.output)
         report.fusions.append(Fusion(
             pattern=m.pattern, node=node_name, op_type=m.op_type, domain=DOMAIN, output=m.output,
             inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(dtype, str(dtype)),
             replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
-    kept: list[onnx.NodeProto] = []
     for i, node in enumerate(index.nodes):
-        if i in removed and i not in replacement:
+        if i in replacement:
+            node = replacement[i]
+        elif i in removed:
             continue
-        for new in replacement.get(i, [node]):
-            if new.domain != DOMAIN:
-                new.input[:] = [renamed.get(n, n) for n in new.input]
-            kept.append(new)
-    del graph.node[:]
-    graph.node.extend(kept)
-    graph.initializer.extend(new_inits)
-    if not any(o.domain == DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
-    model.ir_version = max(model.ir_version, FUNCTION_IR_VERSION)
+        if renamed and node.domain != DOMAIN and any(n in renamed for n in node.input):
+            node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
+        out.nodes.append(node)
+    return out
 
 
-def _function(index: GraphIndex, m: Match, nodes: list[onnx.NodeProto], input_names: list[str],
+def _function(index: GraphIndex, m: Match, members: list[int], input_names: list[str],
               opset: int) -> onnx.FunctionProto:
     """The matched subgraph as a function over the fused node's formal inputs; values and nodes
     are renamed canonically so that identical subgraphs give identical functions."""
     spec = OP_SPECS[m.op_type]
+    nodes = [index.nodes[i] for i in members]
     rename: dict[str, str] = {}
     for formal, actual in zip(spec.inputs, input_names):
         rename.setdefault(actual, formal)
     rename[m.output] = spec.outputs[0]
     produced = {o for n in nodes for o in n.output}
-    constants: list[onnx.NodeProto] = []
+    function = onnx.FunctionProto(domain=DOMAIN, name=m.op_type, input=spec.inputs, output=spec.outputs)
+    function.opset_import.add(domain="", version=opset)
     counter = itertools.count()
-    body: list[onnx.NodeProto] = []
     for node in nodes:
         for name in node.input:
             if not name or name in rename or name in produced:
                 continue
-            value = index.const(name)
-            if value is None:
-                raise LoweringError(f"internal error: a fused {m.op_type} reads {name}, which is neither an input nor a constant")
             rename[name] = f"_c{next(counter)}"
-            constants.append(helper.make_node("Constant", [], [rename[name]],
-                                              value=numpy_helper.from_array(np.asarray(value), rename[name])))
+            try:
+                tensor = index.const_tensor(name)
+            except KeyError:
+                raise LoweringError(f"internal error: a fused {m.op_type} reads {name}, which is neither an input nor a constant") from None
+            value = function.node.add(op_type="Constant", output=[rename[name]]).attribute.add(
+                name="value", type=onnx.AttributeProto.TENSOR)
+            value.t.CopyFrom(tensor)
+            value.t.name = rename[name]
     for node in nodes:  # definition order, so the names do not depend on the model's names
         for name in node.output:
             if name and name not in rename:
                 rename[name] = f"_v{next(counter)}"
     for node in nodes:
-        copy = onnx.NodeProto()
-        copy.CopyFrom(node)
-        copy.input[:] = [rename.get(n, n) if n else n for n in node.input]
-        copy.output[:] = [rename.get(n, n) if n else n for n in node.output]
-        copy.name = ""
-        body.append(copy)
-    return helper.make_function(DOMAIN, m.op_type, list(spec.inputs), list(spec.outputs), constants + body,
-                                [helper.make_opsetid("", opset)])
+        copy = function.node.add(op_type=node.op_type, domain=node.domain,
+                                 input=[rename.get(n, n) if n else n for n in node.input],
+                                 output=[rename.get(n, n) if n else n for n in node.output])
+        attributes = node.attribute
+        if len(attributes):
+            copy.attribute.extend(attributes)
+    return function
+
+
+def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, nodes: list[Node]) -> None:
+    """Writes value_info for every value a fused node reads or writes that has none, so the
+    fused model can be lowered on its own (shape inference may have found types the exporter
+    did not write)."""
+    typed = info.graph_inputs | info.graph_outputs | {t.name for t in graph.initializer} | {
+        vi.name for vi in graph.value_info}
+    for node in nodes:
+        if node.domain != DOMAIN:
+            continue
+        for name in node.input + node.output:
+            if name in typed:
+                continue
+            vi = info.types.value_info(name)
+            if vi is not None:
+                graph.value_info.append(vi)
+                typed.add(name)
+
+
+def _assemble(model: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten,
+              folded: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """The output model: the input's metadata and graph signature with the rewritten nodes,
+    the value_info and initializers they still use, folded constants they read, the functions."""
+    nodes = cleanup.live_nodes(rewritten.nodes, info.graph_outputs)
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    graph = work.graph
+    graph.ClearField("node")
+    graph.node.extend([n.to_proto() for n in nodes])
+    produced = {o for n in nodes for o in n.output}
+    used = {i for n in nodes for i in n.input} | info.graph_outputs | captured_names(nodes)
+    if any(vi.name not in produced for vi in graph.value_info):
+        kept_infos = [vi for vi in graph.value_info if vi.name in produced]
+        graph.ClearField("value_info")
+        graph.value_info.extend(kept_infos)
+    if any(t.name not in used and t.name not in info.graph_inputs for t in graph.initializer):
+        kept_inits = [t for t in graph.initializer if t.name in used or t.name in info.graph_inputs]
+        graph.ClearField("initializer")
+        graph.initializer.extend(kept_inits)
+    graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items()
+                             if name in used and name not in produced)
+    graph.initializer.extend(rewritten.initializers)
+    _type_fused_values(graph, info, nodes)
+    work.functions.extend(rewritten.functions)
+    if not any(o.domain == DOMAIN for o in work.opset_import):
+        work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
+    work.ir_version = max(work.ir_version, FUNCTION_IR_VERSION)
+    return work

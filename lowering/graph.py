@@ -1,11 +1,10 @@
-"""Use-def index over one onnx.GraphProto: producers, consumers, constants and value types.
-
-The pass works on protobuf directly (no conversion to another IR) because load and save are the
-largest cost on big graphs; this index is built once per stage in linear time.
+"""The pass's view of a model: nodes decoded once into plain Python data, value types read on
+demand, and a use-def index (producers, consumers, constants) built once in linear time.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -42,7 +41,7 @@ class ValueType:
     def numel(self) -> int | None:
         if self.shape is None or not all(isinstance(d, int) for d in self.shape):
             return None
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
 
 def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
@@ -85,7 +84,7 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
-def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+def constant_node_value(node: Node | onnx.NodeProto) -> np.ndarray | None:
     """The value of a Constant node, for every attribute form a Constant can carry."""
     for attr in node.attribute:
         if attr.name == "value":
@@ -113,17 +112,151 @@ def model_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return out
 
 
-class GraphIndex:
-    """Producers, consumers, constants and types of every value in one graph."""
+class Node:
+    """One main-graph node as plain Python data, decoded once from its NodeProto.
 
-    def __init__(self, graph: onnx.GraphProto) -> None:
-        self.graph = graph
-        self.nodes: list[onnx.NodeProto] = list(graph.node)
+    Reading a protobuf field costs about ten times a Python attribute, and every stage of the
+    pass reads every node, so op type, domain, inputs and outputs are decoded once. Attributes
+    stay in the proto (few nodes have any, and few of those are ever asked); a node the pass
+    changes is re-encoded on the way out, an unchanged one is written back as it came.
+    """
+
+    __slots__ = ("op_type", "domain", "input", "output", "proto", "_attribute", "changed")
+
+    def __init__(self, proto: onnx.NodeProto, op_type: str, domain: str, inputs: tuple[str, ...],
+                 outputs: tuple[str, ...]) -> None:
+        self.proto = proto
+        self.op_type = op_type
+        self.domain = domain
+        self.input = inputs
+        self.output = outputs
+        self._attribute = None
+        self.changed = False
+
+    @property
+    def name(self) -> str:
+        return self.proto.name
+
+    @property
+    def attribute(self):
+        return self.proto.attribute if self._attribute is None else self._attribute
+
+    def rewrite(self, *, op_type: str | None = None, inputs: tuple[str, ...] | None = None,
+                attributes: list[onnx.AttributeProto] | None = None) -> None:
+        if op_type is not None:
+            self.op_type = op_type
+        if inputs is not None:
+            self.input = inputs
+        if attributes is not None:
+            self._attribute = attributes
+        self.changed = True
+
+    def to_proto(self) -> onnx.NodeProto:
+        if not self.changed:
+            return self.proto
+        out = onnx.NodeProto()
+        out.CopyFrom(self.proto)
+        out.op_type = self.op_type
+        out.input[:] = self.input
+        out.output[:] = self.output
+        if self._attribute is not None:
+            del out.attribute[:]
+            out.attribute.extend(self._attribute)
+        return out
+
+
+def decode_nodes(graph: onnx.GraphProto) -> list[Node]:
+    return [Node(p, p.op_type, p.domain, tuple(p.input), tuple(p.output)) for p in graph.node]
+
+
+def _complete(vt: ValueType | None) -> bool:
+    return vt is not None and vt.shape is not None and None not in vt.shape
+
+
+class ValueTypes:
+    """Types of the values of one model, from its value_info; shape inference runs only when a
+    value the pass asks about has no type or an incomplete one (exporters usually write them
+    all, and inference on a big graph costs as much as the rest of the pass)."""
+
+    def __init__(self, model: onnx.ModelProto, initializers: dict[str, onnx.TensorProto]) -> None:
+        self._model = model
+        graph = model.graph
+        self._infos: dict[str, onnx.ValueInfoProto] = {}
+        for field in (graph.value_info, graph.output, graph.input):
+            for vi in field:
+                self._infos[vi.name] = vi
+        self._initializers = initializers
+        self._cache: dict[str, ValueType | None] = {}
+        self.inferred = False
+
+    def get(self, name: str) -> ValueType | None:
+        if name in self._cache:
+            return self._cache[name]
+        vt = self._lookup(name)
+        if not _complete(vt) and not self.inferred:
+            self._infer()
+            vt = self._lookup(name)
+        self._cache[name] = vt
+        return vt
+
+    def value_info(self, name: str) -> onnx.ValueInfoProto | None:
+        """The ValueInfoProto behind get(name), when the type came from one."""
+        self.get(name)
+        return self._infos.get(name)
+
+    def _lookup(self, name: str) -> ValueType | None:
+        vi = self._infos.get(name)
+        vt = value_type_of(vi) if vi is not None else None
+        if vt is None and name in self._initializers:
+            t = self._initializers[name]
+            vt = ValueType(t.data_type, tuple(t.dims))
+        return vt
+
+    def _infer(self) -> None:
+        self.inferred = True
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self._model)
+        except (onnx.shape_inference.InferenceError, ValueError):
+            return  # shapes stay unknown; shape-dependent matches are refused with a reason
+        for field in (inferred.graph.value_info, inferred.graph.output):
+            for vi in field:
+                known = self._infos.get(vi.name)
+                if known is None or not _complete(value_type_of(known)):
+                    self._infos[vi.name] = vi
+        self._cache = {k: v for k, v in self._cache.items() if _complete(v)}
+
+
+class GraphInfo:
+    """What the pass needs to know of a model besides its nodes: graph inputs and outputs,
+    initializers, value types. Read once; the input model is never modified."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        graph = model.graph
+        self.graph_inputs = {vi.name for vi in graph.input}
+        self.graph_outputs = {vi.name for vi in graph.output}
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.types = ValueTypes(model, self.initializers)
+
+
+def captured_names(nodes: list[Node]) -> set[str]:
+    """Outer values read by name inside the subgraphs of If/Loop/Scan (and custom) nodes."""
+    names: set[str] = set()
+    for node in nodes:
+        if may_have_subgraphs(node):
+            names |= subgraph_inputs(node)
+    return names
+
+
+class GraphIndex:
+    """Producers, consumers, constants and types of every value of one node list."""
+
+    def __init__(self, nodes: list[Node], info: GraphInfo, folded: dict[str, np.ndarray] | None = None) -> None:
+        self.nodes = nodes
+        self.info = info
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = defaultdict(list)
-        self.subgraph_uses: set[str] = set()
         producer, consumers = self.producer, self.consumers
-        for i, node in enumerate(self.nodes):
+        for i, node in enumerate(nodes):
             for name in node.output:
                 producer[name] = i
             for name in node.input:
@@ -132,21 +265,16 @@ class GraphIndex:
                 # values captured by a subgraph are used there; count the node as their consumer
                 for name in subgraph_inputs(node):
                     consumers[name].append(i)
-                    self.subgraph_uses.add(name)
         producer.pop("", None)
         consumers.pop("", None)
-        self.graph_inputs = {vi.name for vi in graph.input}
-        self.graph_outputs = {vi.name for vi in graph.output}
-        self.initializers = {t.name: t for t in graph.initializer}
-        # types are parsed on first use: most values are never asked about
-        self._infos: dict[str, onnx.ValueInfoProto] = {}
-        for field in (graph.value_info, graph.output, graph.input):
-            for vi in field:
-                self._infos[vi.name] = vi
-        self.types: dict[str, ValueType | None] = {}
+        self.graph_inputs = info.graph_inputs
+        self.graph_outputs = info.graph_outputs
+        self.initializers = info.initializers
+        self.folded = folded or {}  # constants normalization computed (no initializer exists yet)
         self._const_cache: dict[str, np.ndarray | None] = {}
+        self._scalar_cache: dict[str, float | None] = {}
 
-    def node_of(self, name: str) -> onnx.NodeProto | None:
+    def node_of(self, name: str) -> Node | None:
         i = self.producer.get(name)
         return None if i is None else self.nodes[i]
 
@@ -154,38 +282,50 @@ class GraphIndex:
         """Value of a true constant: a Constant node or an initializer the user cannot override."""
         if name in self._const_cache:
             return self._const_cache[name]
-        value: np.ndarray | None = None
-        if name in self.initializers and name not in self.graph_inputs:
+        value: np.ndarray | None = self.folded.get(name)
+        if value is None and name in self.initializers and name not in self.graph_inputs:
             value = tensor_value(self.initializers[name])
-        else:
+        elif value is None:
             node = self.node_of(name)
             if node is not None and node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 value = constant_node_value(node)
         self._const_cache[name] = value
         return value
 
+    def const_tensor(self, name: str) -> onnx.TensorProto:
+        """A constant as a TensorProto (for function bodies), without a numpy round trip when
+        the model already stores it as one."""
+        init = self.initializers.get(name)
+        if name not in self.folded and init is not None and name not in self.graph_inputs:
+            return init
+        node = self.node_of(name)
+        if name not in self.folded and node is not None and node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value":
+                    return a.t
+        value = self.const(name)
+        if value is None:
+            raise KeyError(name)
+        return numpy_helper.from_array(np.asarray(value), name)
+
     def scalar(self, name: str) -> float | None:
         """A one-element floating or integer constant as a float, else None."""
+        cache = self._scalar_cache
+        if name in cache:
+            return cache[name]
         value = self.const(name)
-        if value is None or value.size != 1 or value.dtype.kind not in "fiu":
-            return None
-        return float(value.reshape(-1)[0])
+        s = None if value is None or value.size != 1 or value.dtype.kind not in "fiu" else float(value.reshape(-1)[0])
+        cache[name] = s
+        return s
 
     def is_overridable_initializer(self, name: str) -> bool:
         return name in self.initializers and name in self.graph_inputs
 
     def type_of(self, name: str) -> ValueType | None:
-        if name not in self.types:
-            vi = self._infos.get(name)
-            vt = value_type_of(vi) if vi is not None else None
-            if vt is None and name in self.initializers:
-                t = self.initializers[name]
-                vt = ValueType(t.data_type, tuple(t.dims))
-            self.types[name] = vt
-        return self.types[name]
+        return self.info.types.get(name)
 
     def elem_type(self, name: str) -> int | None:
-        vt = self.type_of(name)
+        vt = self.info.types.get(name)
         if vt is not None:
             return vt.elem_type
         value = self.const(name)
@@ -194,7 +334,7 @@ class GraphIndex:
         return None
 
     def numel(self, name: str) -> int | None:
-        vt = self.type_of(name)
+        vt = self.info.types.get(name)
         if vt is not None and vt.numel is not None:
             return vt.numel
         value = self.const(name)
@@ -210,12 +350,12 @@ class GraphIndex:
 _SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
 
 
-def may_have_subgraphs(node: onnx.NodeProto) -> bool:
+def may_have_subgraphs(node: Node | onnx.NodeProto) -> bool:
     """Cheap test before scanning attributes: only these ops (and custom ones) carry graphs."""
     return node.op_type in _SUBGRAPH_OPS or node.domain not in ("", "ai.onnx")
 
 
-def subgraph_inputs(node: onnx.NodeProto) -> set[str]:
+def subgraph_inputs(node: Node | onnx.NodeProto) -> set[str]:
     """Outer-scope values that the subgraphs of an If/Loop/Scan node read by name."""
     names: set[str] = set()
     for a in node.attribute:
@@ -242,7 +382,7 @@ def outer_names_used(graph: onnx.GraphProto) -> set[str]:
     return used
 
 
-def attr(node: onnx.NodeProto, name: str, default=None):
+def attr(node: Node | onnx.NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:
             return onnx.helper.get_attribute_value(a)

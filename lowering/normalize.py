@@ -1,4 +1,4 @@
-"""Normalization before matching: one forward sweep over a topologically sorted graph.
+"""Normalization before matching: one forward sweep over a topologically sorted node list.
 
 Each rule is local and only looks at already-normalized producers, so a single pass in graph
 order reaches the fixed point in linear time:
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from .graph import EXACT_WIDENING, GraphIndex, ValueType, attr, constant_node_value, may_have_subgraphs, tensor_value
+from .graph import (EXACT_WIDENING, GraphInfo, Node, ValueType, attr, captured_names, constant_node_value,
+                    may_have_subgraphs, tensor_value)
 
 FOLD_LIMIT = 64  # largest constant (elements) folding may create: scalars and small vectors only
 COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Equal", "And", "Or", "Xor", "Sum", "Mean"}
@@ -62,9 +62,9 @@ def _binary_fold(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def _fold(node: onnx.NodeProto, values: list[np.ndarray]) -> np.ndarray | None:
-    """numpy evaluation with ONNX semantics for the few ops folding handles; None to decline."""
-    op = node.op_type
+def _fold(op: str, values: list[np.ndarray], to: int | None = None) -> np.ndarray | None:
+    """numpy evaluation with ONNX semantics for the few ops folding handles; None to decline.
+    `to` is the target type of Cast/CastLike."""
     if any(v.dtype not in _FOLDABLE_DTYPES for v in values):
         return None
     if len(values) == 2 and values[0].dtype == values[1].dtype:
@@ -84,8 +84,7 @@ def _fold(node: onnx.NodeProto, values: list[np.ndarray]) -> np.ndarray | None:
         if op == "Abs":
             return np.abs(v)
         if op in ("Cast", "CastLike"):
-            to = attr(node, "to")
-            if to in (onnx.TensorProto.BFLOAT16, onnx.TensorProto.STRING, onnx.TensorProto.BOOL):
+            if to in (None, onnx.TensorProto.BFLOAT16, onnx.TensorProto.STRING, onnx.TensorProto.BOOL):
                 return None
             target = onnx.helper.tensor_dtype_to_np_dtype(to)
             if target not in _FOLDABLE_DTYPES:
@@ -94,17 +93,26 @@ def _fold(node: onnx.NodeProto, values: list[np.ndarray]) -> np.ndarray | None:
     return None
 
 
+@dataclass
+class Normalized:
+    nodes: list[Node]  # the normalized graph, still in topological order
+    folded: dict[str, np.ndarray]  # values of the nodes folding replaced (no initializer written yet)
+    stats: NormalizeStats
+
+
 class _Normalizer:
-    def __init__(self, graph: onnx.GraphProto) -> None:
-        self.index = GraphIndex(graph)
-        self.graph = graph
+    def __init__(self, nodes: list[Node], info: GraphInfo) -> None:
+        self.nodes = nodes
+        self.info = info
+        self.types = info.types
         self.alias: dict[str, str] = {}
         self.consts: dict[str, np.ndarray] = {}
-        self.new_initializers: list[onnx.TensorProto] = []
-        self.cse: dict[tuple, onnx.NodeProto] = {}
+        self.folded: dict[str, np.ndarray] = {}
+        self.producer: dict[str, Node] = {}  # of the nodes kept so far
+        self.cse: dict[tuple, Node] = {}
         self.stats = NormalizeStats()
         # names must stay where a graph output or a subgraph refers to them by name
-        self.pinned = self.index.graph_outputs | self.index.subgraph_uses
+        self.pinned = info.graph_outputs | captured_names(nodes)
 
     def resolve(self, name: str) -> str:
         while name in self.alias:
@@ -113,8 +121,8 @@ class _Normalizer:
 
     def const(self, name: str) -> np.ndarray | None:
         if name not in self.consts:
-            init = self.index.initializers.get(name)
-            if init is None or name in self.index.graph_inputs:
+            init = self.info.initializers.get(name)
+            if init is None or name in self.info.graph_inputs:
                 return None
             # only small initializers can take part in folding; big weights are never read
             n = 1
@@ -125,6 +133,13 @@ class _Normalizer:
             self.consts[name] = tensor_value(init)
         return self.consts[name]
 
+    def elem_type(self, name: str) -> int | None:
+        vt = self.types.get(name)
+        if vt is not None:
+            return vt.elem_type
+        value = self.const(name)
+        return None if value is None else onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+
     def replace_value(self, old: str, new: str) -> bool:
         """Make every use of `old` use `new`; refused for pinned names."""
         if old in self.pinned:
@@ -132,19 +147,23 @@ class _Normalizer:
         self.alias[old] = new
         return True
 
-    def run(self) -> list[onnx.NodeProto]:
-        kept: list[onnx.NodeProto] = []
+    def run(self) -> list[Node]:
+        kept: list[Node] = []
         alias = self.alias
-        for node in self.index.nodes:
+        producer = self.producer
+        for node in self.nodes:
             if alias:
-                for i, name in enumerate(node.input):
+                for name in node.input:
                     if name in alias:
-                        node.input[i] = self.resolve(name)
+                        node.rewrite(inputs=tuple(self.resolve(n) for n in node.input))
+                        break
             if self._visit(node):
                 kept.append(node)
+                for name in node.output:
+                    producer[name] = node
         return kept
 
-    def _visit(self, node: onnx.NodeProto) -> bool:
+    def _visit(self, node: Node) -> bool:
         """Normalizes one node in place; returns False when the node is dropped."""
         if node.domain not in ("", "ai.onnx") or (may_have_subgraphs(node) and any(
             a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
@@ -166,16 +185,15 @@ class _Normalizer:
             self._canonical_order(node)
         return not self._eliminate_common(node)
 
-    def _store_constant(self, node: onnx.NodeProto, value: np.ndarray) -> bool:
+    def _store_constant(self, node: Node, value: np.ndarray) -> bool:
         name = node.output[0]
         if name in self.pinned:
             return False
-        self.consts[name] = value
-        self.new_initializers.append(numpy_helper.from_array(np.asarray(value), name))
+        self.consts[name] = self.folded[name] = value
         self.stats.counts["constants folded"] += 1
         return True
 
-    def _fold_constant(self, node: onnx.NodeProto) -> bool:
+    def _fold_constant(self, node: Node) -> bool:
         if len(node.output) != 1 or not node.input or node.op_type in NONDETERMINISTIC:
             return False
         if node.op_type == "CastLike":
@@ -183,48 +201,45 @@ class _Normalizer:
         values = []
         for name in node.input:
             value = self.const(name) if name else None
-            if value is None:
+            if value is None or value.size > FOLD_LIMIT:
                 return False  # an optional input left empty is not folded either
             values.append(value)
-        if any(v.size > FOLD_LIMIT for v in values):
-            return False
-        result = _fold(node, values)
+        result = _fold(node.op_type, values, attr(node, "to") if node.op_type == "Cast" else None)
         if result is None or result.size > FOLD_LIMIT:
             return False
         return self._store_constant(node, np.asarray(result))
 
-    def _fold_cast_like(self, node: onnx.NodeProto) -> bool:
+    def _fold_cast_like(self, node: Node) -> bool:
         """CastLike(constant, x) is a constant of x's dtype (exporters use it for literals)."""
         value = self.const(node.input[0])
-        target = self.index.elem_type(node.input[1]) if len(node.input) == 2 else None
+        target = self.elem_type(node.input[1]) if len(node.input) == 2 else None
         if value is None or target is None or value.size > FOLD_LIMIT:
             return False
-        cast = onnx.helper.make_node("Cast", [node.input[0]], [node.output[0]], to=target)
-        result = _fold(cast, [value])
+        result = _fold("Cast", [value], target)
         return result is not None and self._store_constant(node, np.asarray(result))
 
-    def _fold_shape(self, node: onnx.NodeProto) -> bool:
-        if node.op_type not in ("Size", "Shape") or len(node.input) != 1 or node.attribute:
+    def _fold_shape(self, node: Node) -> bool:
+        if len(node.input) != 1 or node.attribute:
             return False
-        vt: ValueType | None = self.index.type_of(node.input[0])
+        vt: ValueType | None = self.types.get(node.input[0])
         if vt is None or vt.numel is None:
             return False
         if node.op_type == "Size":
             return self._store_constant(node, np.array(vt.numel, np.int64))
         return self._store_constant(node, np.array(vt.shape, np.int64))
 
-    def _drop_noop(self, node: onnx.NodeProto) -> bool:
+    def _drop_noop(self, node: Node) -> bool:
         op = node.op_type
         if op == "Identity" and len(node.input) == 1:
             return self._forward(node, node.input[0], "identities removed")
         if op == "Cast" and len(node.input) == 1:
             to = attr(node, "to")
-            source = self.index.elem_type(node.input[0])
+            source = self.elem_type(node.input[0])
             if source == to:
                 return self._forward(node, node.input[0], "same-type casts removed")
-            inner = self.index.node_of(node.input[0])
+            inner = self.producer.get(node.input[0])
             if inner is not None and inner.op_type == "Cast" and inner.input:
-                origin = self.index.elem_type(inner.input[0])
+                origin = self.elem_type(inner.input[0])
                 if origin == to and (origin, attr(inner, "to")) in EXACT_WIDENING:
                     return self._forward(node, inner.input[0], "cast round trips removed")
             self._narrow_exact_unary(node, inner, to)
@@ -239,33 +254,31 @@ class _Normalizer:
                 return self._forward(node, x, "multiplications/divisions by 1 removed")
         return False
 
-    def _narrow_exact_unary(self, node: onnx.NodeProto, inner: onnx.NodeProto | None, to: int) -> None:
+    def _narrow_exact_unary(self, node: Node, inner: Node | None, to: int) -> None:
         """Cast<T>(U(Cast<W>(x: T))) -> U(x) for the exact ops U = Abs, Neg, Relu: exporters widen
         around Abs for float16, which hides |x| from the patterns."""
         if inner is None or inner.op_type not in EXACT_UNARY or len(inner.input) != 1:
             return
-        widen = self.index.node_of(inner.input[0])
+        widen = self.producer.get(inner.input[0])
         if widen is None or widen.op_type != "Cast" or not widen.input:
             return
         source = widen.input[0]
-        if self.index.elem_type(source) != to or (to, attr(widen, "to")) not in EXACT_WIDENING:
+        if self.elem_type(source) != to or (to, attr(widen, "to")) not in EXACT_WIDENING:
             return
-        node.op_type = inner.op_type
-        node.input[:] = [source]
-        del node.attribute[:]
+        node.rewrite(op_type=inner.op_type, inputs=(source,), attributes=[])
         self.stats.counts["exact unary ops narrowed"] += 1
 
-    def _same_type_after(self, x: str, one: np.ndarray, node: onnx.NodeProto) -> bool:
+    def _same_type_after(self, x: str, one: np.ndarray, node: Node) -> bool:
         """x*1 is x only when the 1 neither broadcasts x to a higher rank nor changes its type."""
-        vt = self.index.type_of(x)
+        vt = self.types.get(x)
         if vt is None or vt.shape is None or one.ndim > len(vt.shape):
             return False
-        out = self.index.type_of(node.output[0])
+        out = self.types.get(node.output[0])
         return vt.elem_type == onnx.helper.np_dtype_to_tensor_dtype(one.dtype) and (
             out is None or out.elem_type == vt.elem_type
         )
 
-    def _forward(self, node: onnx.NodeProto, source: str, what: str) -> bool:
+    def _forward(self, node: Node, source: str, what: str) -> bool:
         if not self.replace_value(node.output[0], source):
             return False
         if source in self.consts:
@@ -273,26 +286,25 @@ class _Normalizer:
         self.stats.counts[what] += 1
         return True
 
-    def _canonical_order(self, node: onnx.NodeProto) -> None:
+    def _canonical_order(self, node: Node) -> None:
         if len(node.input) != 2:
             return
         a, b = node.input
         if self.const(a) is None or self.const(b) is not None:
             return
         if node.op_type in COMMUTATIVE:
-            node.input[0], node.input[1] = b, a
+            node.rewrite(inputs=(b, a))
         elif node.op_type in FLIPPED_COMPARE:
-            node.input[0], node.input[1] = b, a
-            node.op_type = FLIPPED_COMPARE[node.op_type]
+            node.rewrite(op_type=FLIPPED_COMPARE[node.op_type], inputs=(b, a))
         else:
             return
         self.stats.counts["operands reordered"] += 1
 
-    def _eliminate_common(self, node: onnx.NodeProto) -> bool:
+    def _eliminate_common(self, node: Node) -> bool:
         if node.op_type in NONDETERMINISTIC or not node.output or any(o in self.pinned for o in node.output):
             return False
         attrs = node.attribute
-        key = (node.domain, node.op_type, node.overload, tuple(node.input),
+        key = (node.domain, node.op_type, node.proto.overload, node.input,
                tuple(a.SerializeToString(deterministic=True) for a in attrs) if len(attrs) else ())
         first = self.cse.get(key)
         if first is None:
@@ -308,19 +320,9 @@ class _Normalizer:
         return True
 
 
-def normalize(graph: onnx.GraphProto) -> NormalizeStats:
-    """Normalizes the main graph in place (subgraphs are left as they are)."""
-    norm = _Normalizer(graph)
+def normalize(nodes: list[Node], info: GraphInfo) -> Normalized:
+    """Normalizes the main graph's nodes (subgraphs are left as they are). Nodes are changed in
+    place (their protos, and so the input model, are not)."""
+    norm = _Normalizer(nodes, info)
     kept = norm.run()
-    del graph.node[:]
-    graph.node.extend(kept)
-    graph.initializer.extend(norm.new_initializers)
-    _drop_unused_value_info(graph)
-    return norm.stats
-
-
-def _drop_unused_value_info(graph: onnx.GraphProto) -> None:
-    produced = {o for n in graph.node for o in n.output}
-    keep = [vi for vi in graph.value_info if vi.name in produced]
-    del graph.value_info[:]
-    graph.value_info.extend(keep)
+    return Normalized(kept, norm.folded, norm.stats)

@@ -12,15 +12,13 @@ A bare var - alpha*delta, or p / k without the shrink, is plain (or L2-only) SGD
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import onnx
 
 from ..algebra import Algebra, Monomial
 from ..fused_ops import PROXIMAL_GD
 from ..graph import attr, tensor_value
-from .base import Match, NoMatch, Pattern, absorb_casts, float_dtype, is_single_element, require, same_shape
+from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
 
 FAMILY = "proximal_gd"
 
@@ -220,7 +218,7 @@ def _update(alg: Algebra, p: str):
             delta = grouped[0]
             coef /= grouped[2]
             mono = Monomial(mono.coef / grouped[2],
-                            Counter({delta: 1, **{v: e for v, e in mono.factors.items() if v not in tensors}}),
+                            {delta: 1, **{v: e for v, e in mono.factors.items() if v not in tensors}},
                             mono.nodes - grouped[1])
         if not same_shape(index, delta, var):
             continue
@@ -276,7 +274,7 @@ def _times_alpha(alg: Algebra, alpha, value: str) -> tuple[str, set[int]] | None
             return None
     else:
         rest = mono
-        if not np.isclose(rest.coef, float(alpha), rtol=1e-7, atol=0.0):
+        if not close(rest.coef, float(alpha), 1e-7):
             return None
     if len(rest.factors) != 1 or list(rest.factors.values()) != [1]:
         return None

@@ -15,8 +15,6 @@ A missing Div (beta = 1) or Mul (K = 1) is simply a coefficient of 1.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import onnx
 
@@ -84,7 +82,7 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     rest = outside.without(sign[0])
     within = inside.without(x)
     require(within is not None, "the |x| < beta branch is not proportional to x")
-    require(Counter(within.factors) == Counter(rest.factors), "the two branches scale by different runtime values")
+    require(within.factors == rest.factors, "the two branches scale by different runtime values")
     if beta > 0:
         require(close(within.coef, rest.coef / beta),
                 f"the |x| < beta branch scales x by {within.coef:g}, not by K/beta = {rest.coef / beta:g}")
@@ -131,7 +129,7 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
                       stop=frozenset({x}))
     middle = inner_sel.when_false.without(x)
     require(middle is not None, "the middle branch is not proportional to x")
-    require(Counter(low.factors) == Counter(high.factors) == Counter(middle.factors),
+    require(low.factors == high.factors == middle.factors,
             "the three branches scale by different runtime values")
     require(close(low.coef, -high.coef), "the x < -beta branch is not the negated x > beta branch")
     require(close(middle.coef, high.coef / beta),
@@ -200,7 +198,7 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     douts = [name for name, exp in runtime.items() if exp == 1]
     if len(runtime) > 1 or any(exp != 1 for exp in runtime.values()):
         # dout computed upstream (a product or quotient the walk spilled into the match)
-        grouped = alg.regroup(Monomial(1.0, Counter(), nodes), runtime, stop=frozenset({x}))
+        grouped = alg.regroup(Monomial(1.0, {}, nodes), runtime, stop=frozenset({x}))
         require(grouped is not None, "the gradient is scaled by runtime values other than dout and numel "
                                      f"({', '.join(f'{n}^{e}' for n, e in sorted(runtime.items()))})")
         douts = [grouped[0]]

@@ -45,8 +45,7 @@ def _feeds(entry: dict, rng: np.random.Generator, edges: bool) -> dict[str, np.n
 
 def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
     """The model with extra graph outputs, to read values from inside it."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    out = onnx.shape_inference.infer_shapes(model)  # a copy, with types for values the exporter left untyped
     known = {o.name for o in out.graph.output} | {i.name for i in out.graph.input}
     types = {vi.name: vi for vi in list(out.graph.value_info) + list(out.graph.output) + list(out.graph.input)}
     for name in names:
