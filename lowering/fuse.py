@@ -15,9 +15,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import cleanup
+from . import cleanup, verify
 from .algebra import Algebra
-from .errors import LoweringError
+from .bodies import FunctionBodies
 from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
 from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, captured_names, decode_nodes
 from .loading import default_opset
@@ -91,10 +91,6 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[on
     rewritten = _rewrite(model, index, matches, report)
     work = _assemble(model, info, rewritten, normalized.folded)
     report.nodes_after = len(work.graph.node)
-    try:
-        onnx.checker.check_model(work)
-    except onnx.checker.ValidationError as exc:
-        raise LoweringError(f"internal error: the fused model fails the ONNX checker: {str(exc).splitlines()[0]}") from None
     return work, report
 
 
@@ -170,12 +166,11 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     root's position and reads only values produced before its first matched node, and
     re-emitted intermediates keep their own positions (the checker verifies it afterwards)."""
     names = _Names(model, index.nodes)
-    opset = default_opset(model)
     replacement: dict[int, Node] = {}
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
-    bodies: dict[bytes, str] = {}  # function body -> its overload name
-    out = _Rewritten([], [], [])
+    bodies = FunctionBodies(index, default_opset(model), names.fresh)
+    out = _Rewritten([], [], bodies.functions)
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
         node_name = names.fresh(f"{m.op_type}_{count}")
@@ -188,13 +183,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
                 out.initializers.append(tensor)
                 input_names.append(tensor.name)
         fused = helper.make_node(m.op_type, input_names, [m.output], name=node_name, domain=DOMAIN, **m.attrs)
-        function = _function(index, m, sorted(m.interior | m.boundary), input_names, opset)
-        key = function.SerializeToString(deterministic=True)
-        if key not in bodies:  # identical subgraphs (say, every weight's update) share one function
-            function.overload = names.fresh(f"{m.op_type}_f{len(bodies)}")
-            bodies[key] = function.overload
-            out.functions.append(function)
-        fused.overload = bodies[key]
+        fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary), input_names, m.output)
         root = index.producer[m.output]
         replacement[root] = Node(fused, m.op_type, DOMAIN, tuple(input_names), (m.output,))
         removed |= m.interior
@@ -219,47 +208,6 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
         out.nodes.append(node)
     return out
-
-
-def _function(index: GraphIndex, m: Match, members: list[int], input_names: list[str],
-              opset: int) -> onnx.FunctionProto:
-    """The matched subgraph as a function over the fused node's formal inputs; values and nodes
-    are renamed canonically so that identical subgraphs give identical functions."""
-    spec = OP_SPECS[m.op_type]
-    nodes = [index.nodes[i] for i in members]
-    rename: dict[str, str] = {}
-    for formal, actual in zip(spec.inputs, input_names):
-        rename.setdefault(actual, formal)
-    rename[m.output] = spec.outputs[0]
-    produced = {o for n in nodes for o in n.output}
-    function = onnx.FunctionProto(domain=DOMAIN, name=m.op_type, input=spec.inputs, output=spec.outputs)
-    function.opset_import.add(domain="", version=opset)
-    counter = itertools.count()
-    for node in nodes:
-        for name in node.input:
-            if not name or name in rename or name in produced:
-                continue
-            rename[name] = f"_c{next(counter)}"
-            try:
-                tensor = index.const_tensor(name)
-            except KeyError:
-                raise LoweringError(f"internal error: a fused {m.op_type} reads {name}, which is neither an input nor a constant") from None
-            value = function.node.add(op_type="Constant", output=[rename[name]]).attribute.add(
-                name="value", type=onnx.AttributeProto.TENSOR)
-            value.t.CopyFrom(tensor)
-            value.t.name = rename[name]
-    for node in nodes:  # definition order, so the names do not depend on the model's names
-        for name in node.output:
-            if name and name not in rename:
-                rename[name] = f"_v{next(counter)}"
-    for node in nodes:
-        copy = function.node.add(op_type=node.op_type, domain=node.domain,
-                                 input=[rename.get(n, n) if n else n for n in node.input],
-                                 output=[rename.get(n, n) if n else n for n in node.output])
-        attributes = node.attribute
-        if len(attributes):
-            copy.attribute.extend(attributes)
-    return function
 
 
 def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, nodes: list[Node]) -> None:
@@ -290,8 +238,12 @@ def _assemble(model: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten,
     graph = work.graph
     graph.ClearField("node")
     graph.node.extend([n.to_proto() for n in nodes])
-    produced = {o for n in nodes for o in n.output}
-    used = {i for n in nodes for i in n.input} | info.graph_outputs | captured_names(nodes)
+    produced: set[str] = set()
+    used = set(info.graph_outputs)
+    for n in nodes:
+        produced.update(n.output)
+        used.update(n.input)
+    used |= captured_names(nodes)
     if any(vi.name not in produced for vi in graph.value_info):
         kept_infos = [vi for vi in graph.value_info if vi.name in produced]
         graph.ClearField("value_info")
@@ -303,6 +255,7 @@ def _assemble(model: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten,
     graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items()
                              if name in used and name not in produced)
     graph.initializer.extend(rewritten.initializers)
+    verify.check_graph(nodes, info.graph_inputs, {t.name for t in graph.initializer}, info.graph_outputs)
     _type_fused_values(graph, info, nodes)
     work.functions.extend(rewritten.functions)
     if not any(o.domain == DOMAIN for o in work.opset_import):
