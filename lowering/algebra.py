@@ -119,7 +119,7 @@ class Algebra:
                 continue
             found = None
             if v not in stop and budget > 0 and (v == value or self._owned(v, nodes, region)):
-                found = self.producer(v, "Mul", "Div", "Neg", "Reciprocal")
+                found = self.producer(v, *_PRODUCT_OPS)
             if found is None or (found[1].op_type in ("Mul", "Div") and len(found[1].input) != 2):
                 factors[v] = factors.get(v, 0) + exponent
                 continue
@@ -140,6 +140,10 @@ class Algebra:
                 stack.append((node.input[0], -exponent))
         return Monomial(coef, {k: e for k, e in factors.items() if e != 0}, nodes)
 
+    def _is_product(self, value: str) -> bool:
+        i = self.index.producer.get(value)
+        return i is not None and self.index.nodes[i].op_type in _PRODUCT_OPS
+
     def _owned(self, value: str, nodes: set[int], region: frozenset[int]) -> bool:
         if value in self.index.graph_outputs:
             return False
@@ -154,7 +158,7 @@ class Algebra:
             inside = frozenset(region.union(*(m.nodes for m in monos)))
             for mono in monos:
                 for name, exp in list(mono.factors.items()):
-                    if name in stop or not self._owned(name, set(), inside):
+                    if name in stop or not self._is_product(name) or not self._owned(name, set(), inside):
                         continue
                     sub = self.monomial(name, stop, inside)
                     if not sub.nodes:
@@ -374,4 +378,5 @@ class _DimProduct:
             self.dims.extend(dims)
         return not (self.all_dims and self.dims)
 
+_PRODUCT_OPS = ("Mul", "Div", "Neg", "Reciprocal")
 _FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}

@@ -210,17 +210,16 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     return out
 
 
-def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, nodes: list[Node]) -> None:
-    """Writes value_info for every value a fused node reads or writes that has none, so the
-    fused model can be lowered on its own (shape inference may have found types the exporter
-    did not write)."""
-    typed = info.graph_inputs | info.graph_outputs | {t.name for t in graph.initializer} | {
-        vi.name for vi in graph.value_info}
+def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, nodes: list[Node], typed: set[str]) -> None:
+    """Writes value_info for every value a fused node reads or writes that has none (is not in
+    `typed`), so the fused model can be lowered on its own (shape inference may have found
+    types the exporter did not write)."""
+    typed = typed | info.graph_inputs | info.graph_outputs
     for node in nodes:
         if node.domain != DOMAIN:
             continue
         for name in node.input + node.output:
-            if name in typed:
+            if name in typed or name in info.initializers:
                 continue
             vi = info.types.value_info(name)
             if vi is not None:
@@ -228,35 +227,44 @@ def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, nodes: list[Node
                 typed.add(name)
 
 
+def _copy_except(source, target, skip: tuple[str, ...]) -> None:
+    """Copies every field of one protobuf message into another, except the `skip` fields."""
+    for field, value in source.ListFields():
+        if field.name in skip:
+            continue
+        # protobuf 6 says `is_repeated`, older releases only `label`
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+        if repeated:
+            getattr(target, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+
+
 def _assemble(model: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten,
               folded: dict[str, np.ndarray]) -> onnx.ModelProto:
     """The output model: the input's metadata and graph signature with the rewritten nodes,
-    the value_info and initializers they still use, folded constants they read, the functions."""
+    the value_info and initializers they still use, folded constants they read, the functions.
+    Every part of the input is copied once, and nothing is copied that is then thrown away."""
     nodes = cleanup.live_nodes(rewritten.nodes, info.graph_outputs)
+    new_inits = {t.name for t in rewritten.initializers}
+    reads = verify.check_graph(nodes, info.graph_inputs | info.initializers.keys() | folded.keys() | new_inits,
+                               info.graph_outputs)
+    reads |= info.graph_outputs | captured_names(nodes)
     work = onnx.ModelProto()
-    work.CopyFrom(model)
+    _copy_except(model, work, ("graph",))
     graph = work.graph
-    graph.ClearField("node")
+    _copy_except(model.graph, graph, ("node", "value_info", "initializer"))
     graph.node.extend([n.to_proto() for n in nodes])
-    produced: set[str] = set()
-    used = set(info.graph_outputs)
-    for n in nodes:
-        produced.update(n.output)
-        used.update(n.input)
-    used |= captured_names(nodes)
-    if any(vi.name not in produced for vi in graph.value_info):
-        kept_infos = [vi for vi in graph.value_info if vi.name in produced]
-        graph.ClearField("value_info")
-        graph.value_info.extend(kept_infos)
-    if any(t.name not in used and t.name not in info.graph_inputs for t in graph.initializer):
-        kept_inits = [t for t in graph.initializer if t.name in used or t.name in info.graph_inputs]
-        graph.ClearField("initializer")
-        graph.initializer.extend(kept_inits)
+    declared = info.types.declared
+    written = {name for n in nodes for name in n.output if name in declared}
+    graph.value_info.extend([vi for name, vi in declared.items() if name in written])
+    graph.initializer.extend([t for name, t in info.initializers.items() if name in reads or name in info.graph_inputs])
     graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items()
-                             if name in used and name not in produced)
+                             if name in reads and name not in new_inits)
     graph.initializer.extend(rewritten.initializers)
-    verify.check_graph(nodes, info.graph_inputs, {t.name for t in graph.initializer}, info.graph_outputs)
-    _type_fused_values(graph, info, nodes)
+    _type_fused_values(graph, info, nodes, written | new_inits | folded.keys())
     work.functions.extend(rewritten.functions)
     if not any(o.domain == DOMAIN for o in work.opset_import):
         work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))

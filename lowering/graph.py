@@ -78,7 +78,10 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray:
     if dtype is not None and t.HasField("raw_data") and t.data_location != onnx.TensorProto.EXTERNAL:
         return np.frombuffer(t.raw_data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(tuple(t.dims))
     if t.data_type == onnx.TensorProto.FLOAT and t.float_data:
-        return np.array(t.float_data, np.float32).reshape(tuple(t.dims))
+        data = t.float_data
+        if len(data) == 1:  # numpy converts a protobuf container element by element
+            return np.array(data[0], np.float32).reshape(tuple(t.dims))
+        return np.array(data, np.float32).reshape(tuple(t.dims))
     if t.data_type == onnx.TensorProto.INT64 and t.int64_data:
         return np.array(t.int64_data, np.int64).reshape(tuple(t.dims))
     return numpy_helper.to_array(t)
@@ -181,10 +184,12 @@ class ValueTypes:
     def __init__(self, model: onnx.ModelProto, initializers: dict[str, onnx.TensorProto]) -> None:
         self._model = model
         graph = model.graph
-        self._infos: dict[str, onnx.ValueInfoProto] = {}
-        for field in (graph.value_info, graph.output, graph.input):
+        self.declared = {vi.name: vi for vi in graph.value_info}  # the graph's own value_info
+        self._infos: dict[str, onnx.ValueInfoProto] = dict(self.declared)  # ... with inputs and outputs
+        for field in (graph.output, graph.input):
             for vi in field:
                 self._infos[vi.name] = vi
+        self._inferred: dict[str, onnx.ValueInfoProto] = {}  # where inference knows more
         self._initializers = initializers
         self._cache: dict[str, ValueType | None] = {}
         self.inferred = False
@@ -202,10 +207,10 @@ class ValueTypes:
     def value_info(self, name: str) -> onnx.ValueInfoProto | None:
         """The ValueInfoProto behind get(name), when the type came from one."""
         self.get(name)
-        return self._infos.get(name)
+        return self._inferred.get(name) or self._infos.get(name)
 
     def _lookup(self, name: str) -> ValueType | None:
-        vi = self._infos.get(name)
+        vi = self._inferred.get(name) or self._infos.get(name)
         vt = value_type_of(vi) if vi is not None else None
         if vt is None and name in self._initializers:
             t = self._initializers[name]
@@ -222,7 +227,7 @@ class ValueTypes:
             for vi in field:
                 known = self._infos.get(vi.name)
                 if known is None or not _complete(value_type_of(known)):
-                    self._infos[vi.name] = vi
+                    self._inferred[vi.name] = vi
         self._cache = {k: v for k, v in self._cache.items() if _complete(v)}
 
 

@@ -30,7 +30,14 @@ NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Random
 # ops _fold can evaluate: only these are worth looking up constants for
 _FOLDABLE_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Identity", "Neg", "Reciprocal", "Sqrt", "Abs",
                  "Cast", "CastLike"}
-EXACT_UNARY = {"Abs", "Neg", "Relu"}  # exact in every float type, so widening around them is a no-op
+EXACT_UNARY = {"Abs", "Neg", "Relu"}
+# standard ops without attributes from opset 9 on (the oldest the pass accepts): their CSE key is
+# op and inputs, without reading the node's attributes
+ATTRIBUTE_FREE = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Abs", "Neg", "Sign", "Reciprocal",
+    "Sqrt", "Exp", "Log", "Relu", "Tanh", "Sigmoid", "Floor", "Ceil", "Erf", "Where", "Not", "And", "Or",
+    "Xor", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "Identity", "Size", "IsNaN"})
+_UNKNOWN = object()  # exact in every float type, so widening around them is a no-op
 _FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")}
 
 
@@ -106,7 +113,7 @@ class _Normalizer:
         self.info = info
         self.types = info.types
         self.alias: dict[str, str] = {}
-        self.consts: dict[str, np.ndarray] = {}
+        self.consts: dict[str, np.ndarray | None] = {}  # None: known not to be a small constant
         self.folded: dict[str, np.ndarray] = {}
         self.producer: dict[str, Node] = {}  # of the nodes kept so far
         self.cse: dict[tuple, Node] = {}
@@ -120,18 +127,20 @@ class _Normalizer:
         return name
 
     def const(self, name: str) -> np.ndarray | None:
-        if name not in self.consts:
-            init = self.info.initializers.get(name)
-            if init is None or name in self.info.graph_inputs:
-                return None
+        value = self.consts.get(name, _UNKNOWN)
+        if value is not _UNKNOWN:
+            return value
+        value = None
+        init = self.info.initializers.get(name)
+        if init is not None and name not in self.info.graph_inputs:
             # only small initializers can take part in folding; big weights are never read
             n = 1
             for d in init.dims:
                 n *= d
-            if n > FOLD_LIMIT:
-                return None
-            self.consts[name] = tensor_value(init)
-        return self.consts[name]
+            if n <= FOLD_LIMIT:
+                value = tensor_value(init)
+        self.consts[name] = value  # names are read only after their producer was visited
+        return value
 
     def elem_type(self, name: str) -> int | None:
         vt = self.types.get(name)
@@ -281,7 +290,7 @@ class _Normalizer:
     def _forward(self, node: Node, source: str, what: str) -> bool:
         if not self.replace_value(node.output[0], source):
             return False
-        if source in self.consts:
+        if self.consts.get(source) is not None:
             self.consts[node.output[0]] = self.consts[source]
         self.stats.counts[what] += 1
         return True
@@ -301,11 +310,18 @@ class _Normalizer:
         self.stats.counts["operands reordered"] += 1
 
     def _eliminate_common(self, node: Node) -> bool:
-        if node.op_type in NONDETERMINISTIC or not node.output or any(o in self.pinned for o in node.output):
+        op = node.op_type
+        if op in NONDETERMINISTIC or not node.output:
             return False
-        attrs = node.attribute
-        key = (node.domain, node.op_type, node.proto.overload, node.input,
-               tuple(a.SerializeToString(deterministic=True) for a in attrs) if len(attrs) else ())
+        for name in node.output:
+            if name in self.pinned:
+                return False
+        if op in ATTRIBUTE_FREE and not node.domain:
+            key: tuple = (op, node.input)
+        else:
+            attrs = node.attribute
+            key = (node.domain, op, node.proto.overload, node.input,
+                   tuple(a.SerializeToString(deterministic=True) for a in attrs) if len(attrs) else ())
         first = self.cse.get(key)
         if first is None:
             self.cse[key] = node

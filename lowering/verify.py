@@ -38,13 +38,18 @@ def _label(node: Node | onnx.NodeProto) -> str:
     return f"{node.op_type} node {node.name!r}" if node.name else f"a {node.op_type} node"
 
 
-def check_graph(nodes: list[Node], graph_inputs: Iterable[str], initializers: Iterable[str],
-                graph_outputs: Iterable[str]) -> None:
-    defined = set(graph_inputs) | set(initializers)
+def check_graph(nodes: list[Node], available: set[str], graph_outputs: Iterable[str]) -> set[str]:
+    """Checks the node order against the values `available` from the start (graph inputs,
+    initializers); returns every value the nodes read."""
+    defined = set(available)
     _check_order("the fused graph", defined, nodes)
     missing = [name for name in graph_outputs if name not in defined]
     if missing:
         raise LoweringError(f"internal error: graph output {missing[0]} is no longer computed")
+    reads: set[str] = set()
+    for node in nodes:
+        reads.update(node.input)
+    return reads
 
 
 def check_function(function: onnx.FunctionProto) -> None:
