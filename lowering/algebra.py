@@ -69,6 +69,7 @@ class Algebra:
         self.index = index
         self.taken: set[int] = set()
         self.seen: set[int] = set()  # nodes looked at since the caller last cleared it
+        self._distances: dict[tuple, dict[str, int]] = {}
 
     def producer(self, value: str, *ops: str) -> tuple[int, onnx.NodeProto] | None:
         i = self.index.producer.get(value)
@@ -82,21 +83,31 @@ class Algebra:
 
     def reaches(self, value: str, targets: frozenset[str], through: frozenset[str], depth: int) -> bool:
         """Cheap pre-check before a full view: is an op in `targets` within `depth` producers of
-        value, walking only through ops in `through`? Most anchors fail it in a few lookups."""
-        frontier = [value]
-        for _ in range(depth):
-            nxt = []
-            for v in frontier:
-                i = self.index.producer.get(v)
-                if i is None or i in self.taken:
+        value, walking only through ops in `through`? Most anchors fail it. The distances come
+        from one forward sweep per question, which ignores fusions already made and so can only
+        let through an anchor the full view then refuses."""
+        key = (targets, through, depth)
+        table = self._distances.get(key)
+        if table is None:
+            table = self._distances[key] = self._sweep(targets, through, depth)
+        return value in table
+
+    def _sweep(self, targets: frozenset[str], through: frozenset[str], depth: int) -> dict[str, int]:
+        """Values whose producer chain reaches `targets` in fewer than `depth` steps."""
+        dist: dict[str, int] = {}
+        for node in self.index.nodes:
+            op = node.op_type
+            if op in targets:
+                d = 0
+            elif op in through:
+                d = min([dist.get(v, depth) for v in node.input], default=depth) + 1
+                if d >= depth:
                     continue
-                node = self.index.nodes[i]
-                if node.op_type in targets:
-                    return True
-                if node.op_type in through:
-                    nxt.extend(node.input)
-            frontier = nxt
-        return False
+            else:
+                continue
+            for name in node.output:
+                dist[name] = d
+        return dist
 
     def scalar(self, value: str) -> float | None:
         return self.index.scalar(value)

@@ -58,8 +58,10 @@ class FunctionBodies:
             for name in node.output:
                 if name and name not in rename:
                     rename[name] = f"_v{next(counter)}"
+        rename[""] = ""  # an optional input or output left out
+        canonical = rename.__getitem__
         structure = (op_type, len(constants), tuple(
-            (n.op_type, n.domain, tuple(rename.get(v, v) for v in n.input), tuple(rename.get(v, v) for v in n.output),
+            (n.op_type, n.domain, tuple(map(canonical, n.input)), tuple(map(canonical, n.output)),
              tuple(a.SerializeToString(deterministic=True) for a in n.attribute) if len(n.attribute) else ())
             for n in nodes))
         key = (structure, tuple(t.SerializeToString(deterministic=True) for t in constants))

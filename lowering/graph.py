@@ -124,7 +124,7 @@ class Node:
     changes is re-encoded on the way out, an unchanged one is written back as it came.
     """
 
-    __slots__ = ("op_type", "domain", "input", "output", "proto", "_attribute", "changed")
+    __slots__ = ("op_type", "domain", "input", "output", "proto", "_attribute", "_new_attributes", "changed")
 
     def __init__(self, proto: onnx.NodeProto, op_type: str, domain: str, inputs: tuple[str, ...],
                  outputs: tuple[str, ...]) -> None:
@@ -134,6 +134,7 @@ class Node:
         self.input = inputs
         self.output = outputs
         self._attribute = None
+        self._new_attributes = False
         self.changed = False
 
     @property
@@ -142,7 +143,9 @@ class Node:
 
     @property
     def attribute(self):
-        return self.proto.attribute if self._attribute is None else self._attribute
+        if self._attribute is None:
+            self._attribute = self.proto.attribute
+        return self._attribute
 
     def rewrite(self, *, op_type: str | None = None, inputs: tuple[str, ...] | None = None,
                 attributes: list[onnx.AttributeProto] | None = None) -> None:
@@ -152,6 +155,7 @@ class Node:
             self.input = inputs
         if attributes is not None:
             self._attribute = attributes
+            self._new_attributes = True
         self.changed = True
 
     def to_proto(self) -> onnx.NodeProto:
@@ -162,7 +166,7 @@ class Node:
         out.op_type = self.op_type
         out.input[:] = self.input
         out.output[:] = self.output
-        if self._attribute is not None:
+        if self._new_attributes:
             del out.attribute[:]
             out.attribute.extend(self._attribute)
         return out

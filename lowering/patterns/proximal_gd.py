@@ -163,6 +163,11 @@ def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[in
 
 def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     """Where(|p| > t, p - sign(p)*t, p*0) -> (p, t, nodes)."""
+    where = alg.producer(value, "Where")
+    if where is not None:  # the condition decides before the branches are walked
+        cmp = alg.compare(where[1].input[0])
+        if cmp is None or cmp.relation not in (">", "<=") or alg.unary(cmp.lhs, "Abs") is None:
+            return None
     sel = alg.select(value)
     cmp = None if sel is None else alg.compare(sel.cond)
     if cmp is None or cmp.relation not in (">", "<="):

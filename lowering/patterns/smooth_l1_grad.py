@@ -38,8 +38,12 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         if not alg.reaches(out, frozenset({"Clip"}), _PRODUCT_OPS, 3):
             return None
         return _match_clip(alg, out)
-    if node.op_type == "Where" and alg.compare(node.input[0]) is None:
-        return None
+    if node.op_type == "Where":
+        # every select form compares |x| or x = predict - label itself
+        cmp = alg.compare(node.input[0])
+        lhs = None if cmp is None else alg.widened(cmp.lhs)
+        if lhs is None or (alg.unary(lhs, "Abs") is None and alg.producer(lhs, "Sub") is None):
+            return None
     if node.op_type == "Add" and not alg.reaches(out, frozenset({"Cast"}), frozenset({"Add", "Mul"}), 3):
         return None
     sel = alg.select(out)
