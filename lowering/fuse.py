@@ -7,7 +7,6 @@ body is the matched subgraph, so onnxruntime and any other ONNX runtime still ru
 from __future__ import annotations
 
 import gc
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -139,11 +138,12 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
 class _Names:
     """Fresh names that collide with nothing in the model."""
 
-    def __init__(self, model: onnx.ModelProto, nodes: list[Node]) -> None:
-        graph = model.graph
-        self.used = {n.name for n in graph.node} | {t.name for t in graph.initializer} | {
-            v.name for v in itertools.chain(graph.input, graph.output, graph.value_info)} | {
-            o for n in nodes for o in n.output}
+    def __init__(self, model: onnx.ModelProto, info: GraphInfo, nodes: list[Node], folded: dict[str, np.ndarray]) -> None:
+        self.used = {n.name for n in model.graph.node}
+        for names in (info.initializers, info.graph_inputs, info.graph_outputs, info.types.declared, folded):
+            self.used.update(names)
+        for node in nodes:
+            self.used.update(node.output)
 
     def fresh(self, base: str) -> str:
         name, k = base, 0
@@ -165,7 +165,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     """Replaces each match. The order stays topological by construction: a fused node takes its
     root's position and reads only values produced before its first matched node, and
     re-emitted intermediates keep their own positions (the checker verifies it afterwards)."""
-    names = _Names(model, index.nodes)
+    names = _Names(model, index.info, index.nodes, index.folded)
     replacement: dict[int, Node] = {}
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
@@ -199,10 +199,12 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             pattern=m.pattern, node=node_name, op_type=m.op_type, domain=DOMAIN, output=m.output,
             inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(dtype, str(dtype)),
             replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
+    gone = removed - replacement.keys()
+    dead = cleanup.dead_after_removal(index, gone, {name for n in replacement.values() for name in n.input})
     for i, node in enumerate(index.nodes):
         if i in replacement:
             node = replacement[i]
-        elif i in removed:
+        elif i in gone or i in dead:
             continue
         if renamed and node.domain != DOMAIN and any(n in renamed for n in node.input):
             node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
@@ -247,7 +249,7 @@ def _assemble(model: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten,
     """The output model: the input's metadata and graph signature with the rewritten nodes,
     the value_info and initializers they still use, folded constants they read, the functions.
     Every part of the input is copied once, and nothing is copied that is then thrown away."""
-    nodes = cleanup.live_nodes(rewritten.nodes, info.graph_outputs)
+    nodes = rewritten.nodes
     new_inits = {t.name for t in rewritten.initializers}
     reads = verify.check_graph(nodes, info.graph_inputs | info.initializers.keys() | folded.keys() | new_inits,
                                info.graph_outputs)
