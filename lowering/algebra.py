@@ -117,6 +117,8 @@ class Algebra:
         output lies inside the walk (or `region`), so values the rest of the graph also reads,
         like a shared delta, stay factors instead of dissolving into the match."""
         index = self.index
+        producers, consumers, all_nodes = index.producer, index.consumers, index.nodes
+        taken, seen, graph_outputs = self.taken, self.seen, index.graph_outputs
         coef = 1.0
         factors: dict[str, int] = {}
         nodes: set[int] = set()
@@ -128,16 +130,21 @@ class Algebra:
             if c is not None and index.elem_type(v) in _FLOAT_TYPES:
                 coef *= c if exponent == 1 else 1.0 / c if c != 0 else math.inf
                 continue
-            found = None
-            if v not in stop and budget > 0 and (v == value or self._owned(v, nodes, region)):
-                found = self.producer(v, *_PRODUCT_OPS)
-            if found is None or (found[1].op_type in ("Mul", "Div") and len(found[1].input) != 2):
+            i = producers.get(v)
+            node = None
+            if (i is not None and i not in taken and v not in stop and budget > 0 and (v == value or (
+                    v not in graph_outputs and all(u in nodes or u in region for u in consumers.get(v, ()))))):
+                seen.add(i)
+                node = all_nodes[i]
+                op = node.op_type
+                if (op not in _PRODUCT_OPS or node.domain not in ("", "ai.onnx")
+                        or (op in ("Mul", "Div") and len(node.input) != 2)):
+                    node = None
+            if node is None:
                 factors[v] = factors.get(v, 0) + exponent
                 continue
             budget -= 1
-            i, node = found
             nodes.add(i)
-            op = node.op_type
             if op == "Mul":
                 stack.append((node.input[1], exponent))
                 stack.append((node.input[0], exponent))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -36,12 +36,11 @@ Shape = tuple[Dim, ...] | None  # None: rank unknown
 class ValueType:
     elem_type: int
     shape: Shape
+    numel: int | None = field(init=False, compare=False)  # None unless every dimension is a number
 
-    @property
-    def numel(self) -> int | None:
-        if self.shape is None or not all(isinstance(d, int) for d in self.shape):
-            return None
-        return math.prod(self.shape)
+    def __post_init__(self) -> None:
+        known = self.shape is not None and all(isinstance(d, int) for d in self.shape)
+        object.__setattr__(self, "numel", math.prod(self.shape) if known else None)
 
 
 def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
@@ -62,6 +61,13 @@ def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
     return ValueType(tt.elem_type, shape)
 
 
+_ELEM_TYPES = {
+    np.dtype(np.float32): onnx.TensorProto.FLOAT,
+    np.dtype(np.float16): onnx.TensorProto.FLOAT16,
+    np.dtype(np.float64): onnx.TensorProto.DOUBLE,
+    np.dtype(np.int64): onnx.TensorProto.INT64,
+    np.dtype(np.int32): onnx.TensorProto.INT32,
+}
 _FAST_DTYPES = {
     onnx.TensorProto.FLOAT: np.dtype(np.float32),
     onnx.TensorProto.FLOAT16: np.dtype(np.float16),
@@ -333,21 +339,37 @@ class GraphIndex:
     def type_of(self, name: str) -> ValueType | None:
         return self.info.types.get(name)
 
+    def _constant_value(self, name: str) -> np.ndarray | None:
+        """A folded constant or a Constant node's value; initializers are read by the callers
+        from their protos (a weight is never converted just to learn its type)."""
+        value = self.folded.get(name)
+        if value is None:
+            i = self.producer.get(name)
+            if i is not None and self.nodes[i].op_type == "Constant":
+                value = self.const(name)
+        return value
+
     def elem_type(self, name: str) -> int | None:
-        vt = self.info.types.get(name)
-        if vt is not None:
-            return vt.elem_type
-        value = self.const(name)
+        """Constants answer from their own value, so no type lookup (which may run shape
+        inference) is made for them."""
+        value = self._constant_value(name)
         if value is not None:
-            return onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
-        return None
+            return _ELEM_TYPES.get(value.dtype) or onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+        init = self.initializers.get(name)
+        if init is not None:
+            return init.data_type
+        vt = self.info.types.get(name)
+        return None if vt is None else vt.elem_type
 
     def numel(self, name: str) -> int | None:
+        value = self._constant_value(name)
+        if value is not None:
+            return int(value.size)
+        init = self.initializers.get(name)
+        if init is not None:
+            return math.prod(init.dims)
         vt = self.info.types.get(name)
-        if vt is not None and vt.numel is not None:
-            return vt.numel
-        value = self.const(name)
-        return None if value is None else int(value.size)
+        return None if vt is None else vt.numel
 
     def is_escaping(self, name: str, inside: set[int]) -> bool:
         """True when a value is a graph output or feeds a node outside `inside`."""

@@ -37,7 +37,10 @@ ATTRIBUTE_FREE = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Abs", "Neg", "Sign", "Reciprocal",
     "Sqrt", "Exp", "Log", "Relu", "Tanh", "Sigmoid", "Floor", "Ceil", "Erf", "Where", "Not", "And", "Or",
     "Xor", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "Identity", "Size", "IsNaN"})
-_UNKNOWN = object()  # exact in every float type, so widening around them is a no-op
+# rules that apply whatever the inputs are; the others need a constant input
+_ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike", "If", "Loop", "Scan",
+                           "SequenceMap"})
+_CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT  # exact in every float type, so widening around them is a no-op
 _FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")}
 
 
@@ -113,7 +116,8 @@ class _Normalizer:
         self.info = info
         self.types = info.types
         self.alias: dict[str, str] = {}
-        self.consts: dict[str, np.ndarray | None] = {}  # None: known not to be a small constant
+        self.consts: dict[str, np.ndarray] = {}  # small constants known so far
+        self._large: set[str] = set()  # initializers too big to fold
         self.folded: dict[str, np.ndarray] = {}
         self.producer: dict[str, Node] = {}  # of the nodes kept so far
         self.cse: dict[tuple, Node] = {}
@@ -127,19 +131,20 @@ class _Normalizer:
         return name
 
     def const(self, name: str) -> np.ndarray | None:
-        value = self.consts.get(name, _UNKNOWN)
-        if value is not _UNKNOWN:
+        value = self.consts.get(name)
+        if value is not None or name not in self.info.initializers:
             return value
-        value = None
-        init = self.info.initializers.get(name)
-        if init is not None and name not in self.info.graph_inputs:
-            # only small initializers can take part in folding; big weights are never read
-            n = 1
-            for d in init.dims:
-                n *= d
-            if n <= FOLD_LIMIT:
-                value = tensor_value(init)
-        self.consts[name] = value  # names are read only after their producer was visited
+        init = self.info.initializers[name]
+        if name in self.info.graph_inputs or name in self._large:
+            return None
+        # only small initializers can take part in folding; big weights are never read
+        n = 1
+        for d in init.dims:
+            n *= d
+        if n > FOLD_LIMIT:
+            self._large.add(name)
+            return None
+        value = self.consts[name] = tensor_value(init)
         return value
 
     def elem_type(self, name: str) -> int | None:
@@ -158,15 +163,26 @@ class _Normalizer:
 
     def run(self) -> list[Node]:
         kept: list[Node] = []
-        alias = self.alias
-        producer = self.producer
+        alias, producer, consts, initializers = self.alias, self.producer, self.consts, self.info.initializers
         for node in self.nodes:
             if alias:
                 for name in node.input:
                     if name in alias:
                         node.rewrite(inputs=tuple(self.resolve(n) for n in node.input))
                         break
-            if self._visit(node):
+            op = node.op_type
+            # most nodes of a big graph are standard ops on computed values: only CSE applies
+            visit = bool(node.domain) or op in _ALWAYS_VISIT
+            if not visit and op in _CONSTANT_RULE_OPS:
+                for name in node.input:
+                    if name in consts or name in initializers:
+                        visit = True
+                        break
+            if visit:
+                keep = self._visit(node)
+            else:
+                keep = not self._eliminate_common(node)
+            if keep:
                 kept.append(node)
                 for name in node.output:
                     producer[name] = node
@@ -290,7 +306,7 @@ class _Normalizer:
     def _forward(self, node: Node, source: str, what: str) -> bool:
         if not self.replace_value(node.output[0], source):
             return False
-        if self.consts.get(source) is not None:
+        if source in self.consts:
             self.consts[node.output[0]] = self.consts[source]
         self.stats.counts[what] += 1
         return True
