@@ -95,16 +95,18 @@ class Algebra:
     def _sweep(self, targets: frozenset[str], through: frozenset[str], depth: int) -> dict[str, int]:
         """Values whose producer chain reaches `targets` in fewer than `depth` steps."""
         dist: dict[str, int] = {}
-        for node in self.index.nodes:
-            op = node.op_type
-            if op in targets:
+        nodes, by_op = self.index.nodes, self.index.by_op
+        for i in sorted(i for op in targets | through for i in by_op.get(op, ())):
+            node = nodes[i]
+            if node.op_type in targets:
                 d = 0
-            elif op in through:
-                d = min([dist.get(v, depth) for v in node.input], default=depth) + 1
+            else:
+                d = depth
+                for name in node.input:
+                    d = min(d, dist.get(name, depth))
+                d += 1
                 if d >= depth:
                     continue
-            else:
-                continue
             for name in node.output:
                 dist[name] = d
         return dist

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .graph import GraphIndex, Node, may_have_subgraphs, subgraph_inputs
+from .graph import GraphIndex, Node
 
 
 def live_nodes(nodes: list[Node], outputs: Iterable[str]) -> list[Node]:
@@ -17,8 +17,7 @@ def live_nodes(nodes: list[Node], outputs: Iterable[str]) -> list[Node]:
             if name in live:
                 keep.append(node)
                 live.update(node.input)
-                if may_have_subgraphs(node):
-                    live.update(subgraph_inputs(node))
+                live.update(node.captures)
                 break
     keep.reverse()
     return keep
@@ -44,6 +43,5 @@ def dead_after_removal(index: GraphIndex, gone: set[int], reads: set[str]) -> se
         if any(still_read(name) for name in node.output if name):
             continue
         dead.add(i)
-        inputs = list(node.input) + (sorted(subgraph_inputs(node)) if may_have_subgraphs(node) else [])
-        stack.extend(producer[v] for v in inputs if v in producer)
+        stack.extend(producer[v] for v in node.input + node.captures if v in producer)
     return dead

@@ -62,12 +62,11 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[on
         for op in p.anchors:
             by_op.setdefault(op, []).append(p)
     explained: dict[str, set[int]] = {}  # per pattern: nodes an earlier, wider attempt already reported
-    for i in range(len(nodes) - 1, -1, -1):
+    for i in sorted((i for op in by_op for i in index.by_op.get(op, ())), reverse=True):
         node = nodes[i]
-        candidates = by_op.get(node.op_type)
-        if candidates is None or i in alg.taken or node.domain not in ("", "ai.onnx"):
+        if i in alg.taken or node.domain not in ("", "ai.onnx"):
             continue
-        for pattern in candidates:
+        for pattern in by_op[node.op_type]:
             alg.seen = {i}
             try:
                 found = pattern.match(alg, i)

@@ -130,7 +130,7 @@ class Node:
     changes is re-encoded on the way out, an unchanged one is written back as it came.
     """
 
-    __slots__ = ("op_type", "domain", "input", "output", "proto", "_attribute", "_new_attributes", "changed")
+    __slots__ = ("op_type", "domain", "input", "output", "captures", "proto", "_attribute", "_new_attributes", "changed")
 
     def __init__(self, proto: onnx.NodeProto, op_type: str, domain: str, inputs: tuple[str, ...],
                  outputs: tuple[str, ...]) -> None:
@@ -139,6 +139,7 @@ class Node:
         self.domain = domain
         self.input = inputs
         self.output = outputs
+        self.captures: tuple[str, ...] = ()  # outer values its subgraphs read by name
         self._attribute = None
         self._new_attributes = False
         self.changed = False
@@ -179,7 +180,11 @@ class Node:
 
 
 def decode_nodes(graph: onnx.GraphProto) -> list[Node]:
-    return [Node(p, p.op_type, p.domain, tuple(p.input), tuple(p.output)) for p in graph.node]
+    nodes = [Node(p, p.op_type, p.domain, tuple(p.input), tuple(p.output)) for p in graph.node]
+    for node in nodes:
+        if node.domain or node.op_type in SUBGRAPH_OPS:
+            node.captures = tuple(sorted(subgraph_inputs(node)))
+    return nodes
 
 
 def _complete(vt: ValueType | None) -> bool:
@@ -255,11 +260,7 @@ class GraphInfo:
 
 def captured_names(nodes: list[Node]) -> set[str]:
     """Outer values read by name inside the subgraphs of If/Loop/Scan (and custom) nodes."""
-    names: set[str] = set()
-    for node in nodes:
-        if may_have_subgraphs(node):
-            names |= subgraph_inputs(node)
-    return names
+    return {name for node in nodes if node.captures for name in node.captures}
 
 
 class GraphIndex:
@@ -270,16 +271,17 @@ class GraphIndex:
         self.info = info
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = defaultdict(list)
-        producer, consumers = self.producer, self.consumers
+        self.by_op: dict[str, list[int]] = defaultdict(list)  # positions of each op type, in order
+        producer, consumers, by_op = self.producer, self.consumers, self.by_op
         for i, node in enumerate(nodes):
+            by_op[node.op_type].append(i)
             for name in node.output:
                 producer[name] = i
             for name in node.input:
                 consumers[name].append(i)
-            if may_have_subgraphs(node):
-                # values captured by a subgraph are used there; count the node as their consumer
-                for name in subgraph_inputs(node):
-                    consumers[name].append(i)
+            # values captured by a subgraph are used there; count the node as their consumer
+            for name in node.captures:
+                consumers[name].append(i)
         producer.pop("", None)
         consumers.pop("", None)
         self.graph_inputs = info.graph_inputs
@@ -378,12 +380,12 @@ class GraphIndex:
         return any(c not in inside for c in self.consumers.get(name, ()))
 
 
-_SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
+SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
 def may_have_subgraphs(node: Node | onnx.NodeProto) -> bool:
     """Cheap test before scanning attributes: only these ops (and custom ones) carry graphs."""
-    return node.op_type in _SUBGRAPH_OPS or node.domain not in ("", "ai.onnx")
+    return node.op_type in SUBGRAPH_OPS or node.domain not in ("", "ai.onnx")
 
 
 def subgraph_inputs(node: Node | onnx.NodeProto) -> set[str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .graph import (EXACT_WIDENING, GraphInfo, Node, ValueType, attr, captured_names, constant_node_value,
+from .graph import (EXACT_WIDENING, SUBGRAPH_OPS, GraphInfo, Node, ValueType, attr, captured_names, constant_node_value,
                     may_have_subgraphs, tensor_value)
 
 FOLD_LIMIT = 64  # largest constant (elements) folding may create: scalars and small vectors only
@@ -38,8 +38,7 @@ ATTRIBUTE_FREE = frozenset({
     "Sqrt", "Exp", "Log", "Relu", "Tanh", "Sigmoid", "Floor", "Ceil", "Erf", "Where", "Not", "And", "Or",
     "Xor", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "Identity", "Size", "IsNaN"})
 # rules that apply whatever the inputs are; the others need a constant input
-_ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike", "If", "Loop", "Scan",
-                           "SequenceMap"})
+_ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike"}) | SUBGRAPH_OPS
 _CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT  # exact in every float type, so widening around them is a no-op
 _FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")}
 

@@ -16,15 +16,12 @@ from collections.abc import Iterable
 import onnx
 
 from .errors import LoweringError
-from .graph import Node, may_have_subgraphs, subgraph_inputs
+from .graph import Node
 
 
 def _check_order(where: str, defined: set[str], nodes: Iterable[Node | onnx.NodeProto]) -> None:
     for node in nodes:
-        reads = node.input
-        if may_have_subgraphs(node):
-            reads = list(reads) + sorted(subgraph_inputs(node))
-        for name in reads:
+        for name in node.input + node.captures if isinstance(node, Node) else node.input:
             if name and name not in defined:
                 raise LoweringError(f"internal error: in {where}, {_label(node)} reads {name} before it is defined")
         for name in node.output:
