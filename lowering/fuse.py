@@ -137,12 +137,12 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
 class _Names:
     """Fresh names that collide with nothing in the model."""
 
-    def __init__(self, model: onnx.ModelProto, info: GraphInfo, nodes: list[Node], folded: dict[str, np.ndarray]) -> None:
-        self.used = {n.name for n in model.graph.node}
-        for names in (info.initializers, info.graph_inputs, info.graph_outputs, info.types.declared, folded):
+    def __init__(self, index: GraphIndex) -> None:
+        info = index.info
+        self.used = {n.proto.name for n in index.nodes}
+        self.used.update(index.producer)
+        for names in (info.initializers, info.graph_inputs, info.graph_outputs, info.types.declared, index.folded):
             self.used.update(names)
-        for node in nodes:
-            self.used.update(node.output)
 
     def fresh(self, base: str) -> str:
         name, k = base, 0
@@ -160,11 +160,26 @@ class _Rewritten:
     functions: list[onnx.FunctionProto]
 
 
+def _tensor(value: np.ndarray, name: str) -> onnx.TensorProto:
+    if value.dtype == np.float32 and value.ndim == 0:  # the usual new input: a folded scalar
+        return onnx.TensorProto(name=name, data_type=onnx.TensorProto.FLOAT, float_data=[float(value)])
+    return numpy_helper.from_array(value, name)
+
+
+def _attribute(name: str, value: object) -> onnx.AttributeProto:
+    """helper.make_attribute for the contract's attribute kinds, without its type probing."""
+    if isinstance(value, float):
+        return onnx.AttributeProto(name=name, type=onnx.AttributeProto.FLOAT, f=value)
+    if isinstance(value, str):
+        return onnx.AttributeProto(name=name, type=onnx.AttributeProto.STRING, s=value.encode())
+    return helper.make_attribute(name, value)
+
+
 def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport) -> _Rewritten:
     """Replaces each match. The order stays topological by construction: a fused node takes its
     root's position and reads only values produced before its first matched node, and
     re-emitted intermediates keep their own positions (the checker verifies it afterwards)."""
-    names = _Names(model, index.info, index.nodes, index.folded)
+    names = _Names(index)
     replacement: dict[int, Node] = {}
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
@@ -178,10 +193,11 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             if isinstance(value, str):
                 input_names.append(value)
             else:
-                tensor = numpy_helper.from_array(np.asarray(value), names.fresh(f"{node_name}_{formal}"))
+                tensor = _tensor(np.asarray(value), names.fresh(f"{node_name}_{formal}"))
                 out.initializers.append(tensor)
                 input_names.append(tensor.name)
-        fused = helper.make_node(m.op_type, input_names, [m.output], name=node_name, domain=DOMAIN, **m.attrs)
+        fused = onnx.NodeProto(op_type=m.op_type, domain=DOMAIN, name=node_name, input=input_names, output=[m.output])
+        fused.attribute.extend(_attribute(k, v) for k, v in sorted(m.attrs.items()))
         fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary), input_names, m.output)
         root = index.producer[m.output]
         replacement[root] = Node(fused, m.op_type, DOMAIN, tuple(input_names), (m.output,))

@@ -84,10 +84,10 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray:
     if dtype is not None and t.HasField("raw_data") and t.data_location != onnx.TensorProto.EXTERNAL:
         return np.frombuffer(t.raw_data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(tuple(t.dims))
     if t.data_type == onnx.TensorProto.FLOAT and t.float_data:
-        data = t.float_data
-        if len(data) == 1:  # numpy converts a protobuf container element by element
-            return np.array(data[0], np.float32).reshape(tuple(t.dims))
-        return np.array(data, np.float32).reshape(tuple(t.dims))
+        data, dims = t.float_data, t.dims
+        if len(data) == 1 and not dims:  # a scalar: numpy converts a protobuf container element by element
+            return np.array(data[0], np.float32)
+        return np.array(data, np.float32).reshape(tuple(dims))
     if t.data_type == onnx.TensorProto.INT64 and t.int64_data:
         return np.array(t.int64_data, np.int64).reshape(tuple(t.dims))
     return numpy_helper.to_array(t)

@@ -138,7 +138,8 @@ def _zero_nodes(alg: Algebra, value: str) -> set[int] | None:
         shape = alg.producer(found[1].input[0], "Shape")
         if shape is not None:
             nodes.add(shape[0])
-    return nodes if zero.size > 0 and not np.any(zero != 0) else None
+    all_zero = zero.item() == 0 if zero.size == 1 else zero.size > 0 and not np.any(zero != 0)
+    return nodes if all_zero else None
 
 
 def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[int]] | None:
