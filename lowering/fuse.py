@@ -1,7 +1,10 @@
-"""The graph pass: normalize -> match -> check -> replace each match by one custom-domain node.
+"""The graph pass: decode -> normalize -> match -> check -> replace each match by one
+custom-domain node -> assemble the output model.
 
-Each fused node carries a model-local ONNX function (same op type, one overload per node) whose
-body is the matched subgraph, so onnxruntime and any other ONNX runtime still run the model.
+Nodes are decoded from protobuf once (lowering.graph.Node) and every stage works on that list;
+the output reuses the input's protos for every node the pass did not change. Each fused node
+carries a model-local ONNX function (same op type, one overload per node) whose body is the
+matched subgraph, so onnxruntime and any other ONNX runtime still run the model.
 """
 
 from __future__ import annotations
@@ -158,6 +161,7 @@ class _Rewritten:
     nodes: list[Node]
     initializers: list[onnx.TensorProto]
     functions: list[onnx.FunctionProto]
+    fused: list[Node]
 
 
 def _tensor(value: np.ndarray, name: str) -> onnx.TensorProto:
@@ -178,13 +182,13 @@ def _attribute(name: str, value: object) -> onnx.AttributeProto:
 def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport) -> _Rewritten:
     """Replaces each match. The order stays topological by construction: a fused node takes its
     root's position and reads only values produced before its first matched node, and
-    re-emitted intermediates keep their own positions (the checker verifies it afterwards)."""
+    re-emitted intermediates keep their own positions (lowering.verify checks it on the way out)."""
     names = _Names(index)
     replacement: dict[int, Node] = {}
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
     bodies = FunctionBodies(index, default_opset(model), names.fresh)
-    out = _Rewritten([], [], bodies.functions)
+    out = _Rewritten([], [], bodies.functions, [])
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
         node_name = names.fresh(f"{m.op_type}_{count}")
@@ -201,6 +205,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
         fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary), input_names, m.output)
         root = index.producer[m.output]
         replacement[root] = Node(fused, m.op_type, DOMAIN, tuple(input_names), (m.output,))
+        out.fused.append(replacement[root])
         removed |= m.interior
         for i in sorted(m.duplicate):
             copy = onnx.NodeProto()
@@ -227,16 +232,14 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     return out
 
 
-def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, nodes: list[Node], typed: set[str]) -> None:
+def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, fused: list[Node], typed: set[str]) -> None:
     """Writes value_info for every value a fused node reads or writes that has none (is not in
     `typed`), so the fused model can be lowered on its own (shape inference may have found
     types the exporter did not write)."""
     typed = typed | info.graph_inputs | info.graph_outputs
-    for node in nodes:
-        if node.domain != DOMAIN:
-            continue
+    for node in fused:
         for name in node.input + node.output:
-            if name in typed or name in info.initializers:
+            if name in typed or name in info.initializers or name in info.types.declared:
                 continue
             vi = info.types.value_info(name)
             if vi is not None:
@@ -275,13 +278,12 @@ def _assemble(model: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten,
     _copy_except(model.graph, graph, ("node", "value_info", "initializer"))
     graph.node.extend([n.to_proto() for n in nodes])
     declared = info.types.declared
-    written = {name for n in nodes for name in n.output if name in declared}
-    graph.value_info.extend([vi for name, vi in declared.items() if name in written])
+    graph.value_info.extend([declared[name] for n in nodes for name in n.output if name in declared])
     graph.initializer.extend([t for name, t in info.initializers.items() if name in reads or name in info.graph_inputs])
     graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items()
                              if name in reads and name not in new_inits)
     graph.initializer.extend(rewritten.initializers)
-    _type_fused_values(graph, info, nodes, written | new_inits | folded.keys())
+    _type_fused_values(graph, info, rewritten.fused, new_inits | folded.keys())
     work.functions.extend(rewritten.functions)
     if not any(o.domain == DOMAIN for o in work.opset_import):
         work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
