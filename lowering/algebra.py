@@ -93,22 +93,22 @@ class Algebra:
         return value in table
 
     def _sweep(self, targets: frozenset[str], through: frozenset[str], depth: int) -> dict[str, int]:
-        """Values whose producer chain reaches `targets` in fewer than `depth` steps."""
-        dist: dict[str, int] = {}
-        nodes, by_op = self.index.nodes, self.index.by_op
-        for i in sorted(i for op in targets | through for i in by_op.get(op, ())):
-            node = nodes[i]
-            if node.op_type in targets:
-                d = 0
-            else:
-                d = depth
-                for name in node.input:
-                    d = min(d, dist.get(name, depth))
-                d += 1
-                if d >= depth:
-                    continue
-            for name in node.output:
-                dist[name] = d
+        """Values whose producer chain reaches `targets` in fewer than `depth` steps: a breadth
+        first walk down from the target nodes, so only their neighbourhood is visited."""
+        nodes, consumers = self.index.nodes, self.index.consumers
+        frontier = [name for op in targets for i in self.index.by_op.get(op, ()) for name in nodes[i].output]
+        dist = dict.fromkeys(frontier, 0)
+        for d in range(1, depth):
+            reached = []
+            for value in frontier:
+                for c in consumers.get(value, ()):
+                    node = nodes[c]
+                    if node.op_type in through:
+                        for name in node.output:
+                            if name not in dist:
+                                dist[name] = d
+                                reached.append(name)
+            frontier = reached
         return dist
 
     def scalar(self, value: str) -> float | None:
@@ -128,11 +128,13 @@ class Algebra:
         stack = [(value, 1)]  # depth first, left operand first: ownership depends on what was walked
         while stack:
             v, exponent = stack.pop()
-            c = index.scalar(v)
-            if c is not None and index.elem_type(v) in _FLOAT_TYPES:
-                coef *= c if exponent == 1 else 1.0 / c if c != 0 else math.inf
-                continue
             i = producers.get(v)
+            # only initializers, folded values and Constant nodes can be constants
+            if i is None or all_nodes[i].op_type == "Constant":
+                c = index.scalar(v)
+                if c is not None and index.elem_type(v) in _FLOAT_TYPES:
+                    coef *= c if exponent == 1 else 1.0 / c if c != 0 else math.inf
+                    continue
             node = None
             if (i is not None and i not in taken and v not in stop and budget > 0 and (v == value or (
                     v not in graph_outputs and all(u in nodes or u in region for u in consumers.get(v, ()))))):

@@ -51,12 +51,8 @@ def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
     if tt.HasField("shape"):
         dims: list[Dim] = []
         for d in tt.shape.dim:
-            if d.HasField("dim_value"):
-                dims.append(d.dim_value)
-            elif d.HasField("dim_param"):
-                dims.append(d.dim_param)
-            else:
-                dims.append(None)
+            kind = d.WhichOneof("value")
+            dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind == "dim_param" else None)
         shape = tuple(dims)
     return ValueType(tt.elem_type, shape)
 
