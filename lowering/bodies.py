@@ -21,11 +21,11 @@ from .graph import GraphIndex, Node
 
 
 class FunctionBodies:
-    def __init__(self, index: GraphIndex, opset: int, fresh: Callable[[str], str]) -> None:
+    def __init__(self, index: GraphIndex, opset: int, fresh: Callable[[str], str], functions) -> None:
         self.index = index
         self.opset = opset
         self.fresh = fresh  # a model-wide unused name for each new overload
-        self.functions: list[onnx.FunctionProto] = []
+        self.functions = functions  # the output model's functions, written in place (no copy)
         self._templates: dict[tuple, onnx.FunctionProto] = {}
         self._overloads: dict[tuple, str] = {}
 
@@ -67,12 +67,11 @@ class FunctionBodies:
         key = (structure, tuple(t.SerializeToString(deterministic=True) for t in constants))
         overload = self._overloads.get(key)
         if overload is None:
-            function = onnx.FunctionProto()
+            function = self.functions.add()
             function.CopyFrom(self._template(structure, nodes))
             for k, tensor in enumerate(constants):
                 function.node[k].attribute[0].t.CopyFrom(tensor)
             function.overload = overload = self._overloads[key] = self.fresh(f"{op_type}_f{len(self._overloads)}")
-            self.functions.append(function)
         return overload
 
     def _template(self, structure: tuple, nodes: list[Node]) -> onnx.FunctionProto:

@@ -89,8 +89,9 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[on
         out = onnx.ModelProto()
         out.CopyFrom(model)
         return out, report
-    rewritten = _rewrite(model, index, matches, report)
-    work = _assemble(model, info, rewritten, normalized.folded)
+    work = _shell(model)
+    rewritten = _rewrite(model, index, matches, report, work.functions)
+    _assemble(work, info, rewritten, normalized.folded)
     report.nodes_after = len(work.graph.node)
     return work, report
 
@@ -160,7 +161,6 @@ class _Names:
 class _Rewritten:
     nodes: list[Node]
     initializers: list[onnx.TensorProto]
-    functions: list[onnx.FunctionProto]
     fused: list[Node]
 
 
@@ -179,7 +179,8 @@ def _attribute(name: str, value: object) -> onnx.AttributeProto:
     return helper.make_attribute(name, value)
 
 
-def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport) -> _Rewritten:
+def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport,
+             functions) -> _Rewritten:
     """Replaces each match. The order stays topological by construction: a fused node takes its
     root's position and reads only values produced before its first matched node, and
     re-emitted intermediates keep their own positions (lowering.verify checks it on the way out)."""
@@ -187,8 +188,8 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     replacement: dict[int, Node] = {}
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
-    bodies = FunctionBodies(index, default_opset(model), names.fresh)
-    out = _Rewritten([], [], bodies.functions, [])
+    bodies = FunctionBodies(index, default_opset(model), names.fresh, functions)
+    out = _Rewritten([], [], [])
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
         node_name = names.fresh(f"{m.op_type}_{count}")
@@ -262,20 +263,24 @@ def _copy_except(source, target, skip: tuple[str, ...]) -> None:
             setattr(target, field.name, value)
 
 
-def _assemble(model: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten,
-              folded: dict[str, np.ndarray]) -> onnx.ModelProto:
-    """The output model: the input's metadata and graph signature with the rewritten nodes,
-    the value_info and initializers they still use, folded constants they read, the functions.
-    Every part of the input is copied once, and nothing is copied that is then thrown away."""
+def _shell(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The input's metadata and graph signature, without nodes, value_info and initializers."""
+    work = onnx.ModelProto()
+    _copy_except(model, work, ("graph",))
+    _copy_except(model.graph, work.graph, ("node", "value_info", "initializer"))
+    return work
+
+
+def _assemble(work: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten, folded: dict[str, np.ndarray]) -> None:
+    """Fills the shell with the rewritten nodes, the value_info and initializers they still use
+    and the folded constants they read. Every part of the input is copied once, and nothing is
+    copied that is then thrown away."""
     nodes = rewritten.nodes
     new_inits = {t.name for t in rewritten.initializers}
     reads = verify.check_graph(nodes, info.graph_inputs | info.initializers.keys() | folded.keys() | new_inits,
                                info.graph_outputs)
     reads |= info.graph_outputs | captured_names(nodes)
-    work = onnx.ModelProto()
-    _copy_except(model, work, ("graph",))
     graph = work.graph
-    _copy_except(model.graph, graph, ("node", "value_info", "initializer"))
     graph.node.extend([n.to_proto() for n in nodes])
     declared = info.types.declared
     graph.value_info.extend([declared[name] for n in nodes for name in n.output if name in declared])
@@ -284,8 +289,6 @@ def _assemble(model: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten,
                              if name in reads and name not in new_inits)
     graph.initializer.extend(rewritten.initializers)
     _type_fused_values(graph, info, rewritten.fused, new_inits | folded.keys())
-    work.functions.extend(rewritten.functions)
     if not any(o.domain == DOMAIN for o in work.opset_import):
         work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     work.ir_version = max(work.ir_version, FUNCTION_IR_VERSION)
-    return work
