@@ -196,10 +196,7 @@ class ValueTypes:
         self._model = model
         graph = model.graph
         self.declared = {vi.name: vi for vi in graph.value_info}  # the graph's own value_info
-        self._infos: dict[str, onnx.ValueInfoProto] = dict(self.declared)  # ... with inputs and outputs
-        for field in (graph.output, graph.input):
-            for vi in field:
-                self._infos[vi.name] = vi
+        self._signature = {vi.name: vi for field in (graph.output, graph.input) for vi in field}
         self._inferred: dict[str, onnx.ValueInfoProto] = {}  # where inference knows more
         self._initializers = initializers
         self._cache: dict[str, ValueType | None] = {}
@@ -218,10 +215,14 @@ class ValueTypes:
     def value_info(self, name: str) -> onnx.ValueInfoProto | None:
         """The ValueInfoProto behind get(name), when the type came from one."""
         self.get(name)
-        return self._inferred.get(name) or self._infos.get(name)
+        return self._inferred.get(name) or self._given(name)
+
+    def _given(self, name: str) -> onnx.ValueInfoProto | None:
+        """The model's own type for a value: graph inputs and outputs first, then value_info."""
+        return self._signature.get(name) or self.declared.get(name)
 
     def _lookup(self, name: str) -> ValueType | None:
-        vi = self._inferred.get(name) or self._infos.get(name)
+        vi = self._inferred.get(name) or self._given(name)
         vt = value_type_of(vi) if vi is not None else None
         if vt is None and name in self._initializers:
             t = self._initializers[name]
@@ -236,7 +237,7 @@ class ValueTypes:
             return  # shapes stay unknown; shape-dependent matches are refused with a reason
         for field in (inferred.graph.value_info, inferred.graph.output):
             for vi in field:
-                known = self._infos.get(vi.name)
+                known = self._given(vi.name)
                 if known is None or not _complete(value_type_of(known)):
                     self._inferred[vi.name] = vi
         self._cache = {k: v for k, v in self._cache.items() if _complete(v)}
