@@ -220,12 +220,12 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             pattern=m.pattern, node=node_name, op_type=m.op_type, domain=DOMAIN, output=m.output,
             inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(dtype, str(dtype)),
             replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
-    gone = removed - replacement.keys()
-    dead = cleanup.dead_after_removal(index, gone, {name for n in replacement.values() for name in n.input})
+    # the matched nodes read nothing any more; their replacements (fused nodes, re-emitted copies) do
+    dead = cleanup.dead_after_removal(index, removed, {name for n in replacement.values() for name in n.input})
     for i, node in enumerate(index.nodes):
         if i in replacement:
             node = replacement[i]
-        elif i in gone or i in dead:
+        elif i in removed or i in dead:
             continue
         if renamed and node.domain != DOMAIN and any(n in renamed for n in node.input):
             node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))

@@ -1,0 +1,96 @@
+"""What the pass writes besides the fusions: no dead nodes left behind, types for every value a
+fused node touches even when the exporter wrote none, the input's value_info kept, and the
+structural check that replaces a second run of the ONNX checker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+
+import lowering
+from lowering import verify
+from lowering.errors import LoweringError
+from lowering.fused_ops import DOMAIN
+from lowering.graph import GraphInfo, Node, decode_nodes, value_type_of
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = json.loads((ROOT / "tests/fixtures/exporters/manifest.json").read_text())
+FUSING = [e for e in MANIFEST if any(e["expected"].values())]
+
+
+def _load(entry: dict) -> onnx.ModelProto:
+    return onnx.load(str(ROOT / entry["file"]))
+
+
+@pytest.mark.parametrize("entry", FUSING, ids=[Path(e["file"]).stem for e in FUSING])
+def test_no_dead_nodes_and_value_info_kept(entry: dict) -> None:
+    model = _load(entry)
+    fused, _ = lowering.fuse(model)
+    graph = fused.graph
+    used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
+    dead = [n.name or n.op_type for n in graph.node if not any(o in used for o in n.output)]
+    assert not dead, f"nodes nothing reads were left behind: {dead}"
+    produced = {o for n in graph.node for o in n.output}
+    assert all(vi.name in produced for vi in graph.value_info)
+    kept = {vi.name for vi in model.graph.value_info} & produced
+    assert kept <= {vi.name for vi in graph.value_info}, "value_info of surviving values was dropped"
+    inits = {t.name for t in graph.initializer} | {i.name for i in graph.input}
+    assert all(t.name in used or t.name in inits for t in graph.initializer)
+
+
+@pytest.mark.parametrize("entry", FUSING[::4], ids=[Path(e["file"]).stem for e in FUSING[::4]])
+def test_untyped_exporter_model_still_fuses_and_types_fused_values(entry: dict) -> None:
+    model = _load(entry)
+    del model.graph.value_info[:]
+    fused, report = lowering.fuse(model)
+    # shape inference runs on demand and finds what the fusions need (only a dynamic shape that
+    # the exporter alone knew may keep a fusion back, and then with a reason)
+    assert report.fusions
+    typed = {vi.name for vi in list(fused.graph.value_info) + list(fused.graph.input) + list(fused.graph.output)}
+    typed |= {t.name for t in fused.graph.initializer}
+    constants = {o for n in fused.graph.node if n.op_type == "Constant" for o in n.output}
+    for node in fused.graph.node:
+        if node.domain == DOMAIN:
+            missing = [v for v in list(node.input) + list(node.output) if v not in typed | constants]
+            assert not missing, f"{node.name}: no type written for {missing}"
+
+
+def test_types_are_inferred_only_when_asked_for_an_untyped_value() -> None:
+    model = _load(FUSING[0])
+    info = GraphInfo(model)
+    typed = next(vi.name for vi in model.graph.value_info
+                 if (vt := value_type_of(vi)) is not None and vt.shape is not None and None not in vt.shape)
+    assert info.types.get(typed) is not None and not info.types.inferred
+    del model.graph.value_info[:]
+    info = GraphInfo(model)
+    assert info.types.get(typed) is not None and info.types.inferred
+
+
+def _nodes(*specs: tuple[str, list[str], list[str]]) -> list[Node]:
+    graph = onnx.helper.make_graph([onnx.helper.make_node(op, i, o) for op, i, o in specs], "g", [], [])
+    return decode_nodes(graph)
+
+
+def test_structural_check_accepts_a_valid_order() -> None:
+    nodes = _nodes(("Abs", ["x"], ["a"]), ("Add", ["a", "w"], ["y"]))
+    assert verify.check_graph(nodes, {"x", "w"}, ["y"]) == {"x", "a", "w"}
+
+
+@pytest.mark.parametrize("specs, outputs, message", [
+    ([("Add", ["a", "x"], ["y"]), ("Abs", ["x"], ["a"])], ["y"], "reads a before it is defined"),
+    ([("Abs", ["x"], ["a"]), ("Neg", ["x"], ["a"])], ["a"], "a is defined twice"),
+    ([("Abs", ["x"], ["a"])], ["y"], "graph output y is no longer computed"),
+])
+def test_structural_check_names_what_is_broken(specs, outputs, message) -> None:
+    with pytest.raises(LoweringError, match=message):
+        verify.check_graph(_nodes(*specs), {"x"}, outputs)
+
+
+def test_function_check_refuses_an_open_body() -> None:
+    body = onnx.helper.make_function(DOMAIN, "F", ["p"], ["out"], [onnx.helper.make_node("Mul", ["p", "k"], ["out"])],
+                                     [onnx.helper.make_opsetid("", 18)])
+    with pytest.raises(LoweringError, match="reads k before it is defined"):
+        verify.check_function(body)
