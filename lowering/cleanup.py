@@ -1,26 +1,36 @@
-"""Dead code elimination on the pass's node list: a whole sweep before matching, and after the
-rewrite only around what it removed."""
+"""Dead code elimination on the pass's index: everything dead before matching, and after the
+rewrite only what fed the nodes it removed."""
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 from .graph import GraphIndex, Node
 
 
-def live_nodes(nodes: list[Node], outputs: Iterable[str]) -> list[Node]:
-    """The nodes some graph output depends on, in their order (ONNX nodes have no side effects)."""
-    live = set(outputs)
-    keep: list[Node] = []
-    for node in reversed(nodes):
-        for name in node.output:
-            if name in live:
-                keep.append(node)
-                live.update(node.input)
-                live.update(node.captures)
-                break
-    keep.reverse()
-    return keep
+def drop_dead(index: GraphIndex) -> set[int]:
+    """Finds the nodes no graph output depends on (ONNX nodes have no side effects), records them
+    in index.dead and takes them out of the consumer lists, so a dead use (an unused forward loss)
+    never blocks a fusion. Works on the index's own tables, without a sweep of its own."""
+    nodes, consumers, producer, outputs = index.nodes, index.consumers, index.producer, index.graph_outputs
+
+    def unused(node: Node) -> bool:
+        return not any(name in outputs or consumers.get(name) for name in node.output if name)
+
+    dead = index.dead
+    stack = [i for i, node in enumerate(nodes) if unused(node)]
+    while stack:
+        i = stack.pop()
+        if i in dead or not unused(nodes[i]):
+            continue
+        dead.add(i)
+        node = nodes[i]
+        for name in node.input + node.captures:
+            users = consumers.get(name)
+            while users and i in users:
+                users.remove(i)
+            j = producer.get(name)
+            if j is not None and j not in dead:
+                stack.append(j)
+    return dead
 
 
 def dead_after_removal(index: GraphIndex, gone: set[int], reads: set[str]) -> set[int]:

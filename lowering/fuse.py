@@ -54,10 +54,11 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[on
     normalized = normalize(decode_nodes(model.graph), info)
     stats = normalized.stats
     report.normalization = stats.as_dict()
-    nodes = cleanup.live_nodes(normalized.nodes, info.graph_outputs)  # dead uses (an unused forward loss) must not block fusion
-    if len(nodes) < len(normalized.nodes):
-        report.normalization["dead nodes removed"] = len(normalized.nodes) - len(nodes)
+    nodes = normalized.nodes
     index = GraphIndex(nodes, info, normalized.folded)
+    dead = cleanup.drop_dead(index)
+    if dead:
+        report.normalization["dead nodes removed"] = len(dead)
     alg = Algebra(index)
     matches: list[Match] = []
     by_op: dict[str, list[Pattern]] = {}
@@ -67,7 +68,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[on
     explained: dict[str, set[int]] = {}  # per pattern: nodes an earlier, wider attempt already reported
     for i in sorted((i for op in by_op for i in index.by_op.get(op, ())), reverse=True):
         node = nodes[i]
-        if i in alg.taken or node.domain not in ("", "ai.onnx"):
+        if i in alg.taken or i in dead or node.domain not in ("", "ai.onnx"):
             continue
         for pattern in by_op[node.op_type]:
             alg.seen = {i}
@@ -139,18 +140,18 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
 
 
 class _Names:
-    """Fresh names that collide with nothing in the model."""
+    """Fresh names that collide with nothing in the model. Value names are checked against the
+    index's own tables; only node names need a set of their own."""
 
     def __init__(self, index: GraphIndex) -> None:
         info = index.info
+        self._taken = (index.producer, info.initializers, info.graph_inputs, info.graph_outputs, info.types.declared,
+                       index.folded)
         self.used = {n.proto.name for n in index.nodes}
-        self.used.update(index.producer)
-        for names in (info.initializers, info.graph_inputs, info.graph_outputs, info.types.declared, index.folded):
-            self.used.update(names)
 
     def fresh(self, base: str) -> str:
         name, k = base, 0
-        while name in self.used:
+        while name in self.used or any(name in names for names in self._taken):
             k += 1
             name = f"{base}_{k}"
         self.used.add(name)
@@ -225,7 +226,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     for i, node in enumerate(index.nodes):
         if i in replacement:
             node = replacement[i]
-        elif i in removed or i in dead:
+        elif i in removed or i in dead or i in index.dead:
             continue
         if renamed and node.domain != DOMAIN and any(n in renamed for n in node.input):
             node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))

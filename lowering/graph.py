@@ -285,6 +285,7 @@ class GraphIndex:
         self.graph_outputs = info.graph_outputs
         self.initializers = info.initializers
         self.folded = folded or {}  # constants normalization computed (no initializer exists yet)
+        self.dead: set[int] = set()  # positions of nodes nothing depends on (lowering.cleanup.drop_dead)
         self._const_cache: dict[str, np.ndarray | None] = {}
         self._scalar_cache: dict[str, float | None] = {}
 

@@ -37,6 +37,7 @@ ATTRIBUTE_FREE = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Abs", "Neg", "Sign", "Reciprocal",
     "Sqrt", "Exp", "Log", "Relu", "Tanh", "Sigmoid", "Floor", "Ceil", "Erf", "Where", "Not", "And", "Or",
     "Xor", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "Identity", "Size", "IsNaN"})
+_PRODUCERS_LOOKED_AT = frozenset({"Cast"}) | EXACT_UNARY  # by the cast round-trip and narrowing rules
 # rules that apply whatever the inputs are; the others need a constant input
 _ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike"}) | SUBGRAPH_OPS
 _CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT  # exact in every float type, so widening around them is a no-op
@@ -118,7 +119,8 @@ class _Normalizer:
         self.consts: dict[str, np.ndarray] = {}  # small constants known so far
         self._large: set[str] = set()  # initializers too big to fold
         self.folded: dict[str, np.ndarray] = {}
-        self.producer: dict[str, Node] = {}  # of the nodes kept so far
+        # producers of kept Casts and exact unary ops: the only producers the rules look at
+        self.producer: dict[str, Node] = {}
         self.cse: dict[tuple, Node] = {}
         self.stats = NormalizeStats()
         # names must stay where a graph output or a subgraph refers to them by name
@@ -183,8 +185,9 @@ class _Normalizer:
                 keep = not self._eliminate_common(node)
             if keep:
                 kept.append(node)
-                for name in node.output:
-                    producer[name] = node
+                if node.op_type in _PRODUCERS_LOOKED_AT:
+                    for name in node.output:
+                        producer[name] = node
         return kept
 
     def _visit(self, node: Node) -> bool:
