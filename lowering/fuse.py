@@ -21,7 +21,7 @@ from . import cleanup, verify
 from .algebra import Algebra
 from .bodies import FunctionBodies
 from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
-from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, captured_names, decode_nodes
+from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes
 from .loading import default_opset
 from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS
@@ -92,7 +92,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[on
         return out, report
     work = _shell(model)
     rewritten = _rewrite(model, index, matches, report, work.functions)
-    _assemble(work, info, rewritten, normalized.folded)
+    _assemble(work, index, rewritten)
     report.nodes_after = len(work.graph.node)
     return work, report
 
@@ -161,8 +161,13 @@ class _Names:
 @dataclass
 class _Rewritten:
     nodes: list[Node]
-    initializers: list[onnx.TensorProto]
+    initializers: list[onnx.TensorProto]  # new ones, for constant inputs of fused nodes
     fused: list[Node]
+    positions: list[int]  # of each node: the index position of the node it keeps or replaces
+    replacement: dict[int, Node]  # position -> fused node or re-emitted copy
+    gone: set[int]  # positions whose node is not in the output (unless replaced)
+    renamed_at: dict[str, int]  # fresh names of re-emitted copies -> their position
+    new_reads: set[str]  # values the replacements read
 
 
 def _tensor(value: np.ndarray, name: str) -> onnx.TensorProto:
@@ -186,11 +191,11 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     root's position and reads only values produced before its first matched node, and
     re-emitted intermediates keep their own positions (lowering.verify checks it on the way out)."""
     names = _Names(index)
-    replacement: dict[int, Node] = {}
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
     bodies = FunctionBodies(index, default_opset(model), names.fresh, functions)
-    out = _Rewritten([], [], [])
+    out = _Rewritten([], [], [], [], {}, set(), {}, set())
+    replacement = out.replacement
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
         node_name = names.fresh(f"{m.op_type}_{count}")
@@ -215,6 +220,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             copy.name = names.fresh(f"{node_label(copy)}_unfused")
             for k, name in enumerate(copy.output):
                 renamed[name] = copy.output[k] = names.fresh(f"{name}_unfused")
+                out.renamed_at[copy.output[k]] = i
             replacement[i] = Node(copy, copy.op_type, copy.domain, tuple(copy.input), tuple(copy.output))
         dtype = index.elem_type(m.output)
         report.fusions.append(Fusion(
@@ -222,15 +228,18 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(dtype, str(dtype)),
             replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
     # the matched nodes read nothing any more; their replacements (fused nodes, re-emitted copies) do
-    dead = cleanup.dead_after_removal(index, removed, {name for n in replacement.values() for name in n.input})
+    out.new_reads = {name for n in replacement.values() for name in n.input}
+    out.gone = removed | cleanup.dead_after_removal(index, removed, out.new_reads)
+    verify.check_replacements(replacement, index.producer, out.renamed_at)
     for i, node in enumerate(index.nodes):
         if i in replacement:
             node = replacement[i]
-        elif i in removed or i in dead or i in index.dead:
+        elif i in out.gone or i in index.dead:
             continue
         if renamed and node.domain != DOMAIN and any(n in renamed for n in node.input):
             node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
         out.nodes.append(node)
+        out.positions.append(i)
     return out
 
 
@@ -272,22 +281,39 @@ def _shell(model: onnx.ModelProto) -> onnx.ModelProto:
     return work
 
 
-def _assemble(work: onnx.ModelProto, info: GraphInfo, rewritten: _Rewritten, folded: dict[str, np.ndarray]) -> None:
+def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -> None:
     """Fills the shell with the rewritten nodes, the value_info and initializers they still use
     and the folded constants they read. Every part of the input is copied once, and nothing is
-    copied that is then thrown away."""
-    nodes = rewritten.nodes
+    copied that is then thrown away; what is still read is found from the index's consumer lists."""
+    info, folded, gone, replacement = index.info, index.folded, rewritten.gone, rewritten.replacement
     new_inits = {t.name for t in rewritten.initializers}
-    reads = verify.check_graph(nodes, info.graph_inputs | info.initializers.keys() | folded.keys() | new_inits,
-                               info.graph_outputs)
-    reads |= info.graph_outputs | captured_names(nodes)
+
+    def available(name: str) -> bool:
+        return name in info.graph_inputs or name in info.initializers or name in folded or name in new_inits
+
+    def producer_position(name: str) -> int | None:
+        p = rewritten.renamed_at.get(name)
+        if p is not None:
+            return p
+        p = index.producer.get(name)
+        if p is None:
+            return None
+        if p in replacement:
+            return p if name in replacement[p].output else None
+        return None if p in gone or p in index.dead else p
+
+    def still_read(name: str) -> bool:
+        return name in rewritten.new_reads or name in info.graph_outputs or any(
+            c not in gone for c in index.consumers.get(name, ()))
+
+    nodes = rewritten.nodes
+    verify.check_graph(nodes, rewritten.positions, producer_position, available, info.graph_outputs)
     graph = work.graph
     graph.node.extend([n.to_proto() for n in nodes])
     declared = info.types.declared
     graph.value_info.extend([declared[name] for n in nodes for name in n.output if name in declared])
-    graph.initializer.extend([t for name, t in info.initializers.items() if name in reads or name in info.graph_inputs])
-    graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items()
-                             if name in reads and name not in new_inits)
+    graph.initializer.extend([t for name, t in info.initializers.items() if name in info.graph_inputs or still_read(name)])
+    graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items() if still_read(name))
     graph.initializer.extend(rewritten.initializers)
     _type_fused_values(graph, info, rewritten.fused, new_inits | folded.keys())
     if not any(o.domain == DOMAIN for o in work.opset_import):

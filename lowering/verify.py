@@ -4,14 +4,14 @@ The input passed the ONNX checker when it was loaded, and the pass changes only 
 nodes, operand order, dropped nodes and the fused nodes with their function bodies. So instead of
 re-running the checker over the whole model (it costs as much as the rest of the pass on big
 graphs), the output is checked for what those changes could break: every value read is defined
-before it is read, every value is defined once, graph outputs exist, and every function body is
-closed over its formal inputs in the same way. The test suite runs the full checker on every
-fused model it makes.
+before it is read, graph outputs are still computed, new nodes define only their own or fresh
+names (lowering.fuse), and every function body is closed over its formal inputs and defines each
+value once. The test suite runs the full checker on every fused model it makes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 
 import onnx
 
@@ -19,9 +19,9 @@ from .errors import LoweringError
 from .graph import Node
 
 
-def _check_order(where: str, defined: set[str], nodes: Iterable[Node | onnx.NodeProto]) -> None:
+def _check_order(where: str, defined: set[str], nodes: Iterable[onnx.NodeProto]) -> None:
     for node in nodes:
-        for name in node.input + node.captures if isinstance(node, Node) else node.input:
+        for name in node.input:
             if name and name not in defined:
                 raise LoweringError(f"internal error: in {where}, {_label(node)} reads {name} before it is defined")
         for name in node.output:
@@ -35,18 +35,32 @@ def _label(node: Node | onnx.NodeProto) -> str:
     return f"{node.op_type} node {node.name!r}" if node.name else f"a {node.op_type} node"
 
 
-def check_graph(nodes: list[Node], available: set[str], graph_outputs: Iterable[str]) -> set[str]:
-    """Checks the node order against the values `available` from the start (graph inputs,
-    initializers); returns every value the nodes read."""
-    defined = set(available)
-    _check_order("the fused graph", defined, nodes)
-    missing = [name for name in graph_outputs if name not in defined]
-    if missing:
-        raise LoweringError(f"internal error: graph output {missing[0]} is no longer computed")
-    reads: set[str] = set()
-    for node in nodes:
-        reads.update(node.input)
-    return reads
+def check_graph(nodes: list[Node], positions: list[int], producer_position: Callable[[str], int | None],
+                available: Callable[[str], bool], graph_outputs: Iterable[str]) -> None:
+    """Checks the rewritten node order. Every node keeps the position (in the pass's index) of the
+    node it replaces, `producer_position(v)` tells where v is produced in the output (None: not
+    at all), and `available(v)` whether v exists from the start (graph input, initializer): every
+    value read must be available or produced at an earlier position. Uses the index's tables, so
+    it costs lookups only."""
+    for node, i in zip(nodes, positions):
+        for name in node.input + node.captures:
+            if name and not available(name):
+                p = producer_position(name)
+                if p is None or p >= i:
+                    where = "is not computed any more" if p is None else "is computed only later"
+                    raise LoweringError(f"internal error: in the fused graph, {_label(node)} reads {name}, which {where}")
+    for name in graph_outputs:
+        if not available(name) and producer_position(name) is None:
+            raise LoweringError(f"internal error: graph output {name} is no longer computed")
+
+
+def check_replacements(replacement: dict[int, Node], producer: dict[str, int], fresh: Container[str]) -> None:
+    """A node put at position i defines only what the node it replaces defined, or fresh names,
+    so no value is defined twice."""
+    for i, node in replacement.items():
+        for name in node.output:
+            if name and name not in fresh and producer.get(name) != i:
+                raise LoweringError(f"internal error: the fused graph defines {name} twice (again by {_label(node)})")
 
 
 def check_function(function: onnx.FunctionProto) -> None:

@@ -74,19 +74,30 @@ def _nodes(*specs: tuple[str, list[str], list[str]]) -> list[Node]:
     return decode_nodes(graph)
 
 
+def _check(nodes: list[Node], available: set[str], outputs: list[str]) -> None:
+    producer = {name: i for i, n in enumerate(nodes) for name in n.output}
+    verify.check_graph(nodes, list(range(len(nodes))), producer.get, available.__contains__, outputs)
+
+
 def test_structural_check_accepts_a_valid_order() -> None:
-    nodes = _nodes(("Abs", ["x"], ["a"]), ("Add", ["a", "w"], ["y"]))
-    assert verify.check_graph(nodes, {"x", "w"}, ["y"]) == {"x", "a", "w"}
+    _check(_nodes(("Abs", ["x"], ["a"]), ("Add", ["a", "w"], ["y"])), {"x", "w"}, ["y"])
 
 
 @pytest.mark.parametrize("specs, outputs, message", [
-    ([("Add", ["a", "x"], ["y"]), ("Abs", ["x"], ["a"])], ["y"], "reads a before it is defined"),
-    ([("Abs", ["x"], ["a"]), ("Neg", ["x"], ["a"])], ["a"], "a is defined twice"),
+    ([("Add", ["a", "x"], ["y"]), ("Abs", ["x"], ["a"])], ["y"], "reads a, which is computed only later"),
+    ([("Abs", ["x"], ["a"]), ("Neg", ["b"], ["c"])], ["c"], "reads b, which is not computed any more"),
     ([("Abs", ["x"], ["a"])], ["y"], "graph output y is no longer computed"),
 ])
 def test_structural_check_names_what_is_broken(specs, outputs, message) -> None:
     with pytest.raises(LoweringError, match=message):
-        verify.check_graph(_nodes(*specs), {"x"}, outputs)
+        _check(_nodes(*specs), {"x"}, outputs)
+
+
+def test_replacements_may_not_define_a_name_twice() -> None:
+    nodes = _nodes(("Abs", ["x"], ["a"]), ("Neg", ["a"], ["b"]))
+    verify.check_replacements({1: nodes[1]}, {"a": 0, "b": 1}, set())
+    with pytest.raises(LoweringError, match="defines a twice"):
+        verify.check_replacements({1: nodes[0]}, {"a": 0, "b": 1}, set())
 
 
 def test_function_check_refuses_an_open_body() -> None:
