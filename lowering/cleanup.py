@@ -16,7 +16,13 @@ def drop_dead(index: GraphIndex) -> set[int]:
         return not any(name in outputs or consumers.get(name) for name in node.output if name)
 
     dead = index.dead
-    stack = [i for i, node in enumerate(nodes) if unused(node)]
+    stack = []
+    for i, node in enumerate(nodes):  # inline: this first scan visits every node
+        for name in node.output:
+            if name and (name in outputs or consumers.get(name)):
+                break
+        else:
+            stack.append(i)
     while stack:
         i = stack.pop()
         if i in dead or not unused(nodes[i]):

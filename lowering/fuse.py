@@ -273,6 +273,16 @@ def _copy_except(source, target, skip: tuple[str, ...]) -> None:
             setattr(target, field.name, value)
 
 
+class _Either:
+    """Membership in either of two sets, without building their union."""
+
+    def __init__(self, a: set[int], b: set[int]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.a or item in self.b
+
+
 def _shell(model: onnx.ModelProto) -> onnx.ModelProto:
     """The input's metadata and graph signature, without nodes, value_info and initializers."""
     work = onnx.ModelProto()
@@ -291,23 +301,13 @@ def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -
     def available(name: str) -> bool:
         return name in info.graph_inputs or name in info.initializers or name in folded or name in new_inits
 
-    def producer_position(name: str) -> int | None:
-        p = rewritten.renamed_at.get(name)
-        if p is not None:
-            return p
-        p = index.producer.get(name)
-        if p is None:
-            return None
-        if p in replacement:
-            return p if name in replacement[p].output else None
-        return None if p in gone or p in index.dead else p
-
     def still_read(name: str) -> bool:
         return name in rewritten.new_reads or name in info.graph_outputs or any(
             c not in gone for c in index.consumers.get(name, ()))
 
     nodes = rewritten.nodes
-    verify.check_graph(nodes, rewritten.positions, producer_position, available, info.graph_outputs)
+    verify.check_graph(nodes, rewritten.positions, index.producer, replacement, _Either(gone, index.dead),
+                       rewritten.renamed_at, available, info.graph_outputs)
     graph = work.graph
     graph.node.extend([n.to_proto() for n in nodes])
     declared = info.types.declared

@@ -35,22 +35,38 @@ def _label(node: Node | onnx.NodeProto) -> str:
     return f"{node.op_type} node {node.name!r}" if node.name else f"a {node.op_type} node"
 
 
-def check_graph(nodes: list[Node], positions: list[int], producer_position: Callable[[str], int | None],
-                available: Callable[[str], bool], graph_outputs: Iterable[str]) -> None:
-    """Checks the rewritten node order. Every node keeps the position (in the pass's index) of the
-    node it replaces, `producer_position(v)` tells where v is produced in the output (None: not
-    at all), and `available(v)` whether v exists from the start (graph input, initializer): every
-    value read must be available or produced at an earlier position. Uses the index's tables, so
-    it costs lookups only."""
+def check_graph(nodes: list[Node], positions: list[int], producer: dict[str, int], replaced: dict[int, Node],
+                gone: Container[int], fresh: dict[str, int], available: Callable[[str], bool],
+                graph_outputs: Iterable[str]) -> None:
+    """Checks the rewritten node order. Every node keeps the index position of the node it keeps
+    or replaces; a value is produced at its producer's position unless that node is `gone`
+    (dropped, and not `replaced` by a node that defines the value), or at the position `fresh`
+    gives for a new name. Every value read must be `available` from the start (graph input,
+    initializer) or produced at an earlier position. Costs lookups in the index's tables only."""
+
+    def position(name: str) -> int | None:
+        p = fresh.get(name)
+        if p is not None:
+            return p
+        p = producer.get(name)
+        if p is None:
+            return None
+        if p in replaced:
+            return p if name in replaced[p].output else None
+        return None if p in gone else p
+
     for node, i in zip(nodes, positions):
         for name in node.input + node.captures:
+            p = producer.get(name)
+            if p is not None and p < i and p not in gone and p not in replaced:
+                continue  # the common case, checked inline
             if name and not available(name):
-                p = producer_position(name)
+                p = position(name)
                 if p is None or p >= i:
                     where = "is not computed any more" if p is None else "is computed only later"
                     raise LoweringError(f"internal error: in the fused graph, {_label(node)} reads {name}, which {where}")
     for name in graph_outputs:
-        if not available(name) and producer_position(name) is None:
+        if not available(name) and position(name) is None:
             raise LoweringError(f"internal error: graph output {name} is no longer computed")
 
 

@@ -76,7 +76,7 @@ def _nodes(*specs: tuple[str, list[str], list[str]]) -> list[Node]:
 
 def _check(nodes: list[Node], available: set[str], outputs: list[str]) -> None:
     producer = {name: i for i, n in enumerate(nodes) for name in n.output}
-    verify.check_graph(nodes, list(range(len(nodes))), producer.get, available.__contains__, outputs)
+    verify.check_graph(nodes, list(range(len(nodes))), producer, {}, set(), {}, available.__contains__, outputs)
 
 
 def test_structural_check_accepts_a_valid_order() -> None:
