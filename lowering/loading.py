@@ -23,8 +23,10 @@ class LoadedModel:
     has_external_data: bool
 
 
-def _uses_external_data(model: onnx.ModelProto) -> bool:
-    return any(
+def _uses_external_data(model: onnx.ModelProto, serialized: bytes) -> bool:
+    # every external tensor names its file under the key "location"; the byte search spares the
+    # walk over every node's attributes (in Python) for the models that have none
+    return b"location" in serialized and any(
         t.data_location == onnx.TensorProto.EXTERNAL
         for t in onnx.external_data_helper._get_all_tensors(model)
     )
@@ -33,10 +35,12 @@ def _uses_external_data(model: onnx.ModelProto) -> bool:
 def load(source: Any) -> LoadedModel:
     """Accepts a path, an onnx.ModelProto or an onnx_ir.Model; raises LoweringError on bad input."""
     if isinstance(source, onnx.ModelProto):
-        model = onnx.ModelProto()
-        model.CopyFrom(source)
-        validate(model)
-        return LoadedModel(model, None, _uses_external_data(model))
+        # one serialization gives the copy, the checker's input and the external-data test
+        serialized = source.SerializeToString()
+        model = onnx.ModelProto.FromString(serialized)
+        external = _uses_external_data(model, serialized)
+        validate(model, serialized=None if external else serialized)
+        return LoadedModel(model, None, external)
     if is_ir_model(source):
         import onnx_ir
 
@@ -51,18 +55,19 @@ def load(source: Any) -> LoadedModel:
     if path.is_dir():
         raise LoweringError(f"{path}: is a directory, expected an .onnx file")
     try:
-        model = onnx.load_model(str(path), load_external_data=False)
+        serialized = path.read_bytes()
+        model = onnx.ModelProto.FromString(serialized)
     except (DecodeError, RuntimeWarning, ValueError, OSError) as exc:
         raise LoweringError(f"{path}: not a readable ONNX model ({_first_line(exc)})") from None
     if not model.HasField("graph") or model.ir_version == 0:
         raise LoweringError(f"{path}: not an ONNX model (no graph or IR version; truncated or another format?)")
-    external = _uses_external_data(model)
+    external = _uses_external_data(model, serialized)
     if external:
         try:
             onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as exc:
             raise LoweringError(f"{path}: cannot read its external data ({_first_line(exc)})") from None
-    validate(model, path)
+    validate(model, path, None if external else serialized)
     return LoadedModel(model, path, external)
 
 
@@ -77,7 +82,9 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 0
 
 
-def validate(model: onnx.ModelProto, path: Path | None = None) -> None:
+def validate(model: onnx.ModelProto, path: Path | None = None, serialized: bytes | None = None) -> None:
+    """Raises LoweringError unless the ONNX checker accepts the model; `serialized`, the model's
+    own bytes when the caller has them, spares the checker a serialization."""
     where = f"{path}: " if path else ""
     opset = default_opset(model)
     if opset == 0:
@@ -87,7 +94,7 @@ def validate(model: onnx.ModelProto, path: Path | None = None) -> None:
     if opset > MAX_OPSET:
         raise LoweringError(f"{where}opset {opset} is newer than this onnx package knows (max {MAX_OPSET})")
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(model if serialized is None else serialized)
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise LoweringError(f"{where}the ONNX checker rejects the model: {_first_line(exc)}") from None
 
@@ -102,7 +109,9 @@ def save(model: onnx.ModelProto, path: Path, external_data: bool) -> list[Path]:
                         location=location, size_threshold=1024)
         written.append(path.parent / location)
     else:
-        onnx.save_model(model, str(path))
+        # no tensor refers to external data (load() read it all in), so onnx.save_model's walk
+        # over every tensor in Python would find nothing to write
+        path.write_bytes(model.SerializeToString())
     return written
 
 
