@@ -136,8 +136,17 @@ class Algebra:
                     coef *= c if exponent == 1 else 1.0 / c if c != 0 else math.inf
                     continue
             node = None
-            if (i is not None and i not in taken and v not in stop and budget > 0 and (v == value or (
-                    v not in graph_outputs and all(u in nodes or u in region for u in consumers.get(v, ()))))):
+            if i is None or i in taken or v in stop or budget <= 0:
+                owned = False
+            elif v == value:
+                owned = True
+            elif v in graph_outputs:
+                owned = False
+            else:
+                users = consumers.get(v, ())
+                owned = (users[0] in nodes or users[0] in region) if len(users) == 1 else all(
+                    u in nodes or u in region for u in users)
+            if owned:
                 seen.add(i)
                 node = all_nodes[i]
                 op = node.op_type

@@ -1,7 +1,7 @@
 """Model-local ONNX functions that carry each fused node's matched subgraph.
 
-Values are renamed canonically (formal inputs, _c<k> for constants, _v<k> for intermediates in
-definition order), so identical subgraphs give identical functions and share one overload. Most
+Values are renamed canonically (formal inputs, _v<k> for intermediates in definition order, _c<k>
+for constants), so identical subgraphs with identical constants share one overload. Most
 fusions of a model repeat a few structures that differ only in their constants (every weight's
 update, every loss term), so each structure is built and checked once as a template, and a new
 body is that template with its constants filled in.
@@ -9,8 +9,7 @@ body is that template with its constants filled in.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
+import struct
 
 import onnx
 
@@ -19,60 +18,80 @@ from .errors import LoweringError
 from .fused_ops import DOMAIN, OP_SPECS
 from .graph import GraphIndex, Node
 
+# numpy's dtype string and struct's format of the scalars GraphIndex.scalar reads without numpy
+_PACKED = {onnx.TensorProto.FLOAT: ("<f4", "<f"), onnx.TensorProto.DOUBLE: ("<f8", "<d")}
+
 
 class FunctionBodies:
-    def __init__(self, index: GraphIndex, opset: int, fresh: Callable[[str], str], functions) -> None:
+    def __init__(self, index: GraphIndex, opset: int, functions) -> None:
         self.index = index
         self.opset = opset
-        self.fresh = fresh  # a model-wide unused name for each new overload
         self.functions = functions  # the output model's functions, written in place (no copy)
+        # overload names are unique per (domain, op type); a model fused before already has some
+        self._taken = {(f.name, f.overload) for f in functions if f.domain == DOMAIN}
         self._templates: dict[tuple, onnx.FunctionProto] = {}
         self._overloads: dict[tuple, str] = {}
+        self._values: dict[str, tuple] = {}  # constant name -> its exact value, as a key
 
     def overload(self, op_type: str, members: list[int], input_names: list[str], output: str) -> str:
         """The overload whose body computes `output` from `input_names` with nodes `members`."""
         spec = OP_SPECS[op_type]
-        nodes: list[Node] = [self.index.nodes[i] for i in members]
-        rename: dict[str, str] = {}
+        all_nodes = self.index.nodes
+        nodes: list[Node] = [all_nodes[i] for i in members]
+        rename: dict[str, str] = {"": ""}  # an optional input or output left out stays empty
         for formal, actual in zip(spec.inputs, input_names):
             rename.setdefault(actual, formal)
         rename[output] = spec.outputs[0]
-        produced = {o for n in nodes for o in n.output}
-        counter = itertools.count()
-        constants: list[onnx.TensorProto] = []
-        for node in nodes:
-            for name in node.input:
-                if not name or name in rename or name in produced:
-                    continue
-                rename[name] = f"_c{next(counter)}"
-                try:
-                    source = self.index.const_tensor(name)
-                except KeyError:
-                    raise LoweringError(f"internal error: a fused {op_type} reads {name}, "
-                                        "which is neither an input nor a constant") from None
-                tensor = onnx.TensorProto()
-                tensor.CopyFrom(source)
-                tensor.name = rename[name]
-                constants.append(tensor)
         for node in nodes:  # definition order, so the names do not depend on the model's names
             for name in node.output:
-                if name and name not in rename:
-                    rename[name] = f"_v{next(counter)}"
-        rename[""] = ""  # an optional input or output left out
+                if name not in rename:
+                    rename[name] = f"_v{len(rename)}"
+        constants: list[str] = []
+        for node in nodes:
+            for name in node.input:
+                if name not in rename:
+                    rename[name] = f"_c{len(constants)}"
+                    constants.append(name)
         canonical = rename.__getitem__
         structure = (op_type, len(constants), tuple(
             (n.op_type, n.domain, tuple(map(canonical, n.input)), tuple(map(canonical, n.output)),
              tuple(a.SerializeToString(deterministic=True) for a in n.attribute) if len(n.attribute) else ())
             for n in nodes))
-        key = (structure, tuple(t.SerializeToString(deterministic=True) for t in constants))
+        key = (structure, tuple(map(self._value_key, constants)))
         overload = self._overloads.get(key)
         if overload is None:
             function = self.functions.add()
             function.CopyFrom(self._template(structure, nodes))
-            for k, tensor in enumerate(constants):
-                function.node[k].attribute[0].t.CopyFrom(tensor)
-            function.overload = overload = self._overloads[key] = self.fresh(f"{op_type}_f{len(self._overloads)}")
+            for k, name in enumerate(constants):
+                tensor = function.node[k].attribute[0].t
+                tensor.CopyFrom(self.index.const_tensor(name))
+                tensor.name = f"_c{k}"
+            function.overload = overload = self._overloads[key] = self._fresh(op_type)
         return overload
+
+    def _value_key(self, name: str) -> tuple:
+        """A constant's dtype, shape and bytes: equal keys, identical tensors (-0.0 is not 0.0)."""
+        key = self._values.get(name)
+        if key is None:
+            init = self.index.initializers.get(name)
+            packed = _PACKED.get(init.data_type) if init is not None else None
+            scalar = self.index.scalar(name) if packed is not None else None
+            if scalar is not None:  # already read by the matcher; no second numpy conversion
+                key = (packed[0], tuple(init.dims), struct.pack(packed[1], scalar))
+            else:
+                value = self.index.const(name)
+                if value is None:
+                    raise LoweringError(f"internal error: a fused node reads {name}, which is neither an input nor a constant")
+                key = (value.dtype.str, value.shape, value.tobytes())
+            self._values[name] = key
+        return key
+
+    def _fresh(self, op_type: str) -> str:
+        k = len(self._overloads)
+        while (op_type, f"{op_type}_f{k}") in self._taken:
+            k += 1
+        self._taken.add((op_type, f"{op_type}_f{k}"))
+        return f"{op_type}_f{k}"
 
     def _template(self, structure: tuple, nodes: list[Node]) -> onnx.FunctionProto:
         template = self._templates.get(structure)

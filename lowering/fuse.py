@@ -144,14 +144,17 @@ class _Names:
     index's own tables; only node names need a set of their own."""
 
     def __init__(self, index: GraphIndex) -> None:
-        info = index.info
-        self._taken = (index.producer, info.initializers, info.graph_inputs, info.graph_outputs, info.types.declared,
-                       index.folded)
+        self._index = index
         self.used = {n.proto.name for n in index.nodes}
+
+    def _taken(self, name: str) -> bool:
+        index, info = self._index, self._index.info
+        return (name in self.used or name in index.producer or name in info.initializers or name in info.graph_inputs
+                or name in info.graph_outputs or name in info.types.declared or name in index.folded)
 
     def fresh(self, base: str) -> str:
         name, k = base, 0
-        while name in self.used or any(name in names for names in self._taken):
+        while self._taken(name):
             k += 1
             name = f"{base}_{k}"
         self.used.add(name)
@@ -193,7 +196,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     names = _Names(index)
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
-    bodies = FunctionBodies(index, default_opset(model), names.fresh, functions)
+    bodies = FunctionBodies(index, default_opset(model), functions)
     out = _Rewritten([], [], [], [], {}, set(), {}, set())
     replacement = out.replacement
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
@@ -207,8 +210,8 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
                 tensor = _tensor(np.asarray(value), names.fresh(f"{node_name}_{formal}"))
                 out.initializers.append(tensor)
                 input_names.append(tensor.name)
-        fused = onnx.NodeProto(op_type=m.op_type, domain=DOMAIN, name=node_name, input=input_names, output=[m.output])
-        fused.attribute.extend(_attribute(k, v) for k, v in sorted(m.attrs.items()))
+        fused = onnx.NodeProto(op_type=m.op_type, domain=DOMAIN, name=node_name, input=input_names, output=[m.output],
+                               attribute=[_attribute(k, v) for k, v in sorted(m.attrs.items())])
         fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary), input_names, m.output)
         root = index.producer[m.output]
         replacement[root] = Node(fused, m.op_type, DOMAIN, tuple(input_names), (m.output,))
@@ -222,10 +225,9 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
                 renamed[name] = copy.output[k] = names.fresh(f"{name}_unfused")
                 out.renamed_at[copy.output[k]] = i
             replacement[i] = Node(copy, copy.op_type, copy.domain, tuple(copy.input), tuple(copy.output))
-        dtype = index.elem_type(m.output)
         report.fusions.append(Fusion(
             pattern=m.pattern, node=node_name, op_type=m.op_type, domain=DOMAIN, output=m.output,
-            inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(dtype, str(dtype)),
+            inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(m.dtype, str(m.dtype)),
             replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
     # the matched nodes read nothing any more; their replacements (fused nodes, re-emitted copies) do
     out.new_reads = {name for n in replacement.values() for name in n.input}

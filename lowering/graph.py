@@ -5,6 +5,7 @@ demand, and a use-def index (producers, consumers, constants) built once in line
 from __future__ import annotations
 
 import math
+import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -87,6 +88,23 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray:
     if t.data_type == onnx.TensorProto.INT64 and t.int64_data:
         return np.array(t.int64_data, np.int64).reshape(tuple(t.dims))
     return numpy_helper.to_array(t)
+
+
+_SCALAR_LAYOUTS = {onnx.TensorProto.FLOAT: ("float_data", "<f", 4), onnx.TensorProto.DOUBLE: ("double_data", "<d", 8)}
+
+
+def _scalar_of_tensor(t: onnx.TensorProto) -> float | None:
+    """A one-element float32/float64 tensor's value without numpy (most fused constants are
+    scalars read once, and a numpy round trip costs ten times the read); None: ask numpy."""
+    layout = _SCALAR_LAYOUTS.get(t.data_type)
+    if layout is None or any(d != 1 for d in t.dims) or t.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    field_name, fmt, size = layout
+    data = getattr(t, field_name)
+    if len(data) == 1:
+        return float(data[0])
+    raw = t.raw_data
+    return struct.unpack(fmt, raw)[0] if len(raw) == size else None
 
 
 def constant_node_value(node: Node | onnx.NodeProto) -> np.ndarray | None:
@@ -328,6 +346,12 @@ class GraphIndex:
         cache = self._scalar_cache
         if name in cache:
             return cache[name]
+        init = self.initializers.get(name)
+        if init is not None and name not in self.graph_inputs and name not in self.folded:
+            s = _scalar_of_tensor(init)
+            if s is not None:
+                cache[name] = s
+                return s
         value = self.const(name)
         s = None if value is None or value.size != 1 or value.dtype.kind not in "fiu" else float(value.reshape(-1)[0])
         cache[name] = s

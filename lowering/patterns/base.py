@@ -20,6 +20,7 @@ class Match:
     pattern: str  # family/form, e.g. "smooth_l1_grad/where"
     op_type: str
     output: str  # the value the fused node produces (keeps its name, type and shape)
+    dtype: int  # its element type (TensorProto enum)
     inputs: list[Input]  # in lowering.fused_ops.OP_SPECS order
     attrs: dict[str, object]
     interior: set[int]  # nodes replaced; their outputs must not be used outside the match

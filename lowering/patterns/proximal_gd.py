@@ -51,7 +51,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     inputs = [var, alpha, l1, l2, delta]
     wrapped = absorb_casts(alg, out, [var, delta])
     if wrapped is not None:
-        out, (var, delta), out_cast, in_casts, _ = wrapped
+        out, (var, delta), out_cast, in_casts, dtype = wrapped
         inputs = [var, alpha, l1, l2, delta]
         interior |= out_cast
         boundary |= in_casts
@@ -59,7 +59,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     if form == "clip":
         # Clip without max clamps at its dtype's largest finite value (ONNX spec), so inf maps there
         attrs["shrink_max"] = float(_finfo_max(index.elem_type(clamp_input)))
-    return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, inputs, attrs,
+    return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, dtype, inputs, attrs,
                  interior=interior - boundary, boundary=boundary)
 
 

@@ -239,7 +239,7 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
                        "the kernel gives the selected branch")
     if dtype == onnx.TensorProto.FLOAT16 and wrapped is None:
         caveats.append("native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN")
-    return Match(form, SMOOTH_L1_GRAD, out, inputs,
+    return Match(form, SMOOTH_L1_GRAD, out, target if wrapped is not None else dtype, inputs,
                  {"sigma": float(beta), "reduction": reduction, "scale": factor},
                  interior=interior - boundary, boundary=boundary, caveats=caveats)
 

@@ -16,6 +16,8 @@ from lowering.errors import LoweringError
 from lowering.fused_ops import DOMAIN
 from lowering.graph import GraphInfo, Node, decode_nodes, value_type_of
 
+from .pass_forms import G, sl1, splice
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = json.loads((ROOT / "tests/fixtures/exporters/manifest.json").read_text())
 FUSING = [e for e in MANIFEST if any(e["expected"].values())]
@@ -105,3 +107,21 @@ def test_function_check_refuses_an_open_body() -> None:
                                      [onnx.helper.make_opsetid("", 18)])
     with pytest.raises(LoweringError, match="reads k before it is defined"):
         verify.check_function(body)
+
+
+def test_fusing_a_fused_model_again_keeps_overloads_unique() -> None:
+    first, _ = lowering.fuse(sl1(beta=0.5))
+    g = G()
+    outputs = [splice(g, first, {}, "a_"), splice(g, sl1(beta=0.75), {}, "b_")]
+    for rename, source in zip(outputs, (first, first)):
+        for vi in source.graph.output:
+            g.output(rename[vi.name])
+    model = g.model()
+    model.functions.extend(first.functions)
+    model.opset_import.extend([o for o in first.opset_import if o.domain == DOMAIN])
+    model.ir_version = first.ir_version
+    fused, report = lowering.fuse(model)
+    assert len(report.fusions) == 1
+    keys = [(f.domain, f.name, f.overload) for f in fused.functions]
+    assert len(keys) == len(set(keys)) == 2
+    onnx.checker.check_model(fused, full_check=True)
