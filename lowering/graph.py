@@ -93,7 +93,7 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray:
 _SCALAR_LAYOUTS = {onnx.TensorProto.FLOAT: ("float_data", "<f", 4), onnx.TensorProto.DOUBLE: ("double_data", "<d", 8)}
 
 
-def _scalar_of_tensor(t: onnx.TensorProto) -> float | None:
+def scalar_of_tensor(t: onnx.TensorProto) -> float | None:
     """A one-element float32/float64 tensor's value without numpy (most fused constants are
     scalars read once, and a numpy round trip costs ten times the read); None: ask numpy."""
     layout = _SCALAR_LAYOUTS.get(t.data_type)
@@ -194,7 +194,8 @@ class Node:
 
 
 def decode_nodes(graph: onnx.GraphProto) -> list[Node]:
-    nodes = [Node(p, p.op_type, p.domain, tuple(p.input), tuple(p.output)) for p in graph.node]
+    # slicing a repeated string field into a list is about twice as fast as iterating it
+    nodes = [Node(p, p.op_type, p.domain, tuple(p.input[:]), tuple(p.output[:])) for p in graph.node]
     for node in nodes:
         if node.domain or node.op_type in SUBGRAPH_OPS:
             node.captures = tuple(sorted(subgraph_inputs(node)))
@@ -213,7 +214,8 @@ class ValueTypes:
     def __init__(self, model: onnx.ModelProto, initializers: dict[str, onnx.TensorProto]) -> None:
         self._model = model
         graph = model.graph
-        self.declared = {vi.name: vi for vi in graph.value_info}  # the graph's own value_info
+        infos = graph.value_info[:]  # a list iterates faster than the repeated field
+        self.declared = dict(zip([vi.name for vi in infos], infos))  # the graph's own value_info
         self._signature = {vi.name: vi for field in (graph.output, graph.input) for vi in field}
         self._inferred: dict[str, onnx.ValueInfoProto] = {}  # where inference knows more
         self._initializers = initializers
@@ -348,7 +350,7 @@ class GraphIndex:
             return cache[name]
         init = self.initializers.get(name)
         if init is not None and name not in self.graph_inputs and name not in self.folded:
-            s = _scalar_of_tensor(init)
+            s = scalar_of_tensor(init)
             if s is not None:
                 cache[name] = s
                 return s

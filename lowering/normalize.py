@@ -12,6 +12,7 @@ order reaches the fixed point in linear time:
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ import numpy as np
 import onnx
 
 from .graph import (EXACT_WIDENING, SUBGRAPH_OPS, GraphInfo, Node, ValueType, attr, captured_names, constant_node_value,
-                    may_have_subgraphs, tensor_value)
+                    may_have_subgraphs, scalar_of_tensor, tensor_value)
 
 FOLD_LIMIT = 64  # largest constant (elements) folding may create: scalars and small vectors only
 COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Equal", "And", "Or", "Xor", "Sum", "Mean"}
@@ -148,6 +149,31 @@ class _Normalizer:
         value = self.consts[name] = tensor_value(init)
         return value
 
+    def is_const(self, name: str) -> bool:
+        """Whether const(name) gives a value, without converting it (most constants the rules
+        look at are never folded, only asked whether they are constants)."""
+        if name in self.consts:
+            return True
+        init = self.info.initializers.get(name)
+        if init is None or name in self.info.graph_inputs or name in self._large:
+            return False
+        if math.prod(init.dims) > FOLD_LIMIT:
+            self._large.add(name)
+            return False
+        return True
+
+    def one(self, name: str) -> np.ndarray | None:
+        """The constant at name when it is a single 1 (its dtype matters to the caller)."""
+        if name not in self.consts:
+            init = self.info.initializers.get(name)
+            if init is None or name in self.info.graph_inputs:
+                return None
+            scalar = scalar_of_tensor(init)
+            if scalar is not None and scalar != 1.0:
+                return None
+        value = self.const(name)
+        return value if value is not None and value.size == 1 and float(value.reshape(-1)[0]) == 1.0 else None
+
     def elem_type(self, name: str) -> int | None:
         vt = self.types.get(name)
         if vt is not None:
@@ -225,12 +251,11 @@ class _Normalizer:
             return False
         if node.op_type == "CastLike":
             return self._fold_cast_like(node)
-        values = []
-        for name in node.input:
-            value = self.const(name) if name else None
-            if value is None or value.size > FOLD_LIMIT:
-                return False  # an optional input left empty is not folded either
-            values.append(value)
+        if not all(name and self.is_const(name) for name in node.input):
+            return False  # an optional input left empty is not folded either
+        values = [self.const(name) for name in node.input]
+        if any(v.size > FOLD_LIMIT for v in values):  # a big Constant node
+            return False
         result = _fold(node.op_type, values, attr(node, "to") if node.op_type == "Cast" else None)
         if result is None or result.size > FOLD_LIMIT:
             return False
@@ -273,11 +298,11 @@ class _Normalizer:
             return False
         if op in ("Mul", "Div") and len(node.input) == 2:
             x, c = node.input
-            one = self.const(c)
+            one = self.one(c)
             if one is None and op == "Mul":
                 x, c = c, x
-                one = self.const(c)
-            if one is not None and one.size == 1 and float(one.reshape(-1)[0]) == 1.0 and self._same_type_after(x, one, node):
+                one = self.one(c)
+            if one is not None and self._same_type_after(x, one, node):
                 return self._forward(node, x, "multiplications/divisions by 1 removed")
         return False
 
@@ -317,7 +342,7 @@ class _Normalizer:
         if len(node.input) != 2:
             return
         a, b = node.input
-        if self.const(a) is None or self.const(b) is not None:
+        if not self.is_const(a) or self.is_const(b):
             return
         if node.op_type in COMMUTATIVE:
             node.rewrite(inputs=(b, a))
