@@ -145,7 +145,7 @@ class _Names:
 
     def __init__(self, index: GraphIndex) -> None:
         self._index = index
-        self.used = {n.proto.name for n in index.nodes}
+        self.used = {n.name for n in index.nodes}
 
     def _taken(self, name: str) -> bool:
         index, info = self._index, self._index.info
@@ -168,7 +168,7 @@ class _Rewritten:
     fused: list[Node]
     positions: list[int]  # of each node: the index position of the node it keeps or replaces
     replacement: dict[int, Node]  # position -> fused node or re-emitted copy
-    gone: set[int]  # positions whose node is not in the output (unless replaced)
+    gone: set[int]  # positions whose node is not in the output (unless replaced): matched, dead before or after
     renamed_at: dict[str, int]  # fresh names of re-emitted copies -> their position
     new_reads: set[str]  # values the replacements read
 
@@ -214,7 +214,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
                                attribute=[_attribute(k, v) for k, v in sorted(m.attrs.items())])
         fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary), input_names, m.output)
         root = index.producer[m.output]
-        replacement[root] = Node(fused, m.op_type, DOMAIN, tuple(input_names), (m.output,))
+        replacement[root] = Node(fused, node_name, m.op_type, DOMAIN, tuple(input_names), (m.output,))
         out.fused.append(replacement[root])
         removed |= m.interior
         for i in sorted(m.duplicate):
@@ -224,19 +224,19 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             for k, name in enumerate(copy.output):
                 renamed[name] = copy.output[k] = names.fresh(f"{name}_unfused")
                 out.renamed_at[copy.output[k]] = i
-            replacement[i] = Node(copy, copy.op_type, copy.domain, tuple(copy.input), tuple(copy.output))
+            replacement[i] = Node(copy, copy.name, copy.op_type, copy.domain, tuple(copy.input), tuple(copy.output))
         report.fusions.append(Fusion(
             pattern=m.pattern, node=node_name, op_type=m.op_type, domain=DOMAIN, output=m.output,
             inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(m.dtype, str(m.dtype)),
             replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
     # the matched nodes read nothing any more; their replacements (fused nodes, re-emitted copies) do
     out.new_reads = {name for n in replacement.values() for name in n.input}
-    out.gone = removed | cleanup.dead_after_removal(index, removed, out.new_reads)
+    out.gone = removed | cleanup.dead_after_removal(index, removed, out.new_reads) | index.dead
     verify.check_replacements(replacement, index.producer, out.renamed_at)
     for i, node in enumerate(index.nodes):
         if i in replacement:
             node = replacement[i]
-        elif i in out.gone or i in index.dead:
+        elif i in out.gone:
             continue
         if renamed and node.domain != DOMAIN and any(n in renamed for n in node.input):
             node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
@@ -275,16 +275,6 @@ def _copy_except(source, target, skip: tuple[str, ...]) -> None:
             setattr(target, field.name, value)
 
 
-class _Either:
-    """Membership in either of two sets, without building their union."""
-
-    def __init__(self, a: set[int], b: set[int]) -> None:
-        self.a, self.b = a, b
-
-    def __contains__(self, item: object) -> bool:
-        return item in self.a or item in self.b
-
-
 def _shell(model: onnx.ModelProto) -> onnx.ModelProto:
     """The input's metadata and graph signature, without nodes, value_info and initializers."""
     work = onnx.ModelProto()
@@ -298,17 +288,22 @@ def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -
     and the folded constants they read. Every part of the input is copied once, and nothing is
     copied that is then thrown away; what is still read is found from the index's consumer lists."""
     info, folded, gone, replacement = index.info, index.folded, rewritten.gone, rewritten.replacement
+    new_reads, graph_outputs, consumers = rewritten.new_reads, info.graph_outputs, index.consumers
     new_inits = {t.name for t in rewritten.initializers}
 
     def available(name: str) -> bool:
         return name in info.graph_inputs or name in info.initializers or name in folded or name in new_inits
 
     def still_read(name: str) -> bool:
-        return name in rewritten.new_reads or name in info.graph_outputs or any(
-            c not in gone for c in index.consumers.get(name, ()))
+        if name in new_reads or name in graph_outputs:
+            return True
+        for c in consumers.get(name, ()):
+            if c not in gone:
+                return True
+        return False
 
     nodes = rewritten.nodes
-    verify.check_graph(nodes, rewritten.positions, index.producer, replacement, _Either(gone, index.dead),
+    verify.check_graph(nodes, rewritten.positions, index.producer, replacement, gone,
                        rewritten.renamed_at, available, info.graph_outputs)
     graph = work.graph
     graph.node.extend([n.to_proto() for n in nodes])

@@ -144,11 +144,13 @@ class Node:
     changes is re-encoded on the way out, an unchanged one is written back as it came.
     """
 
-    __slots__ = ("op_type", "domain", "input", "output", "captures", "proto", "_attribute", "_new_attributes", "changed")
+    __slots__ = ("name", "op_type", "domain", "input", "output", "captures", "proto", "_attribute", "_new_attributes",
+                 "changed")
 
-    def __init__(self, proto: onnx.NodeProto, op_type: str, domain: str, inputs: tuple[str, ...],
+    def __init__(self, proto: onnx.NodeProto, name: str, op_type: str, domain: str, inputs: tuple[str, ...],
                  outputs: tuple[str, ...]) -> None:
         self.proto = proto
+        self.name = name
         self.op_type = op_type
         self.domain = domain
         self.input = inputs
@@ -157,10 +159,6 @@ class Node:
         self._attribute = None
         self._new_attributes = False
         self.changed = False
-
-    @property
-    def name(self) -> str:
-        return self.proto.name
 
     @property
     def attribute(self):
@@ -195,7 +193,7 @@ class Node:
 
 def decode_nodes(graph: onnx.GraphProto) -> list[Node]:
     # slicing a repeated string field into a list is about twice as fast as iterating it
-    nodes = [Node(p, p.op_type, p.domain, tuple(p.input[:]), tuple(p.output[:])) for p in graph.node]
+    nodes = [Node(p, p.name, p.op_type, p.domain, tuple(p.input[:]), tuple(p.output[:])) for p in graph.node]
     for node in nodes:
         if node.domain or node.op_type in SUBGRAPH_OPS:
             node.captures = tuple(sorted(subgraph_inputs(node)))

@@ -55,16 +55,21 @@ def check_graph(nodes: list[Node], positions: list[int], producer: dict[str, int
             return p if name in replaced[p].output else None
         return None if p in gone else p
 
+    def check(node: Node, i: int, name: str) -> None:
+        if name and not available(name):
+            p = position(name)
+            if p is None or p >= i:
+                where = "is not computed any more" if p is None else "is computed only later"
+                raise LoweringError(f"internal error: in the fused graph, {_label(node)} reads {name}, which {where}")
+
+    get = producer.get
     for node, i in zip(nodes, positions):
-        for name in node.input + node.captures:
-            p = producer.get(name)
-            if p is not None and p < i and p not in gone and p not in replaced:
-                continue  # the common case, checked inline
-            if name and not available(name):
-                p = position(name)
-                if p is None or p >= i:
-                    where = "is not computed any more" if p is None else "is computed only later"
-                    raise LoweringError(f"internal error: in the fused graph, {_label(node)} reads {name}, which {where}")
+        for name in node.input:
+            p = get(name)
+            if p is None or p >= i or p in gone or p in replaced:  # the common case stays inline
+                check(node, i, name)
+        for name in node.captures:
+            check(node, i, name)
     for name in graph_outputs:
         if not available(name) and position(name) is None:
             raise LoweringError(f"internal error: graph output {name} is no longer computed")
