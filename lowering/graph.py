@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import struct
 from collections import defaultdict
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -33,15 +32,24 @@ Dim = int | str | None  # a number, a symbolic name, or unknown
 Shape = tuple[Dim, ...] | None  # None: rank unknown
 
 
-@dataclass(frozen=True)
 class ValueType:
-    elem_type: int
-    shape: Shape
-    numel: int | None = field(init=False, compare=False)  # None unless every dimension is a number
+    """Element type and shape of a value; numel is None unless every dimension is a number."""
 
-    def __post_init__(self) -> None:
-        known = self.shape is not None and all(isinstance(d, int) for d in self.shape)
-        object.__setattr__(self, "numel", math.prod(self.shape) if known else None)
+    __slots__ = ("elem_type", "shape", "numel")
+
+    def __init__(self, elem_type: int, shape: Shape) -> None:
+        self.elem_type = elem_type
+        self.shape = shape
+        self.numel = math.prod(shape) if shape is not None and all(type(d) is int for d in shape) else None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ValueType) and (self.elem_type, self.shape) == (other.elem_type, other.shape)
+
+    def __hash__(self) -> int:
+        return hash((self.elem_type, self.shape))
+
+    def __repr__(self) -> str:
+        return f"ValueType(elem_type={self.elem_type}, shape={self.shape})"
 
 
 def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
@@ -218,6 +226,7 @@ class ValueTypes:
         self._inferred: dict[str, onnx.ValueInfoProto] = {}  # where inference knows more
         self._initializers = initializers
         self._cache: dict[str, ValueType | None] = {}
+        self._parsed: dict[bytes, ValueType | None] = {}
         self.inferred = False
 
     def get(self, name: str) -> ValueType | None:
@@ -241,7 +250,13 @@ class ValueTypes:
 
     def _lookup(self, name: str) -> ValueType | None:
         vi = self._inferred.get(name) or self._given(name)
-        vt = value_type_of(vi) if vi is not None else None
+        vt = None
+        if vi is not None:
+            # most values of a model share a few types; their bytes are cheaper than a parse
+            key = vi.type.SerializeToString()
+            vt = self._parsed.get(key)
+            if vt is None:
+                vt = self._parsed[key] = value_type_of(vi)
         if vt is None and name in self._initializers:
             t = self._initializers[name]
             vt = ValueType(t.data_type, tuple(t.dims))
