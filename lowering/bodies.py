@@ -17,9 +17,16 @@ from . import verify
 from .errors import LoweringError
 from .fused_ops import DOMAIN, OP_SPECS
 from .graph import GraphIndex, Node
+from .normalize import ATTRIBUTE_FREE
 
 # numpy's dtype string and struct's format of the scalars GraphIndex.scalar reads without numpy
 _PACKED = {onnx.TensorProto.FLOAT: ("<f4", "<f"), onnx.TensorProto.DOUBLE: ("<f8", "<d")}
+
+
+def _attribute_key(node: Node) -> tuple[bytes, ...]:
+    if node.op_type in ATTRIBUTE_FREE and not node.domain:
+        return ()  # most matched nodes: no attribute container to read
+    return tuple(a.SerializeToString(deterministic=True) for a in node.attribute)
 
 
 class FunctionBodies:
@@ -55,7 +62,7 @@ class FunctionBodies:
         canonical = rename.__getitem__
         structure = (op_type, len(constants), tuple(
             (n.op_type, n.domain, tuple(map(canonical, n.input)), tuple(map(canonical, n.output)),
-             tuple(a.SerializeToString(deterministic=True) for a in n.attribute) if len(n.attribute) else ())
+             _attribute_key(n))
             for n in nodes))
         key = (structure, tuple(map(self._value_key, constants)))
         overload = self._overloads.get(key)
@@ -104,9 +111,9 @@ class FunctionBodies:
         for k in range(n_constants):
             template.node.add(op_type="Constant", output=[f"_c{k}"]).attribute.add(
                 name="value", type=onnx.AttributeProto.TENSOR)
-        for node, (op, domain, inputs, outputs, _) in zip(nodes, body):
+        for node, (op, domain, inputs, outputs, attributes) in zip(nodes, body):
             copy = template.node.add(op_type=op, domain=domain, input=inputs, output=outputs)
-            if len(node.attribute):
+            if attributes:
                 copy.attribute.extend(node.attribute)
         verify.check_function(template)
         self._templates[structure] = template

@@ -133,9 +133,8 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
             if source not in cse_shared:
                 raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the match")
             pending.append((j, source, user))
-    produced_inside = {o for i in m.interior for o in index.nodes[i].output}
     for value in m.inputs:
-        if isinstance(value, str) and value in produced_inside:
+        if isinstance(value, str) and index.producer.get(value) in m.interior:
             raise NoMatch(f"internal: input {value} is computed inside the match")
 
 
