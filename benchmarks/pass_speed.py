@@ -11,7 +11,7 @@ random elementwise ops wired to earlier values, with thousands of planted instan
 and some near misses that must not fuse (an escaping intermediate, an intermediate that is a graph
 output, a constant the user can override, plain L2-only SGD).
 
-Then times, end to end from file to file, best of N runs:
+Then times, end to end from file to file, best of N runs, each tool in a fresh Python process:
   ours       lowering.loading.load -> lowering.fuse.fuse_proto -> lowering.loading.save, the
              `lower` command's own path (load includes the ONNX checker, which onnx_ir.load skips)
   onnxscript onnx_ir.load -> onnxscript.rewriter.rewrite(rules below) -> onnx_ir.save
@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -473,7 +475,35 @@ class Row:
         return [f"[{self.graph}] {p}" for p in found]
 
 
-def measure(label: str, size: int, seed: int, share: float, repeat: int, rules: list, tmp: Path) -> Row:
+def time_in_child(tool: str, src: Path, dst: Path, repeat: int, onnxscript_functions: bool) -> tuple[float, list[Fused]]:
+    """Best-of-`repeat` time and fusions of one tool, run in a fresh Python process, so neither
+    tool runs on a heap or module set the other left behind (that alone moved our 200k time by
+    5-10% when both shared one process)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", tool, str(src), str(dst), "--repeat-small", str(repeat)]
+    if onnxscript_functions:
+        cmd.append("--onnxscript-functions")
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LoweringError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    fusions = [Fused(op, out, None if replaced is None else frozenset(replaced)) for op, out, replaced in result["fusions"]]
+    return result["seconds"], fusions
+
+
+def child(tool: str, src: Path, dst: Path, repeat: int, onnxscript_functions: bool) -> None:
+    """The child side of time_in_child: prints one JSON line with the best time and the fusions."""
+    if tool == "ours":
+        seconds, (fused, report) = best_of(repeat, lambda: run_ours(src, dst))
+        fusions = fusions_of_ours(fused, report)
+    else:
+        rules = onnxscript_rules(as_function=onnxscript_functions)
+        seconds, rewritten = best_of(repeat, lambda: run_onnxscript(src, dst, rules))
+        fusions = fusions_of_ir(rewritten)
+    print(json.dumps({"seconds": seconds, "fusions": [
+        [f.op_type, f.output, None if f.replaced is None else sorted(f.replaced)] for f in fusions]}))
+
+
+def measure(label: str, size: int, seed: int, share: float, repeat: int, onnxscript_functions: bool, tmp: Path) -> Row:
     start = time.perf_counter()
     model, planted = build_graph(size, seed, share)
     src = tmp / f"synthetic_{label}.onnx"
@@ -484,16 +514,12 @@ def measure(label: str, size: int, seed: int, share: float, repeat: int, rules: 
           f"planted, {len(planted.near_misses)} near misses; built in {time.perf_counter() - start:.1f} s", flush=True)
     ours_error, ours, ours_s = None, [], float("nan")
     try:
-        ours_s, (fused, report) = best_of(repeat, lambda: run_ours(src, tmp / "ours.onnx"))
-        ours = fusions_of_ours(fused, report)
-        del fused, report
+        ours_s, ours = time_in_child("ours", src, tmp / "ours.onnx", repeat, onnxscript_functions)
         print(f"[{label}] ours: {ours_s:.2f} s", flush=True)
     except LoweringError as exc:
         ours_error = str(exc)
         print(f"[{label}] ours FAILED: {exc}", flush=True)
-    theirs_s, rewritten = best_of(repeat, lambda: run_onnxscript(src, tmp / "onnxscript.onnx", rules))
-    theirs = fusions_of_ir(rewritten)
-    del rewritten
+    theirs_s, theirs = time_in_child("onnxscript", src, tmp / "onnxscript.onnx", repeat, onnxscript_functions)
     print(f"[{label}] onnxscript: {theirs_s:.2f} s", flush=True)
     return Row(label, n, ours, theirs, ours_s, theirs_s, planted, ours_error)
 
@@ -525,7 +551,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="let onnxscript also write a function body per fusion (as_function=True), as ours does; "
                              "its extraction scans the whole graph per fusion, so use it with --quick")
     parser.add_argument("--profile", action="store_true", help="only profile our pass (cProfile) on the small graph")
+    parser.add_argument("--child", nargs=3, metavar=("TOOL", "SRC", "DST"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        tool, src, dst = args.child
+        child(tool, Path(src), Path(dst), args.repeat_small, args.onnxscript_functions)
+        return 0
     sizes = [("2k", 2_000), ("10k", 10_000)] if args.quick else [("40k", 40_000), ("200k", 200_000)]
     repeats = [1, 1] if args.quick else [args.repeat_small, args.repeat_large]
     if args.profile:
@@ -538,11 +569,10 @@ def main(argv: list[str] | None = None) -> int:
             del model
             profile_ours(src, Path(tmp) / "ours.onnx")
         return 0
-    rules = onnxscript_rules(as_function=args.onnxscript_functions)
     # both tools share the machine with whatever else runs; say how busy it was
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
     with tempfile.TemporaryDirectory(prefix="pass_speed_") as tmp:
-        rows = [measure(label, size, args.seed, args.pattern_share, repeat, rules, Path(tmp))
+        rows = [measure(label, size, args.seed, args.pattern_share, repeat, args.onnxscript_functions, Path(tmp))
                 for (label, size), repeat in zip(sizes, repeats)]
     print()
     print(f"onnxscript writes function bodies: {'yes' if args.onnxscript_functions else 'no (ours does)'}")

@@ -91,3 +91,12 @@ def test_checker_reports_a_missed_instance_and_a_fused_near_miss(graph):
     problems = bench.check_fusions("t", hit + [bench.Fused(near.op_type, near.output, None)], planted)
     assert any("1 planted instances not fused" in p for p in problems)
     assert any("1 near misses fused" in p for p in problems)
+
+
+def test_each_tool_is_timed_in_a_child_process_that_reports_its_fusions(graph, tmp_path):
+    model, planted = graph
+    src = tmp_path / "g.onnx"
+    onnx.save(model, str(src))
+    seconds, fusions = bench.time_in_child("ours", src, tmp_path / "out.onnx", repeat=1, onnxscript_functions=False)
+    assert seconds > 0
+    assert bench.check_fusions("ours", fusions, planted) == []
