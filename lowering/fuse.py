@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
+from operator import attrgetter
 from dataclasses import dataclass
 
 import numpy as np
@@ -144,7 +145,7 @@ class _Names:
 
     def __init__(self, index: GraphIndex) -> None:
         self._index = index
-        self.used = {n.name for n in index.nodes}
+        self.used = set(map(attrgetter("name"), index.nodes))
 
     def _taken(self, name: str) -> bool:
         index, info = self._index, self._index.info
@@ -232,15 +233,13 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     out.new_reads = {name for n in replacement.values() for name in n.input}
     out.gone = removed | cleanup.dead_after_removal(index, removed, out.new_reads) | index.dead
     verify.check_replacements(replacement, index.producer, out.renamed_at)
-    for i, node in enumerate(index.nodes):
-        if i in replacement:
-            node = replacement[i]
-        elif i in out.gone:
-            continue
-        if renamed and node.domain != DOMAIN and any(n in renamed for n in node.input):
-            node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
-        out.nodes.append(node)
-        out.positions.append(i)
+    gone, nodes = out.gone, index.nodes
+    out.positions = [i for i in range(len(nodes)) if i not in gone or i in replacement]
+    out.nodes = [replacement[i] if i in replacement else nodes[i] for i in out.positions]
+    if renamed:
+        for node in out.nodes:
+            if node.domain != DOMAIN and any(n in renamed for n in node.input):
+                node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
     return out
 
 
