@@ -354,6 +354,11 @@ class _Normalizer:
 
     def _eliminate_common(self, node: Node) -> bool:
         op = node.op_type
+        if op in NONDETERMINISTIC or not node.output:
+            return False
+        for name in node.output:
+            if name in self.pinned:
+                return False  # never merged, and never the copy others merge into (it is not owned)
         if op in ATTRIBUTE_FREE and not node.domain:
             key: tuple = (op, node.input)
         else:
@@ -364,9 +369,7 @@ class _Normalizer:
         if first is None:
             self.cse[key] = node
             return False
-        # checked only for the rare copy: a pinned or random node is kept, though it may be the first
-        if (op in NONDETERMINISTIC or not node.output or len(first.output) != len(node.output)
-                or any(name in self.pinned for name in node.output)):
+        if len(first.output) != len(node.output):
             return False
         for old, new in zip(node.output, first.output):
             if old:
