@@ -105,8 +105,9 @@ def scalar_of_tensor(t: onnx.TensorProto) -> float | None:
     """A one-element float32/float64 tensor's value without numpy (most fused constants are
     scalars read once, and a numpy round trip costs ten times the read); None: ask numpy."""
     layout = _SCALAR_LAYOUTS.get(t.data_type)
-    if layout is None or any(d != 1 for d in t.dims) or t.data_location == onnx.TensorProto.EXTERNAL:
-        return None
+    dims = t.dims
+    if layout is None or (len(dims) and (len(dims) > 1 or dims[0] != 1)) or t.data_location == onnx.TensorProto.EXTERNAL:
+        return None  # shapes like [1, 1] go the numpy way too
     field_name, fmt, size = layout
     data = getattr(t, field_name)
     if len(data) == 1:
