@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
-from operator import attrgetter
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 import onnx

@@ -42,12 +42,6 @@ class ValueType:
         self.shape = shape
         self.numel = math.prod(shape) if shape is not None and all(type(d) is int for d in shape) else None
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ValueType) and (self.elem_type, self.shape) == (other.elem_type, other.shape)
-
-    def __hash__(self) -> int:
-        return hash((self.elem_type, self.shape))
-
     def __repr__(self) -> str:
         return f"ValueType(elem_type={self.elem_type}, shape={self.shape})"
 
