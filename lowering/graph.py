@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import numpy as np
 import onnx
+from google.protobuf.message import EncodeError
 from onnx import numpy_helper
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
@@ -261,8 +262,10 @@ class ValueTypes:
         self.inferred = True
         try:
             inferred = onnx.shape_inference.infer_shapes(self._model)
-        except (onnx.shape_inference.InferenceError, ValueError):
-            return  # shapes stay unknown; shape-dependent matches are refused with a reason
+        except (onnx.shape_inference.InferenceError, ValueError, EncodeError):
+            # shapes stay unknown (also for a model over protobuf's 2 GB, which inference would
+            # have to serialize); shape-dependent matches are refused with a reason
+            return
         for field in (inferred.graph.value_info, inferred.graph.output):
             for vi in field:
                 known = self._given(vi.name)

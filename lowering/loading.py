@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, EncodeError
 
 from .errors import LoweringError
 
@@ -36,7 +37,12 @@ def load(source: Any) -> LoadedModel:
     """Accepts a path, an onnx.ModelProto or an onnx_ir.Model; raises LoweringError on bad input."""
     if isinstance(source, onnx.ModelProto):
         # one serialization gives the copy, the checker's input and the external-data test
-        serialized = source.SerializeToString()
+        serialized = _serialized(source)
+        if serialized is None:
+            model = onnx.ModelProto()
+            model.CopyFrom(source)
+            _validate_large(model)
+            return LoadedModel(model, None, False)
         model = onnx.ModelProto.FromString(serialized)
         external = _uses_external_data(model, serialized)
         validate(model, serialized=None if external else serialized)
@@ -45,7 +51,11 @@ def load(source: Any) -> LoadedModel:
         import onnx_ir
 
         model = onnx_ir.serde.serialize_model(source)
-        validate(model)
+        serialized = _serialized(model)
+        if serialized is None:
+            _validate_large(model)
+        else:
+            validate(model, serialized=serialized)
         return LoadedModel(model, None, False)
     if not isinstance(source, (str, os.PathLike)):
         raise LoweringError(f"expected a model path, onnx.ModelProto or onnx_ir.Model, got {type(source).__name__}")
@@ -62,12 +72,14 @@ def load(source: Any) -> LoadedModel:
     if not model.HasField("graph") or model.ir_version == 0:
         raise LoweringError(f"{path}: not an ONNX model (no graph or IR version; truncated or another format?)")
     external = _uses_external_data(model, serialized)
+    # with external data the checker reads the model from its path: it finds the data files
+    # there, and the model with its weights may be too large for protobuf to serialize
+    validate(model, path, None if external else serialized, path if external else None)
     if external:
         try:
             onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as exc:
             raise LoweringError(f"{path}: cannot read its external data ({_first_line(exc)})") from None
-    validate(model, path, None if external else serialized)
     return LoadedModel(model, path, external)
 
 
@@ -82,9 +94,11 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 0
 
 
-def validate(model: onnx.ModelProto, path: Path | None = None, serialized: bytes | None = None) -> None:
-    """Raises LoweringError unless the ONNX checker accepts the model; `serialized`, the model's
-    own bytes when the caller has them, spares the checker a serialization."""
+def validate(model: onnx.ModelProto, path: Path | None = None, serialized: bytes | None = None,
+             check_path: Path | None = None) -> None:
+    """Raises LoweringError unless the ONNX checker accepts the model; `path` names it in the
+    message. `serialized`, the model's own bytes when the caller has them, spares the checker a
+    serialization; `check_path` has the checker read that file instead (with its external data)."""
     where = f"{path}: " if path else ""
     opset = default_opset(model)
     if opset == 0:
@@ -94,25 +108,47 @@ def validate(model: onnx.ModelProto, path: Path | None = None, serialized: bytes
     if opset > MAX_OPSET:
         raise LoweringError(f"{where}opset {opset} is newer than this onnx package knows (max {MAX_OPSET})")
     try:
-        onnx.checker.check_model(model if serialized is None else serialized)
+        onnx.checker.check_model(str(check_path) if check_path else model if serialized is None else serialized)
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise LoweringError(f"{where}the ONNX checker rejects the model: {_first_line(exc)}") from None
 
 
+def _serialized(model: onnx.ModelProto) -> bytes | None:
+    """The model's bytes, or None when it is over protobuf's 2 GB (its weights are in memory)."""
+    try:
+        return model.SerializeToString()
+    except EncodeError:
+        return None
+
+
+def _validate_large(model: onnx.ModelProto) -> None:
+    """The checker for an in-memory model over protobuf's 2 GB, which only a path can carry:
+    a copy is written with external data to a temporary directory and checked there."""
+    with tempfile.TemporaryDirectory(prefix="lowering_check_") as tmp:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)  # save_model moves the tensors of what it writes out
+        target = Path(tmp) / "model.onnx"
+        onnx.save_model(copy, str(target), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location="model.onnx.data", size_threshold=1024)
+        del copy
+        validate(model, check_path=target)
+
+
 def save(model: onnx.ModelProto, path: Path, external_data: bool) -> list[Path]:
-    """Writes the model (and its external data file when asked); returns the files written."""
+    """Writes the model (and its external data file when asked or when the model is over
+    protobuf's 2 GB); returns the files written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    written = [path]
-    if external_data or model.ByteSize() > 2**31 - 2**20:
-        location = path.name + ".data"
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=location, size_threshold=1024)
-        written.append(path.parent / location)
-    else:
-        # no tensor refers to external data (load() read it all in), so onnx.save_model's walk
-        # over every tensor in Python would find nothing to write
-        path.write_bytes(model.SerializeToString())
-    return written
+    if not external_data:
+        serialized = _serialized(model)
+        if serialized is not None:
+            # no tensor refers to external data (load() read it all in), so onnx.save_model's
+            # walk over every tensor in Python would find nothing to write
+            path.write_bytes(serialized)
+            return [path]
+    location = path.name + ".data"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=location, size_threshold=1024)
+    return [path, path.parent / location]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -160,6 +160,62 @@ def test_external_data_round_trip(tmp_path: Path, capsys) -> None:
         np.testing.assert_array_equal(before, after)
 
 
+def test_external_data_file_missing_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    on_disk = pgd(shape=(64, 64))
+    on_disk.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "W"))
+    on_disk.graph.node.append(onnx.helper.make_node("Add", ["var", "W"], ["shifted"]))
+    on_disk.graph.output.append(onnx.helper.make_tensor_value_info("shifted", onnx.TensorProto.FLOAT, [64, 64]))
+    onnx.save(on_disk, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.bin", size_threshold=0)
+    (tmp_path / "m.bin").unlink()
+    code, _, err = _run([str(tmp_path / "m.onnx"), "--target", "ascend950", "-o", str(tmp_path / "out")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "m.bin" in err, err
+
+
+# Models over protobuf's 2 GB cannot be serialized; lowering.loading._serialized says so with None.
+# Real ones take minutes and gigabytes here, so these tests make a small model look that large.
+
+
+def test_model_over_2gb_in_memory_is_checked_and_fused(monkeypatch) -> None:
+    monkeypatch.setattr("lowering.loading._serialized", lambda model: None)
+    fused, report = lowering.fuse(pgd())
+    assert [n.op_type for n in fused_nodes(fused)] == [PGD] and len(report.fusions) == 1
+    broken = pgd()
+    broken.graph.node[0].input.append("nowhere")
+    with pytest.raises(lowering.LoweringError, match="the ONNX checker rejects the model") as caught:
+        lowering.fuse(broken)
+    assert "lowering_check_" not in str(caught.value)  # the temporary copy is not named to the user
+
+
+def test_model_over_2gb_is_written_with_external_data(tmp_path: Path, capsys, monkeypatch) -> None:
+    model = pgd(shape=(64, 64))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.full((64, 64), 0.5, np.float32), "W"))
+    model.graph.node.append(onnx.helper.make_node("Add", ["var", "W"], ["shifted"]))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("shifted", onnx.TensorProto.FLOAT, [64, 64]))
+    model_path = _save(model, tmp_path / "step.onnx")
+    monkeypatch.setattr("lowering.loading._serialized", lambda model: None)
+    code, _, err = _run([str(model_path), "--target", "ascend950", "-o", str(tmp_path / "out"), "--emit", "onnx"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "out" / "step.fused.onnx.data").exists()
+    fused = onnx.load(str(tmp_path / "out" / "step.fused.onnx"))
+    assert [n.op_type for n in fused_nodes(fused)] == [PGD]
+    feeds = make_feeds(model, np.random.default_rng())
+    for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_shape_inference_that_cannot_serialize_the_model_leaves_shapes_unknown(monkeypatch) -> None:
+    from google.protobuf.message import EncodeError
+
+    def too_large(model, *args, **kwargs):
+        raise EncodeError("Failed to serialize proto")
+
+    model = sl1()
+    del model.graph.value_info[:]
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", too_large)
+    fused, report = lowering.fuse(model)  # no crash: fuses where the graph's own types suffice
+    assert len(report.fusions) + len(report.rejections) >= 1
+
+
 def test_unsafe_model_name_becomes_a_safe_file_name(tmp_path: Path, capsys, monkeypatch) -> None:
     weird = tmp_path / 'a b;$(rm -rf x)".onnx'
     _save(sl1(), weird)
