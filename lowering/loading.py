@@ -136,7 +136,7 @@ def _validate_large(model: onnx.ModelProto) -> None:
 
 def save(model: onnx.ModelProto, path: Path, external_data: bool) -> list[Path]:
     """Writes the model (and its external data file when asked or when the model is over
-    protobuf's 2 GB); returns the files written."""
+    protobuf's 2 GB); returns the files written. The model itself is left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if not external_data:
         serialized = _serialized(model)
@@ -146,7 +146,9 @@ def save(model: onnx.ModelProto, path: Path, external_data: bool) -> list[Path]:
             path.write_bytes(serialized)
             return [path]
     location = path.name + ".data"
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # save_model leaves the tensors it writes out as references to the file
+    onnx.save_model(copy, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=location, size_threshold=1024)
     return [path, path.parent / location]
 

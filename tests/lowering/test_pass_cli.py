@@ -160,6 +160,20 @@ def test_external_data_round_trip(tmp_path: Path, capsys) -> None:
         np.testing.assert_array_equal(before, after)
 
 
+def test_external_data_model_verifies_after_it_is_written(tmp_path: Path, capsys) -> None:
+    on_disk = pgd(shape=(64, 64))
+    on_disk.graph.initializer.append(onnx.numpy_helper.from_array(np.full((64, 64), 0.25, np.float32), "W"))
+    on_disk.graph.node.append(onnx.helper.make_node("Add", ["var", "W"], ["shifted"]))
+    on_disk.graph.output.append(onnx.helper.make_tensor_value_info("shifted", onnx.TensorProto.FLOAT, [64, 64]))
+    onnx.save(on_disk, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.bin", size_threshold=0)
+    # saving the fused model with external data must not turn the in-memory tensors --verify
+    # then runs into references to a file relative to somewhere else
+    code, out, err = _run([str(tmp_path / "m.onnx"), "--target", "ascend950", "-o", str(tmp_path / "out"), "--verify"],
+                          capsys)
+    assert code == 0, err
+    assert "PASS" in out
+
+
 def test_external_data_file_missing_is_a_clear_error(tmp_path: Path, capsys) -> None:
     on_disk = pgd(shape=(64, 64))
     on_disk.graph.initializer.append(onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "W"))
