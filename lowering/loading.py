@@ -37,7 +37,7 @@ def load(source: Any) -> LoadedModel:
     """Accepts a path, an onnx.ModelProto or an onnx_ir.Model; raises LoweringError on bad input."""
     if isinstance(source, onnx.ModelProto):
         # one serialization gives the copy, the checker's input and the external-data test
-        serialized = _serialized(source)
+        serialized = serialized_or_none(source)
         if serialized is None:
             model = onnx.ModelProto()
             model.CopyFrom(source)
@@ -51,7 +51,7 @@ def load(source: Any) -> LoadedModel:
         import onnx_ir
 
         model = onnx_ir.serde.serialize_model(source)
-        serialized = _serialized(model)
+        serialized = serialized_or_none(model)
         if serialized is None:
             _validate_large(model)
         else:
@@ -113,7 +113,7 @@ def validate(model: onnx.ModelProto, path: Path | None = None, serialized: bytes
         raise LoweringError(f"{where}the ONNX checker rejects the model: {_first_line(exc)}") from None
 
 
-def _serialized(model: onnx.ModelProto) -> bytes | None:
+def serialized_or_none(model: onnx.ModelProto) -> bytes | None:
     """The model's bytes, or None when it is over protobuf's 2 GB (its weights are in memory)."""
     try:
         return model.SerializeToString()
@@ -139,7 +139,7 @@ def save(model: onnx.ModelProto, path: Path, external_data: bool) -> list[Path]:
     protobuf's 2 GB); returns the files written. The model itself is left as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if not external_data:
-        serialized = _serialized(model)
+        serialized = serialized_or_none(model)
         if serialized is not None:
             # no tensor refers to external data (load() read it all in), so onnx.save_model's
             # walk over every tensor in Python would find nothing to write

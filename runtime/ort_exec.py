@@ -7,13 +7,17 @@ float32 that is rounded back (exactly) to bfloat16 here.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
+
+from lowering.loading import save, serialized_or_none
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -26,8 +30,14 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
+    serialized = serialized_or_none(model)
     try:
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        if serialized is not None:
+            return ort.InferenceSession(serialized, so, providers=["CPUExecutionProvider"])
+        # over protobuf's 2 GB: onnxruntime reads such a model only from a file with external data
+        with tempfile.TemporaryDirectory(prefix="lowering_ort_") as tmp:
+            path = save(model, Path(tmp) / "model.onnx", external_data=True)[0]
+            return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises several unrelated exception types
         raise OrtRunError(f"onnxruntime cannot load the model: {_first_line(exc)}") from None
 

@@ -185,12 +185,12 @@ def test_external_data_file_missing_is_a_clear_error(tmp_path: Path, capsys) -> 
     assert code == 2 and len(err.strip().splitlines()) == 1 and "m.bin" in err, err
 
 
-# Models over protobuf's 2 GB cannot be serialized; lowering.loading._serialized says so with None.
+# Models over protobuf's 2 GB cannot be serialized; lowering.loading.serialized_or_none says so with None.
 # Real ones take minutes and gigabytes here, so these tests make a small model look that large.
 
 
 def test_model_over_2gb_in_memory_is_checked_and_fused(monkeypatch) -> None:
-    monkeypatch.setattr("lowering.loading._serialized", lambda model: None)
+    monkeypatch.setattr("lowering.loading.serialized_or_none", lambda model: None)
     fused, report = lowering.fuse(pgd())
     assert [n.op_type for n in fused_nodes(fused)] == [PGD] and len(report.fusions) == 1
     broken = pgd()
@@ -206,7 +206,7 @@ def test_model_over_2gb_is_written_with_external_data(tmp_path: Path, capsys, mo
     model.graph.node.append(onnx.helper.make_node("Add", ["var", "W"], ["shifted"]))
     model.graph.output.append(onnx.helper.make_tensor_value_info("shifted", onnx.TensorProto.FLOAT, [64, 64]))
     model_path = _save(model, tmp_path / "step.onnx")
-    monkeypatch.setattr("lowering.loading._serialized", lambda model: None)
+    monkeypatch.setattr("lowering.loading.serialized_or_none", lambda model: None)
     code, _, err = _run([str(model_path), "--target", "ascend950", "-o", str(tmp_path / "out"), "--emit", "onnx"], capsys)
     assert code == 0, err
     assert (tmp_path / "out" / "step.fused.onnx.data").exists()
@@ -215,6 +215,14 @@ def test_model_over_2gb_is_written_with_external_data(tmp_path: Path, capsys, mo
     feeds = make_feeds(model, np.random.default_rng())
     for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
         np.testing.assert_array_equal(before, after)
+
+
+def test_model_over_2gb_verifies_through_a_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    model_path = _save(pgd(), tmp_path / "step.onnx")
+    monkeypatch.setattr("runtime.ort_exec.serialized_or_none", lambda model: None)
+    code, out, err = _run([str(model_path), "--target", "ascend950", "-o", str(tmp_path / "out"), "--verify"], capsys)
+    assert code == 0, err
+    assert "PASS" in out
 
 
 def test_shape_inference_that_cannot_serialize_the_model_leaves_shapes_unknown(monkeypatch) -> None:
