@@ -95,10 +95,10 @@ class FunctionBodies:
 
     def _fresh(self, op_type: str) -> str:
         k = len(self._overloads)
-        while (op_type, f"{op_type}_f{k}") in self._taken:
+        while (op_type, name := f"{op_type}_f{k}") in self._taken:
             k += 1
-        self._taken.add((op_type, f"{op_type}_f{k}"))
-        return f"{op_type}_f{k}"
+        self._taken.add((op_type, name))
+        return name
 
     def _template(self, structure: tuple, nodes: list[Node]) -> onnx.FunctionProto:
         template = self._templates.get(structure)

@@ -44,9 +44,8 @@ def load(source: Any) -> LoadedModel:
             _validate_large(model)
             return LoadedModel(model, None, False)
         model = onnx.ModelProto.FromString(serialized)
-        external = _uses_external_data(model, serialized)
-        validate(model, serialized=None if external else serialized)
-        return LoadedModel(model, None, external)
+        validate(model, serialized=serialized)
+        return LoadedModel(model, None, _uses_external_data(model, serialized))
     if is_ir_model(source):
         import onnx_ir
 
@@ -125,12 +124,7 @@ def _validate_large(model: onnx.ModelProto) -> None:
     """The checker for an in-memory model over protobuf's 2 GB, which only a path can carry:
     a copy is written with external data to a temporary directory and checked there."""
     with tempfile.TemporaryDirectory(prefix="lowering_check_") as tmp:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)  # save_model moves the tensors of what it writes out
-        target = Path(tmp) / "model.onnx"
-        onnx.save_model(copy, str(target), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location="model.onnx.data", size_threshold=1024)
-        del copy
+        target = save(model, Path(tmp) / "model.onnx", external_data=True)[0]
         validate(model, check_path=target)
 
 

@@ -134,19 +134,9 @@ class _Normalizer:
 
     def const(self, name: str) -> np.ndarray | None:
         value = self.consts.get(name)
-        if value is not None or name not in self.info.initializers:
+        if value is not None or not self.is_const(name):
             return value
-        init = self.info.initializers[name]
-        if name in self.info.graph_inputs or name in self._large:
-            return None
-        # only small initializers can take part in folding; big weights are never read
-        n = 1
-        for d in init.dims:
-            n *= d
-        if n > FOLD_LIMIT:
-            self._large.add(name)
-            return None
-        value = self.consts[name] = tensor_value(init)
+        value = self.consts[name] = tensor_value(self.info.initializers[name])
         return value
 
     def is_const(self, name: str) -> bool:
@@ -157,6 +147,7 @@ class _Normalizer:
         init = self.info.initializers.get(name)
         if init is None or name in self.info.graph_inputs or name in self._large:
             return False
+        # only small initializers can take part in folding; big weights are never read
         if math.prod(init.dims) > FOLD_LIMIT:
             self._large.add(name)
             return False
@@ -164,15 +155,14 @@ class _Normalizer:
 
     def one(self, name: str) -> np.ndarray | None:
         """The constant at name when it is a single 1 (its dtype matters to the caller)."""
-        if name not in self.consts:
-            init = self.info.initializers.get(name)
-            if init is None or name in self.info.graph_inputs:
-                return None
-            scalar = scalar_of_tensor(init)
+        if not self.is_const(name):
+            return None
+        if name not in self.consts:  # a small initializer not read yet: a scalar answers without numpy
+            scalar = scalar_of_tensor(self.info.initializers[name])
             if scalar is not None and scalar != 1.0:
                 return None
         value = self.const(name)
-        return value if value is not None and value.size == 1 and float(value.reshape(-1)[0]) == 1.0 else None
+        return value if value.size == 1 and float(value.reshape(-1)[0]) == 1.0 else None
 
     def elem_type(self, name: str) -> int | None:
         vt = self.types.get(name)
