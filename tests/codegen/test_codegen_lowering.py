@@ -21,6 +21,7 @@ from lowering.fused_ops import (
     PROXIMAL_GD,
     SMOOTH_L1_GRAD,
     proximal_gd_reference,
+    proximal_scalars,
     smooth_l1_grad_reference,
 )
 
@@ -311,6 +312,25 @@ def _apgd_inputs(rng: np.random.Generator, dtype: str, thr: float):
     return var.astype(NP[dtype]), delta.astype(NP[dtype])
 
 
+def _apgd_golden(var: np.ndarray, delta: np.ndarray, scal: dict[str, np.ndarray], form: str) -> np.ndarray:
+    """The float64 formula from prox and threshold as float32 holds them.
+
+    The update is ill-conditioned where |prox| is near the threshold: |prox| - t cancels, so the
+    one rounding every float32 computation of prox = var - alpha*delta makes (the kernel's and
+    onnxruntime's alike) becomes a relative error without bound (seen: |prox| - t = 1.1e-6,
+    kernel 4.9e-3 off the float64 value). From the float32 prox and threshold on, the formula is
+    well-conditioned (Sterbenz makes the cancelling subtraction exact), so the standard holds.
+    """
+    alpha = scal["alpha"].astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        prox = var.astype(np.float32) - alpha * delta.astype(np.float32)
+    a = float(alpha[0])
+    t, k = proximal_scalars(a, float(scal["l1"][0]), float(scal["l2"][0]), form)
+    with np.errstate(over="ignore"):
+        t32 = float(np.float32(t))
+    return proximal_gd_reference(prox, 0.0, t32, k, np.zeros_like(prox), "folded")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("form, consts", APGD_CASES)
 def test_apgd_numerics(dtype: str, form: str, consts: dict[str, float]) -> None:
@@ -323,7 +343,7 @@ def test_apgd_numerics(dtype: str, form: str, consts: dict[str, float]) -> None:
             a = float(scal["alpha"][0])
             thr = a * float(scal["l1"][0]) if form == "raw" else float(scal["l1"][0])
             var, delta = _apgd_inputs(rng, dtype, thr)
-            gold = proximal_gd_reference(var, scal["alpha"], scal["l1"], scal["l2"], delta, form)
+            gold = _apgd_golden(var, delta, scal, form)
             for policy in ("nan", "scalar"):
                 got = run_ir(k, {"var": var, "delta": delta, **scal}, policy)["var_out"]
                 assert_precise(got, gold, dtype, f"{dtype}/{sdtype} {form} {values} {policy}")
