@@ -314,6 +314,15 @@ class Algebra:
             value = source
         return value
 
+    def widening_casts(self, value: str) -> set[int]:
+        """The exact widening Casts that widened(value) looks through."""
+        nodes = set()
+        while value != self.widened(value):
+            i, node = self.producer(value, "Cast")
+            nodes.add(i)
+            value = node.input[0]
+        return nodes
+
     def numel_of(self, value: str) -> tuple[str, set[int]] | None:
         """(tensor, nodes) when value computes numel(tensor) at runtime, possibly cast to float.
 

@@ -8,6 +8,7 @@ import math
 import struct
 from collections import defaultdict
 
+import ml_dtypes
 import numpy as np
 import onnx
 from google.protobuf.message import EncodeError
@@ -68,6 +69,7 @@ _ELEM_TYPES = {
     np.dtype(np.int64): onnx.TensorProto.INT64,
     np.dtype(np.int32): onnx.TensorProto.INT32,
 }
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 _FAST_DTYPES = {
     onnx.TensorProto.FLOAT: np.dtype(np.float32),
     onnx.TensorProto.FLOAT16: np.dtype(np.float16),
@@ -366,7 +368,8 @@ class GraphIndex:
                 cache[name] = s
                 return s
         value = self.const(name)
-        s = None if value is None or value.size != 1 or value.dtype.kind not in "fiu" else float(value.reshape(-1)[0])
+        numeric = value is not None and (value.dtype.kind in "fiu" or value.dtype == _BFLOAT16)  # bfloat16's kind is "V"
+        s = float(value.reshape(-1)[0]) if numeric and value.size == 1 else None
         cache[name] = s
         return s
 

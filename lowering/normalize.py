@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 import onnx
 
@@ -42,7 +43,9 @@ _PRODUCERS_LOOKED_AT = frozenset({"Cast"}) | EXACT_UNARY  # by the cast round-tr
 # rules that apply whatever the inputs are; the others need a constant input
 _ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike"}) | SUBGRAPH_OPS
 _CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT  # exact in every float type, so widening around them is a no-op
-_FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")}
+# bfloat16 through ml_dtypes, which rounds every result to nearest even as ONNX's Cast and onnxruntime do
+_FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")} | {
+    np.dtype(ml_dtypes.bfloat16)}
 
 
 @dataclass
@@ -95,7 +98,7 @@ def _fold(op: str, values: list[np.ndarray], to: int | None = None) -> np.ndarra
         if op == "Abs":
             return np.abs(v)
         if op in ("Cast", "CastLike"):
-            if to in (None, onnx.TensorProto.BFLOAT16, onnx.TensorProto.STRING, onnx.TensorProto.BOOL):
+            if to in (None, onnx.TensorProto.STRING, onnx.TensorProto.BOOL):
                 return None
             target = onnx.helper.tensor_dtype_to_np_dtype(to)
             if target not in _FOLDABLE_DTYPES:

@@ -918,6 +918,59 @@ def ops_histogram(model: onnx.ModelProto) -> str:
     return " ".join(f"{op}{'x' + str(k) if k > 1 else ''}" for op, k in sorted(counts.items()))
 
 
+def softshrink_exact_fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """F.softshrink with constants exact in float16, so the compared and the shifted threshold agree."""
+    return F.softshrink(var - 0.125 * delta, 0.0625) / 1.03125
+
+
+def where_zeros_fn(var: torch.Tensor, delta: torch.Tensor, lr: torch.Tensor, l1: torch.Tensor,
+                   l2: torch.Tensor) -> torch.Tensor:
+    p = var - lr * delta
+    t = lr * l1
+    return torch.where(p.abs() > t, p - t * p.sign(), torch.zeros_like(p)) / (1 + lr * l2)
+
+
+def probe_cases() -> list[Case]:
+    """Forms a probe of unseen exporter output found (2026-12-03); own generator, so the cases
+    before keep their inputs. (Native bfloat16 graphs it found are tested hand-built: onnxruntime's
+    CPU provider has no bfloat16 Sub to check a fixture with.)"""
+    gen = torch.Generator().manual_seed(1203)
+    f32, f16 = torch.float32, torch.float16
+    c: list[Case] = []
+
+    def hand(name: str, fn: Callable[..., object], reduction: str, beta: float, exporter: str, dtype: torch.dtype,
+             notes: str, opset: int | None = None) -> None:
+        c.append(Case(fx(name), fn, sl1_args(reduction, dtype, gen), exporter, "smooth_l1_grad",
+                      [sl1("grad", beta, reduction, "p", "t", "go")], notes, opset=opset,
+                      dtype=TORCH_TO_NAME[dtype], outputs=["grad"]))
+
+    hand("sl1_hand_clamp_mean_b2_f32_dyn.onnx", hand_sl1_clip("mean", 2.0), "mean", 2.0, "dynamo", f32,
+         "torch.clamp(d/2, -1, 1) * go/numel, not optimized: Min(Max(Div(d,2), CastLike(-1)), CastLike(1)) "
+         "instead of Clip, then Div(Mul(clamp, go), 20.0) (mean as a final Div).")
+    hand("sl1_hand_where_sum_b03_f16_dynopt.onnx", hand_sl1("sum", 0.3), "sum", 0.3, "dynamo-optimized", f16,
+         "Native float16, beta 0.3: compares with 0.3 in float32 but divides by 0.3 rounded to float16 "
+         "(0.30005); equal within float16's rounding.")
+    args = prox_args("tensor", f32, gen)
+    c.append(Case(fx("prox_tensor_maximum_f32_dyn.onnx"), prox_fn(clamp="maximum", scalars="tensor"), args,
+                  "dynamo", "proximal_gd", [prox("var_out", "raw", "var", "delta", "lr", "l1", "l2")],
+                  "maximum(., zeros_like(p)), not optimized: the zero is Expand(CastLike(0), Shape(p)).",
+                  outputs=["var_out"]))
+    args = prox_args("const", f16, gen)
+    c.append(Case(fx("prox_softshrink_exact_f16_dynopt.onnx"), softshrink_exact_fn, args, "dynamo-optimized",
+                  "proximal_gd",
+                  [prox("var_out", "folded_reciprocal", "var", "delta", 0.125, 0.0625, stored(1 / 1.03125))],
+                  "Native float16 softshrink: Greater(Cast<float32>(|p| in float16), 0.0625) beside "
+                  "Mul(Sign(p), 0.0625 float16).", dtype="float16", outputs=["var_out"]))
+    args = prox_args("tensor", f32, gen)
+    c.append(Case(fx("nm_prox_where_zeros_f32_dynopt.onnx"), where_zeros_fn, args, "dynamo-optimized",
+                  "near_miss", [],
+                  "Near miss: Where(|p| > t, p - t*sign(p), zeros_like(p)) / k: NaN in p gives 0 here and NaN in "
+                  "the fused op (softshrink's p*0 keeps it).", outputs=["var_out"],
+                  not_fused=[prox("var_out", "raw", "var", "delta", "lr", "l1", "l2",
+                                  reason="softshrink with 0, not p*0")]))
+    return c
+
+
 def load_checker() -> Callable[..., list[dict]]:
     path = REPO / "tests" / "lowering" / "test_fixtures_load.py"
     sys.path.insert(0, str(REPO))
@@ -1020,7 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(2024)
-    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen)
+    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases()
     if opts.only:
         cases = [c for c in cases if opts.only in c.file]
     check_entry = load_checker()

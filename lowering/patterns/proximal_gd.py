@@ -112,7 +112,7 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
         if len(node.input) != 2:
             return None
         for d, z in (node.input, node.input[::-1]):
-            zero = _zero_nodes(alg, z)
+            zero = _zero_nodes(alg, z, like=d)
             if zero is not None:
                 return d, {i} | zero, "max"
         return None
@@ -123,23 +123,61 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
     return node.input[0], {i}, "clip"
 
 
-def _zero_nodes(alg: Algebra, value: str) -> set[int] | None:
-    """Nodes computing value when it is all zeros: none for a constant, ConstantOfShape(Shape(.))
-    for torch.zeros_like under dynamic shapes; None when value is not known to be zero."""
-    zero = alg.index.const(value)
+def _zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] | None:
+    """Nodes computing value when it is all zeros: none for a constant, ConstantOfShape(shape)
+    or Expand(0, shape) for torch.zeros_like, shape = Shape(s) or its folded constant; None when
+    value is not known to be zero or, given `like`, when it could broadcast `like` to a larger shape."""
+    index = alg.index
+    zero = index.const(value)
     nodes: set[int] = set()
-    if zero is None:
-        found = alg.producer(value, "ConstantOfShape")
+    shape_of: tuple[int, ...] | str | None = None  # what the zeros' shape is known to be
+    if zero is not None:
+        shape_of = zero.shape
+    else:
+        found = alg.producer(value, "ConstantOfShape", "Expand")
         if found is None:
             return None
-        fill = attr(found[1], "value")
-        zero = np.zeros(1) if fill is None else tensor_value(fill)
-        nodes.add(found[0])
-        shape = alg.producer(found[1].input[0], "Shape")
-        if shape is not None:
+        i, node = found
+        if node.op_type == "Expand":
+            zero = index.const(node.input[0]) if len(node.input) == 2 else None
+            if zero is None or zero.ndim:
+                return None
+        else:
+            fill = attr(node, "value")
+            zero = np.zeros(1) if fill is None else tensor_value(fill)
+        nodes.add(i)
+        dims = index.const(node.input[-1])
+        shape = alg.producer(node.input[-1], "Shape")
+        if dims is not None:
+            shape_of = tuple(int(d) for d in dims.reshape(-1))
+        elif shape is not None:
             nodes.add(shape[0])
+            if not attr(shape[1], "start") and attr(shape[1], "end") is None:
+                shape_of = shape[1].input[0]
     all_zero = zero.item() == 0 if zero.size == 1 else zero.size > 0 and not np.any(zero != 0)
-    return nodes if all_zero else None
+    if not all_zero:
+        return None
+    if like is not None and not _within_shape(index, shape_of, like):
+        return None
+    return nodes
+
+
+def _within_shape(index, shape_of: tuple[int, ...] | str | None, like: str) -> bool:
+    """Whether zeros of shape `shape_of` (dims, or the shape of a named value) leave `like`'s
+    shape as it is when broadcast against it."""
+    if isinstance(shape_of, str):
+        return shape_of == like or same_shape(index, shape_of, like)
+    if shape_of is None:
+        return False
+    if not shape_of:
+        return True
+    vt = index.type_of(like)
+    if vt is None or vt.shape is None or not all(isinstance(d, int) for d in vt.shape):
+        return False
+    try:
+        return np.broadcast_shapes(shape_of, vt.shape) == tuple(vt.shape)
+    except ValueError:
+        return False
 
 
 def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[int]] | None:
@@ -167,18 +205,21 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     where = alg.producer(value, "Where")
     if where is not None:  # the condition decides before the branches are walked
         cmp = alg.compare(where[1].input[0])
-        if cmp is None or cmp.relation not in (">", "<=") or alg.unary(cmp.lhs, "Abs") is None:
+        if cmp is None or cmp.relation not in (">", "<=") or alg.unary(alg.widened(cmp.lhs), "Abs") is None:
             return None
     sel = alg.select(value)
     cmp = None if sel is None else alg.compare(sel.cond)
     if cmp is None or cmp.relation not in (">", "<="):
         return None
     outside, inside = (sel.when_true, sel.when_false) if cmp.relation == ">" else (sel.when_false, sel.when_true)
-    absp = alg.unary(cmp.lhs, "Abs")
+    absp = alg.unary(alg.widened(cmp.lhs), "Abs")  # float16 exports compare |p| widened to float32
     if absp is None:
         return None
     p, t = absp[0], cmp.rhs
     if inside.coef != 0.0 or dict(inside.factors) != {p: 1}:
+        zero = _single(inside)
+        if zero is not None and _zero_nodes(alg, zero) is not None:
+            raise NoMatch("softshrink with 0, not p*0, where |p| <= t: NaN in p gives 0 there and NaN in the fused op")
         return None
     moved = _single(outside)
     terms, tnodes = alg.terms(moved) if moved is not None else ([], set())
@@ -189,10 +230,16 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     sign = next((n for n, e in shift_mono.factors.items() if e == 1 and (alg.unary(n, "Sign") or ("", -1))[0] == p), None)
     t_const = alg.scalar(t)
     expected = {sign: 1} if t_const is not None else {sign: 1, t: 1}
-    if sign is None or dict(shift_mono.factors) != expected or shift_mono.coef != (1.0 if t_const is None else t_const):
+    if sign is None or dict(shift_mono.factors) != expected:
         return None
+    if shift_mono.coef != (1.0 if t_const is None else t_const):
+        # the shift and the compared threshold are different numbers (t rounded to float16 in one
+        # and not the other): the graph jumps there, and near |p| == t the fused op would not
+        # be within the precision standard of it
+        raise NoMatch(f"softshrink shifts p by {shift_mono.coef:.9g} but compares |p| with {t_const:.9g}"
+                      if t_const is not None else "softshrink shifts p by a constant times its threshold")
     nodes = (sel.nodes | cmp.nodes | {absp[1], alg.unary(sign, "Sign")[1]} | inside.nodes | outside.nodes
-             | tnodes | shift_mono.nodes)
+             | tnodes | shift_mono.nodes | alg.widening_casts(cmp.lhs))
     return p, t, nodes
 
 

@@ -29,13 +29,14 @@ _EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, on
 
 
 _PRODUCT_OPS = frozenset({"Mul", "Div", "Neg", "Reciprocal"})
+_CLAMP_OPS = frozenset({"Clip", "Min", "Max"})
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
-    if node.op_type == "Mul":
-        if not alg.reaches(out, frozenset({"Clip"}), _PRODUCT_OPS, 3):
+    if node.op_type in ("Mul", "Div"):
+        if not alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3):
             return None
         return _match_clip(alg, out)
     if node.op_type == "Where":
@@ -88,20 +89,18 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     require(within is not None, "the |x| < beta branch is not proportional to x")
     require(within.factors == rest.factors, "the two branches scale by different runtime values")
     if beta > 0:
-        require(close(within.coef, rest.coef / beta),
+        require(_same_scale(alg, x, within.coef, rest.coef / beta),
                 f"the |x| < beta branch scales x by {within.coef:g}, not by K/beta = {rest.coef / beta:g}")
-    nodes = sel.nodes | cmp.nodes | {abs_node, sign[1]} | inside.nodes | outside.nodes | _cast_nodes(alg, cmp.lhs)
+    nodes = sel.nodes | cmp.nodes | {abs_node, sign[1]} | inside.nodes | outside.nodes | alg.widening_casts(cmp.lhs)
     return _finish(alg, f"{FAMILY}/{form}", out, x, rest, beta, nodes, arithmetic=sel.arithmetic)
 
 
-def _cast_nodes(alg: Algebra, value: str) -> set[int]:
-    """The widening Casts between a compared value and what it widens."""
-    nodes = set()
-    while value != alg.widened(value):
-        i, node = alg.producer(value, "Cast")
-        nodes.add(i)
-        value = node.input[0]
-    return nodes
+def _same_scale(alg: Algebra, x: str, branch: float, expected: float) -> bool:
+    """The x branch's scale equals K/beta up to one rounding in x's dtype: a graph computing in
+    float16 or bfloat16 divides by beta rounded to that dtype while it compares with the float32
+    beta (seen: Less(Cast<float32>(|x|), 0.3) beside Div(x, 0.30005) in float16), a difference
+    below the precision standard's threshold for that dtype."""
+    return close(branch, expected, max(1e-5, _EPS.get(float_dtype(alg.index, x), 0.0) / 2))
 
 
 def _side(alg: Algebra, cmp: Comparison) -> tuple[str, float] | None:
@@ -136,10 +135,10 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
     require(low.factors == high.factors == middle.factors,
             "the three branches scale by different runtime values")
     require(close(low.coef, -high.coef), "the x < -beta branch is not the negated x > beta branch")
-    require(close(middle.coef, high.coef / beta),
+    require(_same_scale(alg, x, middle.coef, high.coef / beta),
             f"the middle branch scales x by {middle.coef:g}, not by K/beta = {high.coef / beta:g}")
     nodes = (sel.nodes | inner_sel.nodes | cmp.nodes | inner_cmp.nodes | low.nodes | high.nodes
-             | inner_sel.when_false.nodes | _cast_nodes(alg, cmp.lhs) | _cast_nodes(alg, inner_cmp.lhs))
+             | inner_sel.when_false.nodes | alg.widening_casts(cmp.lhs) | alg.widening_casts(inner_cmp.lhs))
     rest = Monomial(high.coef, high.factors, high.nodes)
     return _finish(alg, form, out, x, rest, beta, nodes, arithmetic=sel.arithmetic or inner_sel.arithmetic)
 
@@ -159,16 +158,33 @@ def _clip_bounds(alg: Algebra, node: onnx.NodeProto) -> tuple[float | None, floa
     return None, None
 
 
+def _unit_clamp(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
+    """(y, nodes) when value = clamp(y, -1, 1): Clip, or Min(Max(y, -1), 1) in either nesting
+    (the dynamo exporter's torch.clamp before its optimizer turns it into Clip)."""
+    found = alg.producer(value, "Clip", "Min", "Max")
+    if found is None:
+        return None
+    i, node = found
+    if node.op_type == "Clip":
+        return (node.input[0], {i}) if _clip_bounds(alg, node) == (-1.0, 1.0) else None
+    bounds = {"Min": (1.0, "Max", -1.0), "Max": (-1.0, "Min", 1.0)}
+    outer_bound, inner_op, inner_bound = bounds[node.op_type]
+    if len(node.input) != 2 or alg.scalar(node.input[1]) != outer_bound:
+        return None
+    inner = alg.producer(node.input[0], inner_op)
+    if inner is None or len(inner[1].input) != 2 or alg.scalar(inner[1].input[1]) != inner_bound:
+        return None
+    return inner[1].input[0], {i, inner[0]}
+
+
 def _match_clip(alg: Algebra, out: str) -> Match | None:
     mono = alg.monomial(out)
     for name, exp in mono.factors.items():
-        found = alg.producer(name, "Clip") if exp == 1 else None
+        found = _unit_clamp(alg, name) if exp == 1 else None
         if found is None:
             continue
-        lo, hi = _clip_bounds(alg, found[1])
-        if lo != -1.0 or hi != 1.0:
-            continue
-        inner = alg.monomial(found[1].input[0])
+        clamped, clamp_nodes = found
+        inner = alg.monomial(clamped)
         xs = [v for v, e in inner.factors.items() if e == 1 and alg.producer(v, "Sub") is not None]
         if len(inner.factors) != 1 or not xs:
             continue
@@ -176,7 +192,7 @@ def _match_clip(alg: Algebra, out: str) -> Match | None:
         require(inner.coef > 0, "Clip's argument is x times a non-positive constant")
         beta = 1.0 / inner.coef
         rest = mono.without(name)
-        return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | {found[0]}, arithmetic=False)
+        return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes, arithmetic=False)
     return None
 
 
@@ -269,4 +285,4 @@ def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, 
     return ("sum" if single else "none"), float(k)
 
 
-PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Mul"}), match)
+PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Mul", "Div"}), match)
