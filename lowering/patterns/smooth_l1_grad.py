@@ -29,7 +29,7 @@ _EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, on
 
 
 _PRODUCT_OPS = frozenset({"Mul", "Div", "Neg", "Reciprocal"})
-_CLAMP_OPS = frozenset({"Clip", "Min", "Max"})
+_CLAMP_OPS = frozenset({"Clip", "Min"})  # the outer op of clamp(y, -1, 1) as exporters write it
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
@@ -159,20 +159,18 @@ def _clip_bounds(alg: Algebra, node: onnx.NodeProto) -> tuple[float | None, floa
 
 
 def _unit_clamp(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
-    """(y, nodes) when value = clamp(y, -1, 1): Clip, or Min(Max(y, -1), 1) in either nesting
-    (the dynamo exporter's torch.clamp before its optimizer turns it into Clip)."""
-    found = alg.producer(value, "Clip", "Min", "Max")
+    """(y, nodes) when value = clamp(y, -1, 1): Clip, or Min(Max(y, -1), 1) (the dynamo
+    exporter's torch.clamp before its optimizer turns it into Clip)."""
+    found = alg.producer(value, "Clip", "Min")
     if found is None:
         return None
     i, node = found
     if node.op_type == "Clip":
         return (node.input[0], {i}) if _clip_bounds(alg, node) == (-1.0, 1.0) else None
-    bounds = {"Min": (1.0, "Max", -1.0), "Max": (-1.0, "Min", 1.0)}
-    outer_bound, inner_op, inner_bound = bounds[node.op_type]
-    if len(node.input) != 2 or alg.scalar(node.input[1]) != outer_bound:
+    if len(node.input) != 2 or alg.scalar(node.input[1]) != 1.0:
         return None
-    inner = alg.producer(node.input[0], inner_op)
-    if inner is None or len(inner[1].input) != 2 or alg.scalar(inner[1].input[1]) != inner_bound:
+    inner = alg.producer(node.input[0], "Max")
+    if inner is None or len(inner[1].input) != 2 or alg.scalar(inner[1].input[1]) != -1.0:
         return None
     return inner[1].input[0], {i, inner[0]}
 
