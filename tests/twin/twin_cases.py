@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto as T
@@ -19,7 +18,7 @@ from onnx import helper as h
 
 from codegen.targets import TARGETS
 from runtime.numerics import NUMPY_DTYPES
-from runtime.precision import compare
+from runtime.precision import compare, subnormal_steps
 
 OPSET = 17
 DTYPES = ("float32", "float16", "bfloat16")
@@ -185,22 +184,16 @@ def feeds_of(v: Variant, shape: tuple[int, ...], rng: np.random.Generator) -> di
 
 def within_standard(name: str, actual: np.ndarray, golden: np.ndarray) -> tuple[bool, str]:
     """The precision standard where the golden is a normal number of the output dtype, and at most
-    one unit in the last place where it is subnormal.
-
-    There a float16 step is 2^-24 (6e-8), so the standard's |a - g| / (|g| + 1e-7) puts one step
-    at up to 60%: a mean over a million float16 elements lands there, and the kernel and
+    one step apart where it is subnormal (runtime.precision.subnormal_steps: there the kernel and
     onnxruntime, rounding the same float32 value computed in a different order, fall on either
-    side of a tie (seen: kernel 3.636e-6, onnxruntime 3.576e-6, exact 3.606e-6). One step is
-    the most two correctly rounding implementations can promise each other.
+    side of a tie; seen: kernel 3.636e-6, onnxruntime 3.576e-6, exact 3.606e-6). One step is the
+    most two correctly rounding implementations can promise each other.
     """
     a = np.asarray(actual).reshape(-1)
     g = np.asarray(golden).reshape(-1)
-    info = ml_dtypes.finfo(a.dtype)
-    g64 = g.astype(np.float64)
-    tiny = np.isfinite(g64) & (np.abs(g64) < float(info.tiny))
+    tiny, steps = subnormal_steps(a.dtype, a, g)
     res = compare(name, a[~tiny], g[~tiny])
-    steps = np.abs(a[tiny].astype(np.float64) - g64[tiny]) / float(info.smallest_subnormal)
-    worst = float(steps.max(initial=0.0))
+    worst = float(steps[tiny].max(initial=0.0))
     detail = f"{res}; {int(tiny.sum())} subnormal-range elements, worst {worst:g} steps apart"
     return res.passed and worst <= 1.0, detail
 
