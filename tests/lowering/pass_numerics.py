@@ -95,19 +95,27 @@ def precision_ok(actual: np.ndarray, golden: np.ndarray, dtype) -> tuple[bool, s
     g = np.asarray(golden, np.float64)
     if a.shape != g.shape:
         return False, f"shape {a.shape} != {g.shape}"
-    nan_a, nan_g = np.isnan(a), np.isnan(g)
-    if not np.array_equal(nan_a, nan_g):
-        return False, f"NaN positions differ at {np.argwhere(nan_a != nan_g)[:5].tolist()}"
-    inf_g = np.isinf(g)
-    if not np.array_equal(a[inf_g], g[inf_g]):
-        return False, "inf values differ"
-    ok = ~(nan_g | inf_g)
+    special = _nonfinite_mismatch(a, g)
+    if special:
+        return False, special
+    ok = np.isfinite(g)
     if not ok.any():
         return True, "no finite elements"
     rel = np.abs(a[ok] - g[ok]) / (np.abs(g[ok]) + 1e-7)
     t = THRESHOLD[np.dtype(dtype)]
     mere, mare = float(rel.mean()), float(rel.max())
     return (mere < t and mare < 10 * t), f"MERE {mere:.3g} MARE {mare:.3g} (T={t:.3g})"
+
+
+def _nonfinite_mismatch(a: np.ndarray, g: np.ndarray) -> str:
+    """Why NaN or inf in `a` (float64) differ from the golden `g`, or "" when they agree."""
+    nan_a, nan_g = np.isnan(a), np.isnan(g)
+    if not np.array_equal(nan_a, nan_g):
+        return f"NaN positions differ at {np.argwhere(nan_a != nan_g)[:5].tolist()}"
+    inf_g = np.isinf(g)
+    if not np.array_equal(a[inf_g], g[inf_g]):
+        return "inf values differ"
+    return ""
 
 
 def half_graph_bound_ok(fused: onnx.ModelProto, node: onnx.NodeProto, feeds: dict[str, np.ndarray],
@@ -122,23 +130,19 @@ def half_graph_bound_ok(fused: onnx.ModelProto, node: onnx.NodeProto, feeds: dic
     (runtime alpha*l1, 1 + alpha*l2), |p| - t and the final division once each, plus the
     dtype's smallest subnormal.
     """
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    form = attrs["scalar_form"].decode() if isinstance(attrs["scalar_form"], bytes) else attrs["scalar_form"]
+    golden = golden_of(fused, node, feeds)
+    a64 = np.asarray(actual, np.float64)
+    special = _nonfinite_mismatch(a64, golden)
+    if special:
+        return False, special
     var, alpha, l1, l2, delta = (np.asarray(_value(fused, feeds, n), np.float64) for n in node.input)
     a = float(alpha.reshape(-1)[0])
-    t, k = proximal_scalars(a, float(l1.reshape(-1)[0]), float(l2.reshape(-1)[0]), form)
-    golden = proximal_gd_reference(var, alpha, l1, l2, delta, scalar_form=form,
-                                   shrink_max=attrs.get("shrink_max", np.inf))
+    t, k = proximal_scalars(a, float(l1.reshape(-1)[0]), float(l2.reshape(-1)[0]), _attrs(node)["scalar_form"])
     finfo = ml_dtypes.finfo(actual.dtype)
     u = float(finfo.eps) / 2
-    step = np.abs(a * delta)
-    bound = 4 * u * (np.abs(var) + step + abs(t)) / abs(k) + 4 * u * np.abs(golden) + float(finfo.smallest_subnormal)
-    a64 = np.asarray(actual, np.float64)
-    if not np.array_equal(np.isnan(a64), np.isnan(golden)):
-        return False, "NaN positions differ"
+    bound = 4 * u * (np.abs(var) + np.abs(a * delta) + abs(t)) / abs(k) + 4 * u * np.abs(golden) + float(
+        finfo.smallest_subnormal)
     ok = np.isfinite(golden)
-    if not np.array_equal(a64[~ok & ~np.isnan(golden)], golden[~ok & ~np.isnan(golden)]):
-        return False, "inf values differ"
     excess = np.abs(a64[ok] - golden[ok]) / bound[ok] if ok.any() else np.zeros(0)
     worst = float(excess.max()) if excess.size else 0.0
     return worst <= 1.0, f"worst error {worst:.3g} of the graph's rounding bound"
@@ -155,16 +159,19 @@ def _value(model: onnx.ModelProto, feeds: dict[str, np.ndarray], name: str) -> n
 
 def golden_of(fused: onnx.ModelProto, node: onnx.NodeProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
     """The contract's float64 formula with the fused node's own inputs and attributes."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    attrs = _attrs(node)
     args = [_value(fused, feeds, n) for n in node.input]
     if node.op_type == SMOOTH_L1_GRAD:
-        reduction = attrs["reduction"].decode() if isinstance(attrs["reduction"], bytes) else attrs["reduction"]
-        return smooth_l1_grad_reference(*args, sigma=attrs["sigma"], reduction=reduction, scale=attrs["scale"])
+        return smooth_l1_grad_reference(*args, sigma=attrs["sigma"], reduction=attrs["reduction"], scale=attrs["scale"])
     if node.op_type == PROXIMAL_GD:
-        form = attrs["scalar_form"]
-        return proximal_gd_reference(*args, scalar_form=form.decode() if isinstance(form, bytes) else form,
-                                     shrink_max=attrs.get("shrink_max", np.inf))
+        return proximal_gd_reference(*args, scalar_form=attrs["scalar_form"], shrink_max=attrs.get("shrink_max", np.inf))
     raise AssertionError(node.op_type)
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+    """A fused node's attributes, strings decoded."""
+    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in values.items()}
 
 
 def fused_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
