@@ -17,7 +17,7 @@ import onnx
 
 from ..algebra import Algebra, Monomial
 from ..fused_ops import PROXIMAL_GD
-from ..graph import attr, tensor_value
+from ..graph import GraphIndex, attr, tensor_value
 from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
 
 FAMILY = "proximal_gd"
@@ -147,10 +147,9 @@ def _zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] |
             zero = np.zeros(1) if fill is None else tensor_value(fill)
         nodes.add(i)
         dims = index.const(node.input[-1])
-        shape = alg.producer(node.input[-1], "Shape")
         if dims is not None:
             shape_of = tuple(int(d) for d in dims.reshape(-1))
-        elif shape is not None:
+        elif (shape := alg.producer(node.input[-1], "Shape")) is not None:
             nodes.add(shape[0])
             if not attr(shape[1], "start") and attr(shape[1], "end") is None:
                 shape_of = shape[1].input[0]
@@ -162,7 +161,7 @@ def _zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] |
     return nodes
 
 
-def _within_shape(index, shape_of: tuple[int, ...] | str | None, like: str) -> bool:
+def _within_shape(index: GraphIndex, shape_of: tuple[int, ...] | str | None, like: str) -> bool:
     """Whether zeros of shape `shape_of` (dims, or the shape of a named value) leave `like`'s
     shape as it is when broadcast against it."""
     if isinstance(shape_of, str):
