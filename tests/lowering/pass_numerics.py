@@ -21,6 +21,13 @@ THRESHOLD = {np.dtype(np.float32): 2.0**-13, np.dtype(np.float16): 2.0**-10, np.
 SCALAR_INPUTS = {"alpha": 0.1, "l1": 0.05, "l2": 0.2, "threshold": 0.005, "divisor": 1.02}
 
 
+def assert_same(before: np.ndarray, after: np.ndarray) -> None:
+    """Equal element for element, NaN where NaN. bfloat16 is compared through its exact float32
+    widening: numpy's testing does not count ml_dtypes' bfloat16 as a float type, so NaN != NaN there."""
+    widen = lambda a: a.astype(np.float32) if a.dtype == ml_dtypes.bfloat16 else a  # noqa: E731
+    np.testing.assert_array_equal(widen(np.asarray(before)), widen(np.asarray(after)))
+
+
 def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """onnxruntime with graph optimizations off; bfloat16 goes in as OrtValues and comes out
     through an exact Cast to float32, since onnxruntime's numpy bridge has no bfloat16."""

@@ -12,7 +12,7 @@ import onnx
 import onnx_ir
 import pytest
 from pass_forms import PGD, SL1, pgd, sl1
-from pass_numerics import fused_nodes, make_feeds, run_ort
+from pass_numerics import assert_same, fused_nodes, make_feeds, run_ort
 
 import lowering
 from lowering.cli import main
@@ -157,7 +157,7 @@ def test_external_data_round_trip(tmp_path: Path, capsys) -> None:
     assert [n.op_type for n in fused_nodes(fused)] == [PGD]
     feeds = make_feeds(model, np.random.default_rng())
     for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
-        np.testing.assert_array_equal(before, after)
+        assert_same(before, after)
 
 
 def test_external_data_model_verifies_after_it_is_written(tmp_path: Path, capsys) -> None:
@@ -214,7 +214,7 @@ def test_model_over_2gb_is_written_with_external_data(tmp_path: Path, capsys, mo
     assert [n.op_type for n in fused_nodes(fused)] == [PGD]
     feeds = make_feeds(model, np.random.default_rng())
     for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
-        np.testing.assert_array_equal(before, after)
+        assert_same(before, after)
 
 
 def test_model_over_2gb_verifies_through_a_file(tmp_path: Path, capsys, monkeypatch) -> None:

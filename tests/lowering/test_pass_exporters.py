@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from pass_numerics import fused_nodes, golden_of, half_graph_bound_ok, precision_ok, run_ort
+from pass_numerics import assert_same, fused_nodes, golden_of, half_graph_bound_ok, precision_ok, run_ort
 
 import lowering
 from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
@@ -80,7 +80,7 @@ def test_exporter_fixture(entry: dict) -> None:
     for edges in (False, True):
         feeds = _feeds(entry, rng, edges)
         for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
-            np.testing.assert_array_equal(before, after)
+            assert_same(before, after)
     nodes = fused_nodes(fused)
     if not nodes:
         return

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import pytest
 from pass_forms import BF, PGD, SL1, F, H, pgd, sl1
-from pass_numerics import fused_nodes, golden_of, make_feeds, precision_ok, run_ort
+from pass_numerics import assert_same, fused_nodes, golden_of, make_feeds, precision_ok, run_ort
 
 import lowering
 from lowering.fused_ops import DOMAIN, OP_SPECS
@@ -85,7 +85,7 @@ def _numerics(model: onnx.ModelProto, fused: onnx.ModelProto, node: onnx.NodePro
     feeds = make_feeds(model, rng, edges=edges, nonfinite=nonfinite)
     before = run_ort(model, feeds)[0]
     after = run_ort(fused, feeds)[0]
-    np.testing.assert_array_equal(before, after)  # the function body is the matched subgraph
+    assert_same(before, after)  # the function body is the matched subgraph
     ok, detail = precision_ok(before, golden_of(fused, node, feeds), before.dtype)
     assert ok, detail
 
@@ -132,6 +132,6 @@ def test_smooth_l1_fp16_extremes(dtype: int) -> None:
     feeds["predict"].reshape(-1)[:4] = np.array([65504, -65504, 6e-8, -6e-8], np.float16)
     feeds["dout"][...] = np.float16(60000)
     before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
-    np.testing.assert_array_equal(before, after)
+    assert_same(before, after)
     ok, detail = precision_ok(before, golden_of(fused, node, feeds).astype(np.float16), np.float16)
     assert ok, detail
