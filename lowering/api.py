@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import onnx
+
 from .fuse import fuse_proto
-from .loading import is_ir_model, load
+from .loading import LoadedModel, is_ir_model, load
 from .report import FusionReport
 
 
@@ -19,10 +21,25 @@ def fuse(model: Any) -> tuple[Any, FusionReport]:
     Returns the fused model in the same kind as given (a ModelProto for a path) and the report.
     The input is never modified. Raises lowering.LoweringError on bad input.
     """
-    loaded = load(model)
-    fused, report = fuse_proto(loaded.model)
+    fused, report = fuse_loaded(load(model, background=True))
     if is_ir_model(model):
         import onnx_ir
 
         return onnx_ir.serde.deserialize_model(fused), report
     return fused, report
+
+
+def fuse_loaded(loaded: LoadedModel) -> tuple[onnx.ModelProto, FusionReport]:
+    """fuse_proto on a loaded model whose ONNX check may still run in the background: its
+    verdict is taken before the result is returned, and before the pass's own error when the
+    pass fails (on a model the checker rejects, the checker says best what is wrong)."""
+    try:
+        result = fuse_proto(loaded.model, validated=loaded.pending is None)
+    except Exception:
+        loaded.confirm()
+        raise
+    except BaseException:
+        loaded.abandon()
+        raise
+    loaded.confirm()
+    return result

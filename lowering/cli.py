@@ -19,8 +19,8 @@ from codegen.errors import CodegenError
 from codegen.targets import UnknownTargetError, get_target, known_targets
 from runtime.diff_cli import add_input_options, run_diff, run_verify
 
+from .api import fuse_loaded
 from .errors import LoweringError
-from .fuse import fuse_proto
 from .loading import load, save
 
 MARKER = ".lower-output"  # marks a directory `lower` wrote, which it may overwrite on a re-run
@@ -122,8 +122,8 @@ def run_lower(args: argparse.Namespace) -> int:
     except UnknownTargetError as exc:
         raise LoweringError(str(exc)) from None
     model_path = Path(args.model)
-    loaded = load(model_path)
-    fused, report = fuse_proto(loaded.model)
+    loaded = load(model_path, background=True)
+    fused, report = fuse_loaded(loaded)
     try:
         kernels = build_kernels(fused, args.target) if args.emit != "onnx" else []
     except CodegenError as exc:

@@ -36,23 +36,33 @@ def node_label(node: Node | onnx.NodeProto) -> str:
     return node.name or f"{node.op_type} -> {node.output[0] if node.output else '?'}"
 
 
-def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS) -> tuple[onnx.ModelProto, FusionReport]:
-    """Fuses a validated ModelProto; returns a new model and the report. The input is not modified."""
+def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
+               validated: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
+    """Fuses a ModelProto; returns a new model and the report. The input is not modified.
+
+    `validated` says the ONNX checker has accepted the model. When it is still running
+    (lowering.loading.BackgroundCheck), the pass first checks the graph's order itself, so that
+    it ends on any input; the caller then takes the checker's verdict over the result.
+    """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _fuse_proto(model, patterns)
+        return _fuse_proto(model, patterns, validated)
     finally:
         if enabled:
             gc.enable()
 
 
-def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern]) -> tuple[onnx.ModelProto, FusionReport]:
+def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool
+                ) -> tuple[onnx.ModelProto, FusionReport]:
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
-    normalized = normalize(decode_nodes(model.graph), info)
+    decoded = decode_nodes(model.graph)
+    if not validated:
+        verify.check_input_order(decoded, info.graph_inputs | info.initializers.keys())
+    normalized = normalize(decoded, info)
     stats = normalized.stats
     report.normalization = stats.as_dict()
     nodes = normalized.nodes

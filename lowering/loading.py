@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,9 @@ from .errors import LoweringError
 
 MIN_OPSET = 9  # Where and Sign, the core of both patterns, exist from opset 9 on
 MAX_OPSET = onnx.defs.onnx_opset_version()
+# from this size on, a child process (0.35 s to start Python and onnx, 45 ms per MB to check)
+# finishes well before the pass does (about 0.4 s per MB), so its check costs no time at all
+BACKGROUND_CHECK_BYTES = 2 << 20
 
 
 @dataclass
@@ -22,6 +28,83 @@ class LoadedModel:
     model: onnx.ModelProto
     source: Path | None  # where it was read from, None for in-memory models
     has_external_data: bool
+    pending: "BackgroundCheck | None" = None  # the ONNX checker, while it still runs beside the pass
+
+    def confirm(self) -> None:
+        """Waits for a checker still running in the background; raises LoweringError if it
+        rejects the model. Nothing made from the model may leave the caller before this."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.verdict()
+
+    def abandon(self) -> None:
+        """Stops a background checker whose verdict nobody will ask for (the run was interrupted)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.stop()
+
+
+# the child gets the model's bytes on stdin, so it checks exactly what the parent parsed
+_CHECK_CHILD = """\
+import sys
+import onnx.checker
+try:
+    onnx.checker.check_model(sys.stdin.buffer.read())
+except (onnx.checker.ValidationError, ValueError) as exc:
+    lines = (str(exc).strip() or type(exc).__name__).splitlines()
+    sys.stderr.write(lines[0][:300])
+    sys.exit(3)
+"""
+_REJECTED = 3
+
+
+class BackgroundCheck:
+    """The ONNX checker in a child process, so that on a machine with a second core it runs
+    beside the pass instead of before it: on a 200k-node model it takes 0.5-0.8 s and leaves
+    180 MB in the process that ran it. A child that cannot run (no interpreter, killed) is
+    replaced by the checker in this process when the verdict is asked for."""
+
+    def __init__(self, model: onnx.ModelProto, path: Path | None, serialized: bytes) -> None:
+        self._model, self._path = model, path
+        self._proc = subprocess.Popen([sys.executable, "-c", _CHECK_CHILD], stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._feeder = threading.Thread(target=self._feed, args=(serialized,), daemon=True)
+        self._feeder.start()
+
+    def _feed(self, serialized: bytes) -> None:
+        try:
+            self._proc.stdin.write(serialized)
+            self._proc.stdin.close()
+        except OSError:  # the child is gone; verdict() checks here instead
+            pass
+
+    def verdict(self) -> None:
+        self._feeder.join()  # the child reads all of its input before it writes anything
+        err = self._proc.stderr.read()
+        self._proc.wait()
+        if self._proc.returncode == 0:
+            return
+        if self._proc.returncode == _REJECTED:
+            where = f"{self._path}: " if self._path else ""
+            raise LoweringError(f"{where}the ONNX checker rejects the model: {err.decode(errors='replace').strip()}")
+        validate(self._model, self._path)
+
+    def stop(self) -> None:
+        self._proc.kill()
+        self._feeder.join()
+        self._proc.stderr.close()
+        self._proc.wait()
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _worth_a_child(serialized: bytes) -> bool:
+    return len(serialized) >= BACKGROUND_CHECK_BYTES and bool(sys.executable) and _usable_cpus() > 1
 
 
 def _uses_external_data(model: onnx.ModelProto, serialized: bytes) -> bool:
@@ -33,8 +116,14 @@ def _uses_external_data(model: onnx.ModelProto, serialized: bytes) -> bool:
     )
 
 
-def load(source: Any) -> LoadedModel:
-    """Accepts a path, an onnx.ModelProto or an onnx_ir.Model; raises LoweringError on bad input."""
+def load(source: Any, background: bool = False) -> LoadedModel:
+    """Accepts a path, an onnx.ModelProto or an onnx_ir.Model; raises LoweringError on bad input.
+
+    With `background`, a large model is handed to the ONNX checker in a child process and
+    returned before its verdict: the caller must call confirm() before anything made from the
+    model leaves it (lowering.api.fuse_loaded does), and must not assume the graph is valid
+    until then (LoadedModel.pending is set while it runs).
+    """
     if isinstance(source, onnx.ModelProto):
         # one serialization gives the copy, the checker's input and the external-data test
         serialized = serialized_or_none(source)
@@ -44,8 +133,8 @@ def load(source: Any) -> LoadedModel:
             _validate_large(model)
             return LoadedModel(model, None, False)
         model = onnx.ModelProto.FromString(serialized)
-        validate(model, serialized=serialized)
-        return LoadedModel(model, None, _uses_external_data(model, serialized))
+        external = _uses_external_data(model, serialized)
+        return LoadedModel(model, None, external, _checked(model, None, serialized, background and not external))
     if is_ir_model(source):
         import onnx_ir
 
@@ -53,9 +142,8 @@ def load(source: Any) -> LoadedModel:
         serialized = serialized_or_none(model)
         if serialized is None:
             _validate_large(model)
-        else:
-            validate(model, serialized=serialized)
-        return LoadedModel(model, None, False)
+            return LoadedModel(model, None, False)
+        return LoadedModel(model, None, False, _checked(model, None, serialized, background))
     if not isinstance(source, (str, os.PathLike)):
         raise LoweringError(f"expected a model path, onnx.ModelProto or onnx_ir.Model, got {type(source).__name__}")
     path = Path(source)
@@ -71,15 +159,28 @@ def load(source: Any) -> LoadedModel:
     if not model.HasField("graph") or model.ir_version == 0:
         raise LoweringError(f"{path}: not an ONNX model (no graph or IR version; truncated or another format?)")
     external = _uses_external_data(model, serialized)
-    # with external data the checker reads the model from its path: it finds the data files
-    # there, and the model with its weights may be too large for protobuf to serialize
-    validate(model, path, None if external else serialized, path if external else None)
     if external:
+        # the checker reads the model from its path: it finds the data files there, and the
+        # model with its weights may be too large for protobuf to serialize
+        validate(model, path, check_path=path)
         try:
             onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as exc:
             raise LoweringError(f"{path}: cannot read its external data ({_first_line(exc)})") from None
-    return LoadedModel(model, path, external)
+        return LoadedModel(model, path, external)
+    return LoadedModel(model, path, external, _checked(model, path, serialized, background))
+
+
+def _checked(model: onnx.ModelProto, path: Path | None, serialized: bytes, background: bool) -> BackgroundCheck | None:
+    """Runs the checker on the model's bytes, or starts it in the background (returned)."""
+    if background and _worth_a_child(serialized):
+        check_opset(model, path)
+        try:
+            return BackgroundCheck(model, path, serialized)
+        except OSError:  # no child process here: check in this one
+            pass
+    validate(model, path, serialized)
+    return None
 
 
 def is_ir_model(obj: Any) -> bool:
@@ -98,6 +199,16 @@ def validate(model: onnx.ModelProto, path: Path | None = None, serialized: bytes
     """Raises LoweringError unless the ONNX checker accepts the model; `path` names it in the
     message. `serialized`, the model's own bytes when the caller has them, spares the checker a
     serialization; `check_path` has the checker read that file instead (with its external data)."""
+    check_opset(model, path)
+    where = f"{path}: " if path else ""
+    try:
+        onnx.checker.check_model(str(check_path) if check_path else model if serialized is None else serialized)
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        raise LoweringError(f"{where}the ONNX checker rejects the model: {_first_line(exc)}") from None
+
+
+def check_opset(model: onnx.ModelProto, path: Path | None = None) -> None:
+    """Raises LoweringError unless the model imports a default-domain opset the pass supports."""
     where = f"{path}: " if path else ""
     opset = default_opset(model)
     if opset == 0:
@@ -106,10 +217,6 @@ def validate(model: onnx.ModelProto, path: Path | None = None, serialized: bytes
         raise LoweringError(f"{where}opset {opset} is too old; opset {MIN_OPSET} or newer is supported")
     if opset > MAX_OPSET:
         raise LoweringError(f"{where}opset {opset} is newer than this onnx package knows (max {MAX_OPSET})")
-    try:
-        onnx.checker.check_model(str(check_path) if check_path else model if serialized is None else serialized)
-    except (onnx.checker.ValidationError, ValueError) as exc:
-        raise LoweringError(f"{where}the ONNX checker rejects the model: {_first_line(exc)}") from None
 
 
 def serialized_or_none(model: onnx.ModelProto) -> bytes | None:

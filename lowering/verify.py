@@ -31,6 +31,22 @@ def _check_order(where: str, defined: set[str], nodes: Iterable[onnx.NodeProto])
                 defined.add(name)
 
 
+def check_input_order(nodes: list[Node], defined_outside: Iterable[str]) -> None:
+    """What the pass relies on to terminate, for a model the checker has not accepted yet (it
+    runs in the background, lowering.loading.BackgroundCheck): every value is defined once,
+    before it is read, so every walk over producers ends. Raises LoweringError otherwise."""
+    defined = set(defined_outside)
+    for node in nodes:
+        for name in node.input:
+            if name and name not in defined:
+                raise LoweringError(f"{_label(node)} reads {name} before it is defined")
+        for name in node.output:
+            if name in defined:
+                raise LoweringError(f"{name} is defined twice (again by {_label(node)})")
+            if name:  # an optional output left out
+                defined.add(name)
+
+
 def _label(node: Node | onnx.NodeProto) -> str:
     return f"{node.op_type} node {node.name!r}" if node.name else f"a {node.op_type} node"
 
