@@ -21,11 +21,14 @@ from ..graph import GraphIndex, attr, tensor_value
 from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
 
 FAMILY = "proximal_gd"
+_SHRINK_OPS = frozenset({"Sign", "Where"})
+# the scaling ops between the shrink and the anchor, and the Add of TorchScript's two-Where softshrink
+_TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Add"})
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
     out = alg.index.nodes[anchor].output[0]
-    if not alg.reaches(out, frozenset({"Sign", "Where"}), frozenset({"Mul", "Div", "Neg", "Reciprocal"}), 4):
+    if not alg.reaches(out, _SHRINK_OPS, _TO_SHRINK, 4):
         return None
     mono = alg.monomial(out)
     shrink = _find_shrink(alg, mono)
@@ -68,6 +71,9 @@ def _find_shrink(alg: Algebra, mono: Monomial):
     for name, exp in mono.factors.items():
         if exp != 1:
             continue
+        if _two_where_shrink(alg, name):
+            raise NoMatch("softshrink as a sum of two Wheres (TorchScript's symbolic): NaN in p gives 0 there "
+                          "and NaN in the fused op")
         soft = _softshrink(alg, name)
         if soft is not None:
             p, t, nodes = soft
@@ -242,6 +248,23 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     return p, t, nodes
 
 
+def _two_where_shrink(alg: Algebra, value: str) -> bool:
+    """Add(Where(p > t, p - t, 0), Where(p < -t, p + t, 0)), in either operand order."""
+    found = alg.producer(value, "Add")
+    if found is None or len(found[1].input) != 2:
+        return False
+    compared: dict[str, str] = {}  # relation -> the value compared
+    for side in found[1].input:
+        where = alg.producer(side, "Where")
+        cmp = None if where is None else alg.compare(where[1].input[0])
+        if cmp is None or cmp.relation not in (">", "<") or _zero_nodes(alg, where[1].input[2]) is None:
+            return False
+        if (1, cmp.lhs) not in alg.terms(where[1].input[1])[0]:
+            return False
+        compared[cmp.relation] = cmp.lhs
+    return len(compared) == 2 and compared[">"] == compared["<"]
+
+
 def _single(mono: Monomial) -> str | None:
     if mono.coef != 1.0 or len(mono.factors) != 1:
         return None
@@ -340,4 +363,5 @@ def _const_or_value(alg: Algebra, t):
     return t
 
 
-PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where"}), match)
+# Add only so that TorchScript's two-Where softshrink without scaling (l2 = 0) is reported
+PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add"}), match)

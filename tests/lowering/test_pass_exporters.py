@@ -124,3 +124,10 @@ def test_half_graph_bound_catches_a_wrong_alpha(entry: dict) -> None:
         onnx.numpy_helper.to_array(t) for t in fused.graph.initializer if t.name == alpha)
     known[alpha] = np.asarray(value * 1.01, value.dtype)
     assert not half_graph_bound_ok(fused, node, known, actual)[0]
+
+
+def test_torchscript_two_where_softshrink_is_reported() -> None:
+    model = onnx.load(str(ROOT / "tests/fixtures/exporters/nm_prox_softshrink_ts.onnx"))
+    fused, report = lowering.fuse(model)
+    assert not report.fusions
+    assert [(r.pattern, r.op_type) for r in report.rejections if "sum of two Wheres" in r.reason] == [("proximal_gd", "Div")]

@@ -187,3 +187,29 @@ def test_identical_updates_share_one_function_body() -> None:
     assert report.counts() == {PGD: 3}
     assert len(fused.functions) == 1
     assert {n.overload for n in fused_nodes(fused)} == {fused.functions[0].overload}
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+@pytest.mark.parametrize("swap", [False, True])
+def test_two_where_softshrink_is_reported(scaled: bool, swap: bool) -> None:
+    """TorchScript's softshrink symbolic equals sign(p)*max(|p|-t, 0) on finite p, but maps NaN to 0."""
+    g = G()
+    var, delta = g.input("var"), g.input("delta")
+    p = g.op("Sub", var, g.op("Mul", delta, g.const(0.1)))
+    t = 0.001
+    upper = g.op("Where", g.op("Greater", p, g.const(t)), g.op("Sub", p, g.const(t)), g.const(0.0))
+    lower = g.op("Where", g.op("Less", p, g.const(-t)), g.op("Add", p, g.const(t)), g.const(0.0))
+    y = g.op("Add", *((lower, upper) if swap else (upper, lower)))
+    g.output(g.op("Div", y, g.const(1.005)) if scaled else y)
+    _assert_rejected(g.model(), PGD, "sum of two Wheres")
+
+
+def test_sum_of_two_unrelated_wheres_is_not_reported() -> None:
+    g = G()
+    var, delta = g.input("var"), g.input("delta")
+    p, q = g.op("Sub", var, delta), g.op("Add", var, delta)
+    upper = g.op("Where", g.op("Greater", p, g.const(0.001)), g.op("Sub", p, g.const(0.001)), g.const(0.0))
+    lower = g.op("Where", g.op("Less", q, g.const(-0.001)), g.op("Add", q, g.const(0.001)), g.const(0.0))
+    g.output(g.op("Div", g.op("Add", upper, lower), g.const(1.005)))
+    fused, report = _fuse(g.model())
+    assert not fused_nodes(fused) and not [r for r in report.rejections if "two Wheres" in r.reason]
