@@ -294,6 +294,23 @@ class Algebra:
             return None
         return found[1].input[0], found[0]
 
+    def unary_narrowed(self, value: str, op: str) -> tuple[str, set[int]] | None:
+        """(x, nodes) when value = op(x), or Cast<T>(op(Cast<W>(x: T))) with an exact widening:
+        the dynamo exporter computes Sign of a float16/bfloat16 tensor in float32 and casts back.
+        Normalization narrows such sandwiches only for ops whose half-precision onnxruntime kernel
+        agrees with the float32 one; Sign does not (its float16 kernel maps NaN to 0)."""
+        found = self.unary(value, op)
+        if found is not None:
+            return found[0], {found[1]}
+        cast = self.producer(value, "Cast")
+        inner = None if cast is None else self.unary(cast[1].input[0], op)
+        if inner is None:
+            return None
+        x = self.widened(inner[0])
+        if x == inner[0] or self.index.elem_type(x) != attr(cast[1], "to"):
+            return None
+        return x, {cast[0], inner[1]} | self.widening_casts(inner[0])
+
     def uncast(self, value: str) -> tuple[str, int, int] | None:
         """(source, cast node, source dtype) when value = Cast<float32>(source float16/bfloat16)."""
         found = self.producer(value, "Cast")

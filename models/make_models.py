@@ -188,7 +188,7 @@ def functorch_sl1(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 # Proximal updates.
 
 def prox_fn(clamp: str = "clamp", step: str = "sub", scale: str = "div", scalars: str = "const",
-            upcast: bool = False) -> Callable[..., torch.Tensor]:
+            upcast: bool = False, sign: str = "sign") -> Callable[..., torch.Tensor]:
     """out = sign(p) * max(|p| - lr*l1, 0) / (1 + lr*l2), p = var - lr*delta, in several spellings.
 
     scalars: "const" (Python floats, folded by the exporter), "tensor" (lr, l1, l2 inputs),
@@ -218,9 +218,13 @@ def prox_fn(clamp: str = "clamp", step: str = "sub", scale: str = "div", scalars
             shrunk = torch.maximum(shrunk, torch.zeros_like(p))
         elif clamp == "relu":
             shrunk = torch.relu(shrunk)
+        elif clamp == "threshold":
+            shrunk = F.threshold(shrunk, 0.0, 0.0)
+        elif clamp == "where_gt":
+            shrunk = torch.where(shrunk > 0, shrunk, 0.0)
         elif clamp == "abs":
             shrunk = shrunk.abs()
-        out = torch.sign(p) * shrunk
+        out = (torch.sgn(p) if sign == "sgn" else torch.sign(p)) * shrunk
         if scalars == "folded_recip":
             out = out * div
         elif scale == "div":
@@ -971,6 +975,37 @@ def probe_cases() -> list[Case]:
     return c
 
 
+def probe2_cases() -> list[Case]:
+    """Forms a second probe of unseen exporter output found (2026-12-04); own generator, so the
+    cases before keep their inputs. (torch.sgn on bfloat16 gives the same Cast sandwich as on
+    float16; it is tested hand-built, for want of a bfloat16 Sub in onnxruntime's CPU provider.)"""
+    gen = torch.Generator().manual_seed(1204)
+    f32, f16 = torch.float32, torch.float16
+    c: list[Case] = []
+
+    def add(name: str, fn: Callable[..., torch.Tensor], dtype: torch.dtype, exporter: str, inst: dict | None,
+            notes: str, not_fused: list[dict] | None = None) -> None:
+        c.append(Case(fx(name), fn, prox_args("const", dtype, gen), exporter, "proximal_gd" if inst else "near_miss",
+                      [inst] if inst else [], notes, dtype=TORCH_TO_NAME[dtype], outputs=["var_out"],
+                      not_fused=not_fused or []))
+
+    def inst(dtype: str = "float32") -> dict:
+        return prox("var_out", "folded", "var", "delta", stored(LR, dtype), stored(LR * L1, dtype),
+                    stored(1 + LR * L2, dtype))
+
+    add("prox_const_threshold_f32_dynopt.onnx", prox_fn(clamp="threshold"), f32, "dynamo-optimized", inst(),
+        "F.threshold(|p| - t, 0, 0): Where(LessOrEqual(d, 0.0), 0.0, d), where NaN selects d as Max(d, 0) does.")
+    add("prox_const_threshold_f32_dyn.onnx", prox_fn(clamp="threshold"), f32, "dynamo", inst(),
+        "F.threshold, not optimized: the same Where with CastLike'd constants.")
+    add("prox_const_sgn_f16_dynopt.onnx", prox_fn(sign="sgn"), f16, "dynamo-optimized", inst("float16"),
+        "torch.sgn of a float16 p: Cast<float16>(Sign(Cast<float32>(p))), the Abs beside it likewise "
+        "(normalization narrows that one back to Abs(p)).")
+    add("nm_prox_where_gt_f32_dynopt.onnx", prox_fn(clamp="where_gt"), f32, "dynamo-optimized", None,
+        "Near miss: torch.where(d > 0, d, 0) as the clamp: NaN in d gives 0 there, NaN in Max(d, 0).",
+        not_fused=[prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2, reason="NaN in d gives 0")])
+    return c
+
+
 def load_checker() -> Callable[..., list[dict]]:
     path = REPO / "tests" / "lowering" / "test_fixtures_load.py"
     sys.path.insert(0, str(REPO))
@@ -1073,7 +1108,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(2024)
-    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases()
+    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases()
     if opts.only:
         cases = [c for c in cases if opts.only in c.file]
     check_entry = load_checker()

@@ -22,8 +22,9 @@ from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_
 
 FAMILY = "proximal_gd"
 _SHRINK_OPS = frozenset({"Sign", "Where"})
-# the scaling ops between the shrink and the anchor, and the Add of TorchScript's two-Where softshrink
-_TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Add"})
+# the scaling ops between the shrink and the anchor, the Cast back from a float32 Sign, and the
+# Add of TorchScript's two-Where softshrink
+_TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast", "Add"})
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
@@ -78,7 +79,7 @@ def _find_shrink(alg: Algebra, mono: Monomial):
         if soft is not None:
             p, t, nodes = soft
             return p, t, mono.without(name), nodes, "softshrink", None
-        sign = alg.unary(name, "Sign")
+        sign = alg.unary_narrowed(name, "Sign")
         if sign is None:
             continue
         p = sign[0]
@@ -92,7 +93,7 @@ def _find_shrink(alg: Algebra, mono: Monomial):
                 continue
             t, nodes = split
             rest = mono.without(name).without(other)
-            return p, t, rest, nodes | {sign[1]} | clamp_nodes, form, d
+            return p, t, rest, nodes | sign[1] | clamp_nodes, form, d
     return None
 
 
@@ -108,12 +109,14 @@ def _finfo_max(elem_type: int | None) -> float:
 
 def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
     """(d, nodes, form) when value = max(d, 0)."""
-    found = alg.producer(value, "Max", "Relu", "Clip")
+    found = alg.producer(value, "Max", "Relu", "Clip", "Where")
     if found is None:
         return None
     i, node = found
     if node.op_type == "Relu":
         return node.input[0], {i}, "relu"
+    if node.op_type == "Where":
+        return _where_clamp(alg, i, node)
     if node.op_type == "Max":
         if len(node.input) != 2:
             return None
@@ -127,6 +130,23 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
     if lo != 0.0 or has_max:
         return None
     return node.input[0], {i}, "clip"
+
+
+def _where_clamp(alg: Algebra, i: int, node) -> tuple[str, set[int], str] | None:
+    """Where(d <= 0, 0, d) or Where(d < 0, 0, d): F.threshold(d, 0, 0) as the dynamo exporter
+    writes it. NaN fails the comparison and selects d, as in Max(d, 0); the mirrored
+    Where(d > 0, d, 0) sends NaN to 0 instead, and is refused."""
+    cmp = alg.compare(node.input[0])
+    if cmp is None or _zero_nodes(alg, cmp.rhs) is None:
+        return None
+    low = cmp.relation in ("<", "<=")
+    zero, d = (node.input[1], node.input[2]) if low else (node.input[2], node.input[1])
+    zero_nodes = _zero_nodes(alg, zero, like=d)
+    if d != cmp.lhs or zero_nodes is None:
+        return None
+    if not low:
+        raise NoMatch(f"max(d, 0) written as Where(d {cmp.relation} 0, d, 0): NaN in d gives 0 there and NaN in the fused op")
+    return d, {i} | cmp.nodes | zero_nodes, "where"
 
 
 def _zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] | None:

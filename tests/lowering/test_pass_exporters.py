@@ -126,8 +126,13 @@ def test_half_graph_bound_catches_a_wrong_alpha(entry: dict) -> None:
     assert not half_graph_bound_ok(fused, node, known, actual)[0]
 
 
-def test_torchscript_two_where_softshrink_is_reported() -> None:
-    model = onnx.load(str(ROOT / "tests/fixtures/exporters/nm_prox_softshrink_ts.onnx"))
+@pytest.mark.parametrize("fixture, reason", [
+    ("nm_prox_softshrink_ts.onnx", "sum of two Wheres"),
+    ("nm_prox_where_gt_f32_dynopt.onnx", "NaN in d gives 0"),
+    ("nm_prox_where_zeros_f32_dynopt.onnx", "softshrink with 0, not p*0"),
+])
+def test_exporter_near_miss_is_reported_with_its_reason(fixture: str, reason: str) -> None:
+    model = onnx.load(str(ROOT / "tests/fixtures/exporters" / fixture))
     fused, report = lowering.fuse(model)
     assert not report.fusions
-    assert [(r.pattern, r.op_type) for r in report.rejections if "sum of two Wheres" in r.reason] == [("proximal_gd", "Div")]
+    assert [(r.pattern, r.op_type) for r in report.rejections if reason in r.reason] == [("proximal_gd", "Div")]
