@@ -120,7 +120,7 @@ def aten_huber(reduction: str, delta: float) -> Callable[..., torch.Tensor]:
 
 
 def hand_sl1(reduction: str, beta: float, compare: str = "lt", upcast: bool = False,
-             extra_output: str | None = None, branch: str = "div") -> Callable[..., object]:
+             extra_output: str | None = None, branch: str = "div", sign: str = "sign") -> Callable[..., object]:
     """torch.where(|x| < beta, g * x / beta, g * sign(x)), written the way a user would."""
     def fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> object:
         if upcast:
@@ -132,7 +132,7 @@ def hand_sl1(reduction: str, beta: float, compare: str = "lt", upcast: bool = Fa
         ax = x.abs()
         inside = ax < beta if compare == "lt" else ax <= beta
         linear = g * x / beta if branch == "div" else g * x * beta
-        out = torch.where(inside, linear, g * torch.sign(x))
+        out = torch.where(inside, linear, g * (torch.sgn(x) if sign == "sgn" else torch.sign(x)))
         if upcast:
             out = out.to(p.dtype)
         if extra_output == "x":
@@ -1003,6 +1003,11 @@ def probe2_cases() -> list[Case]:
     add("nm_prox_where_gt_f32_dynopt.onnx", prox_fn(clamp="where_gt"), f32, "dynamo-optimized", None,
         "Near miss: torch.where(d > 0, d, 0) as the clamp: NaN in d gives 0 there, NaN in Max(d, 0).",
         not_fused=[prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2, reason="NaN in d gives 0")])
+    c.append(Case(fx("sl1_hand_sgn_sum_b05_f16_dynopt.onnx"), hand_sl1("sum", 0.5, sign="sgn"),
+                  sl1_args("sum", f16, gen), "dynamo-optimized", "smooth_l1_grad",
+                  [sl1("grad", 0.5, "sum", "p", "t", "go")],
+                  "torch.sgn of a float16 x: Cast<float16>(Sign(Cast<float32>(x))) beside the float16 Where.",
+                  dtype="float16", outputs=["grad"]))
     return c
 
 

@@ -58,10 +58,10 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     return _match_nested(alg, out, sel, cmp)
 
 
-def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, int] | None:
+def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, set[int]] | None:
     for name, exp in mono.factors.items():
-        found = alg.unary(name, "Sign")
-        if exp == 1 and found is not None and found[0] == x:
+        found = alg.unary_narrowed(name, "Sign") if exp == 1 else None
+        if found is not None and found[0] == x:
             return name, found[1]
     return None
 
@@ -91,7 +91,7 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     if beta > 0:
         require(_same_scale(alg, x, within.coef, rest.coef / beta),
                 f"the |x| < beta branch scales x by {within.coef:g}, not by K/beta = {rest.coef / beta:g}")
-    nodes = sel.nodes | cmp.nodes | {abs_node, sign[1]} | inside.nodes | outside.nodes | alg.widening_casts(cmp.lhs)
+    nodes = sel.nodes | cmp.nodes | {abs_node} | sign[1] | inside.nodes | outside.nodes | alg.widening_casts(cmp.lhs)
     return _finish(alg, f"{FAMILY}/{form}", out, x, rest, beta, nodes, arithmetic=sel.arithmetic)
 
 
@@ -251,7 +251,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     if arithmetic:
         caveats.append("tf2onnx arithmetic select: where the branch not taken is inf/NaN the unfused graph gives NaN, "
                        "the kernel gives the selected branch")
-    if dtype == onnx.TensorProto.FLOAT16 and wrapped is None:
+    if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
+           for i in interior):
         caveats.append("native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN")
     return Match(form, SMOOTH_L1_GRAD, out, target if wrapped is not None else dtype, inputs,
                  {"sigma": float(beta), "reduction": reduction, "scale": factor},

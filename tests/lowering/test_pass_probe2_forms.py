@@ -121,3 +121,37 @@ def test_sign_of_a_narrowed_value_is_not_sign_of_p() -> None:
             h.make_node("Cast", ["sh"], ["s"], to=T.FLOAT)]
     fused, _ = _fused_and_checked(_prox(T.FLOAT, [h.make_node("Max", ["d", "zero"], ["m"])], sign))
     assert not fused_nodes(fused)
+
+
+def _sl1_half(sign: list[onnx.NodeProto]) -> onnx.ModelProto:
+    """torch.where(|x| < 0.5, go*x/0.5, go*sign(x)) in native float16; `sign` computes "s" from "x"."""
+    nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Abs", ["x"], ["ax"]),
+             h.make_node("Less", ["ax", "beta"], ["lt"]), h.make_node("Mul", ["go", "x"], ["gx"]),
+             h.make_node("Div", ["gx", "beta"], ["lin"]), *sign, h.make_node("Mul", ["go", "s"], ["gs"]),
+             h.make_node("Where", ["lt", "lin", "gs"], ["grad"])]
+    inputs = [h.make_tensor_value_info("go", T.FLOAT16, ()),
+              *(h.make_tensor_value_info(n, T.FLOAT16, (N,)) for n in ("p", "t"))]
+    graph = h.make_graph(nodes, "sl1", inputs, [h.make_tensor_value_info("grad", T.FLOAT16, (N,))],
+                         [_const("beta", 0.5, T.FLOAT16)])
+    return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 20)]))
+
+
+@pytest.mark.parametrize("widened", [True, False], ids=["sign-in-float32", "native-sign"])
+def test_float16_smooth_l1_caveat_only_for_a_native_float16_sign(widened: bool) -> None:
+    sign = ([h.make_node("Cast", ["x"], ["xf"], to=T.FLOAT), h.make_node("Sign", ["xf"], ["sf"]),
+             h.make_node("Cast", ["sf"], ["s"], to=T.FLOAT16)] if widened else [h.make_node("Sign", ["x"], ["s"])])
+    model = _sl1_half(sign)
+    fused, report = _fused_and_checked(model)
+    assert report.counts() == {"SmoothL1LossGradV2": 1}, report.summary()
+    caveats = report.fusions[0].caveats
+    assert bool([c for c in caveats if "float16 Sign maps NaN to 0" in c]) is not widened, caveats
+    rng = np.random.default_rng()
+    p = rng.standard_normal(N).astype(np.float16)
+    p[:3] = [np.nan, np.inf, 0.0]
+    feeds = {"go": np.array(1.5, np.float16), "p": p, "t": rng.standard_normal(N).astype(np.float16)}
+    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
+    assert_same(before, after)
+    if widened:  # where the graph's own Sign keeps NaN, the fused node agrees with it everywhere
+        node, = fused_nodes(fused)
+        ok, detail = precision_ok(before, golden_of(fused, node, feeds), before.dtype)
+        assert ok, detail
