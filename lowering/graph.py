@@ -321,6 +321,7 @@ class GraphIndex:
         self.dead: set[int] = set()  # positions of nodes nothing depends on (lowering.cleanup.drop_dead)
         self._const_cache: dict[str, np.ndarray | None] = {}
         self._scalar_cache: dict[str, float | None] = {}
+        self._elem_cache: dict[str, int | None] = {}
 
     def node_of(self, name: str) -> Node | None:
         i = self.producer.get(name)
@@ -391,15 +392,20 @@ class GraphIndex:
 
     def elem_type(self, name: str) -> int | None:
         """Constants answer from their own value, so no type lookup (which may run shape
-        inference) is made for them."""
+        inference) is made for them. Cached: the patterns ask about the same few values often."""
+        cache = self._elem_cache
+        if name in cache:
+            return cache[name]
         value = self._constant_value(name)
         if value is not None:
-            return _ELEM_TYPES.get(value.dtype) or onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
-        init = self.initializers.get(name)
-        if init is not None:
-            return init.data_type
-        vt = self.info.types.get(name)
-        return None if vt is None else vt.elem_type
+            t = _ELEM_TYPES.get(value.dtype) or onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
+        elif (init := self.initializers.get(name)) is not None:
+            t = init.data_type
+        else:
+            vt = self.info.types.get(name)
+            t = None if vt is None else vt.elem_type
+        cache[name] = t
+        return t
 
     def numel(self, name: str) -> int | None:
         value = self._constant_value(name)
