@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import onnx
@@ -24,7 +25,7 @@ from codegen.buffers import Allocation, allocate
 from codegen.emit import emit_project
 from codegen.ir import Kernel, format_kernel
 from codegen.names import safe_text, snake_case
-from codegen.nodes import NodeSpec, fused_nodes, node_spec
+from codegen.nodes import ModelTables, NodeSpec, fused_nodes, node_spec
 from codegen.passes import optimize
 from codegen.rules import lower_node
 from codegen.schedule import Plan, check_plan, make_plan
@@ -39,8 +40,8 @@ def kernel_for_spec(spec: NodeSpec) -> Kernel:
     return optimize(lower_node(spec))
 
 
-def kernel_for_node(model: onnx.ModelProto, node: onnx.NodeProto) -> Kernel:
-    return kernel_for_spec(node_spec(model, node))
+def kernel_for_node(model: onnx.ModelProto, node: onnx.NodeProto, tables: ModelTables | None = None) -> Kernel:
+    return kernel_for_spec(node_spec(model, node, tables))
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,11 @@ class KernelArtifact:
     nodes: tuple[str, ...]  # model node names: untrusted text (see codegen.names.safe_text)
     allocation: Allocation
 
-    @property
+    @cached_property
     def ir_text(self) -> str:
         return format_kernel(self.kernel)
 
-    @property
+    @cached_property
     def variant(self) -> str:
         """8 hex digits of the IR text's SHA-256: the same IR gives the same name everywhere."""
         return hashlib.sha256(self.ir_text.encode()).hexdigest()[:8]
@@ -108,8 +109,9 @@ def build_kernels(model: onnx.ModelProto, target: str) -> list[KernelArtifact]:
     """One artifact per distinct kernel of the model's fused nodes, in first-use order."""
     tgt = get_target(target)
     by_text: dict[str, tuple[Kernel, list[str]]] = {}
+    tables = ModelTables(model)
     for node in fused_nodes(model):
-        kernel = kernel_for_node(model, node)
+        kernel = kernel_for_node(model, node, tables)
         text = format_kernel(kernel)
         by_text.setdefault(text, (kernel, []))[1].append(node.name)
     return [

@@ -48,27 +48,34 @@ class NodeSpec:
     attrs: dict[str, object] = field(default_factory=dict)
 
 
-def _value_infos(graph: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
-    out: dict[str, onnx.TypeProto] = {}
-    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        out.setdefault(vi.name, vi.type)
-    return out
+class ModelTables:
+    """The model-wide facts node_spec reads (value types, initializer types, constants), built
+    once per model: building them per fused node made kernel generation quadratic. Constants are
+    converted to numpy only when a fused node reads them."""
 
+    def __init__(self, model: onnx.ModelProto) -> None:
+        graph = model.graph
+        self.types: dict[str, onnx.TypeProto] = {}
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            self.types.setdefault(vi.name, vi.type)
+        self.initializers = {t.name: t for t in graph.initializer}
+        # initializers that are not graph inputs (a graph input can override them) and Constants
+        overridable = {i.name for i in graph.input}
+        self._constant_protos = {name: t for name, t in self.initializers.items() if name not in overridable}
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                for a in node.attribute:
+                    if a.name == "value":
+                        self._constant_protos[node.output[0]] = a.t
+        self._constants: dict[str, np.ndarray] = {}
 
-def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    """Initializers that are not graph inputs (a graph input can override them) and Constants."""
-    overridable = {i.name for i in graph.input}
-    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name not in overridable}
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            for a in node.attribute:
-                if a.name == "value":
-                    out[node.output[0]] = numpy_helper.to_array(a.t)
-    return out
-
-
-def _initializer_types(graph: onnx.GraphProto) -> dict[str, tuple[int, tuple[int, ...]]]:
-    return {t.name: (t.data_type, tuple(t.dims)) for t in graph.initializer}
+    def constant(self, name: str) -> np.ndarray | None:
+        if name not in self._constants:
+            proto = self._constant_protos.get(name)
+            if proto is None:
+                return None
+            self._constants[name] = numpy_helper.to_array(proto)
+        return self._constants[name]
 
 
 def _shape_of(tp: onnx.TypeProto) -> tuple[Dim, ...] | None:
@@ -90,8 +97,9 @@ def _attr_value(a: onnx.AttributeProto) -> object:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
 
-def node_spec(model: onnx.ModelProto, node: onnx.NodeProto) -> NodeSpec:
-    """Collect dtypes, shapes, constant scalars and attributes of one fused node."""
+def node_spec(model: onnx.ModelProto, node: onnx.NodeProto, tables: ModelTables | None = None) -> NodeSpec:
+    """Collect dtypes, shapes, constant scalars and attributes of one fused node; pass the
+    model's `tables` when asking about several nodes of one model."""
     if node.domain != DOMAIN or node.op_type not in OP_SPECS:
         raise CodegenError(
             f"node {node.name!r} is {node.domain or 'ai.onnx'}::{node.op_type}, not a fused op "
@@ -103,21 +111,20 @@ def node_spec(model: onnx.ModelProto, node: onnx.NodeProto) -> NodeSpec:
             f"node {node.name!r}: {node.op_type} takes inputs {', '.join(spec.inputs)}; "
             f"got {len(node.input)}"
         )
-    graph = model.graph
-    types = _value_infos(graph)
-    inits = _initializer_types(graph)
-    consts = _constants(graph)
+    tables = tables or ModelTables(model)
+    types = tables.types
     inputs: dict[str, InputSpec] = {}
     for role, value in zip(spec.inputs, node.input):
+        const_value = tables.constant(value)
         if value in types and types[value].tensor_type.elem_type:
             elem = types[value].tensor_type.elem_type
             shape = _shape_of(types[value])
-        elif value in inits:
-            elem, dims = inits[value]
-            shape = tuple(dims)
-        elif value in consts:
-            elem = onnx.helper.np_dtype_to_tensor_dtype(consts[value].dtype)
-            shape = tuple(consts[value].shape)
+        elif value in tables.initializers:
+            init = tables.initializers[value]
+            elem, shape = init.data_type, tuple(init.dims)
+        elif const_value is not None:
+            elem = onnx.helper.np_dtype_to_tensor_dtype(const_value.dtype)
+            shape = tuple(const_value.shape)
         else:
             raise CodegenError(
                 f"node {node.name!r}: no type known for input {role} (run shape inference)"
@@ -128,8 +135,8 @@ def node_spec(model: onnx.ModelProto, node: onnx.NodeProto) -> NodeSpec:
                 f"{onnx.TensorProto.DataType.Name(elem)}; supported: float32, float16, bfloat16"
             )
         const = None
-        if value in consts and consts[value].size == 1:
-            const = float(np.asarray(consts[value], np.float64).reshape(-1)[0])
+        if const_value is not None and const_value.size == 1:
+            const = float(np.asarray(const_value, np.float64).reshape(-1)[0])
         inputs[role] = InputSpec(_ONNX_DTYPES[elem], shape, const)
     attrs = dict(spec.attrs)
     for a in node.attribute:

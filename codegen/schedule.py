@@ -22,6 +22,7 @@ and what the CPU backend follows:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -259,9 +260,12 @@ def _check_tile(plan: Plan, core: int, t: int, last: int, expect: int) -> int:
     return off + n
 
 
+@functools.lru_cache(maxsize=4096)
 def _check_coverage(plan: Plan, walk_limit: int = 4) -> None:
     """Walk every core's tiles; for long cores walk the first and last walk_limit tiles and
-    check that the ones between are full, back-to-back tiles (tile(c, t) is affine in t)."""
+    check that the ones between are full, back-to-back tiles (tile(c, t) is affine in t).
+    Cached: the walk depends on the plan's numbers only, and a model's kernels differing in
+    their constants share them (a plan that fails raises again, exceptions are not cached)."""
     expect = 0
     for core in range(plan.block_dim):
         start, count = plan.core_range(core)
