@@ -239,32 +239,59 @@ class Algebra:
             if nodes["negated"]:
                 a, b = b, a
             return Select(cond, a, b, {i} | nodes["nodes"], arithmetic=False)
-        found = self.producer(value, "Add")
+        return self._arithmetic_select(value, masked_terms=True)
+
+    def _arithmetic_select(self, value: str, masked_terms: bool) -> Select | None:
+        """tf2onnx's select, Add(Mul(Cast(c), a), Mul(b, Cast(Not(c)))), and with masked_terms
+        also the sum of two such selects' scaled zero-padded halves (_masked_terms)."""
+        found = self.producer(value, "Add", "Sum")
         if found is None or len(found[1].input) != 2:
             return None
         i, node = found
         left, right = self.monomial(node.input[0]), self.monomial(node.input[1])
         for a, b in ((left, right), (right, left)):
-            picked = self._arith_select_branches(a, b)
+            picked = self._arith_select_branches(a, b) or (self._masked_terms(a, b) if masked_terms else None)
             if picked is not None:
                 cond, when_true, when_false, nodes = picked
                 return Select(cond, when_true, when_false, {i} | nodes | a.nodes | b.nodes, arithmetic=True)
         return None
 
     def _arith_select_branches(self, a: Monomial, b: Monomial):
-        """Finds Cast(c) among a's factors and Cast(Not(c)) among b's: tf2onnx's float select."""
+        """Finds Cast(c) among a's factors and Cast(Not(c)) among b's: tf2onnx's float select.
+        c may itself be a Not (tf2onnx writes a <= b as Not(a > b) before opset 12), so the two
+        masks are compared by what is left under their Nots and how many each has."""
         for name, exp in a.factors.items():
             cast = self.producer(name, "Cast") if exp == 1 else None
             if cast is None or self.index.elem_type(cast[1].input[0]) != onnx.TensorProto.BOOL:
                 continue
             cond = cast[1].input[0]
+            base, info = self._strip_not(cond)
             for other, exp2 in b.factors.items():
                 cast2 = self.producer(other, "Cast") if exp2 == 1 else None
                 if cast2 is None:
                     continue
-                inner, info = self._strip_not(cast2[1].input[0])
-                if inner == cond and info["negated"]:
-                    return cond, a.without(name), b.without(other), {cast[0], cast2[0]} | info["nodes"]
+                inner, info2 = self._strip_not(cast2[1].input[0])
+                if inner == base and info2["negated"] != info["negated"]:
+                    nots = info2["nodes"] - info["nodes"]  # the Nots only the false mask has
+                    return cond, a.without(name), b.without(other), {cast[0], cast2[0]} | nots
+        return None
+
+    def _masked_terms(self, a: Monomial, b: Monomial):
+        """Finds select(c, A, 0) among a's factors and select(c, 0, B) among b's, both tf2onnx
+        selects: a * select(c, A, 0) + b * select(c, 0, B) is select(c, a*A, b*B), the gradient
+        of a Keras loss with a tf.where inside (each branch's upstream gradient is masked apart)."""
+        # the halves are plain arithmetic selects: no search below them, so the work stays
+        # proportional to the two products, however deep a chain of sums runs
+        for name, exp in a.factors.items():
+            sa = self._arithmetic_select(name, masked_terms=False) if exp == 1 else None
+            if sa is None or not _is_zero(sa.when_false):
+                continue
+            for other, exp2 in b.factors.items():
+                sb = self._arithmetic_select(other, masked_terms=False) if exp2 == 1 and other != name else None
+                if sb is None or sb.cond != sa.cond or not _is_zero(sb.when_true):
+                    continue
+                return (sa.cond, _product(a.without(name), sa.when_true), _product(b.without(other), sb.when_false),
+                        sa.nodes | sb.nodes)
         return None
 
     def _strip_not(self, cond: str) -> tuple[str, dict]:
@@ -411,6 +438,17 @@ class Algebra:
         lo = lo + rank if lo < 0 else lo
         hi = rank if end is None else (end + rank if end < 0 else min(end, rank))
         return node.input[0], list(range(lo, hi))
+
+
+def _is_zero(mono: Monomial) -> bool:
+    return mono.coef == 0.0 and not mono.factors
+
+
+def _product(x: Monomial, y: Monomial) -> Monomial:
+    factors = dict(x.factors)
+    for name, exp in y.factors.items():
+        factors[name] = factors.get(name, 0) + exp
+    return Monomial(x.coef * y.coef, {k: e for k, e in factors.items() if e}, x.nodes | y.nodes)
 
 
 @dataclass

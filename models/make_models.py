@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import logging
 import os
 import sys
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F
+from fixture_common import load_checker, ops_histogram, record, render_form
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path("tests/fixtures/exporters")
@@ -842,64 +841,6 @@ def _strip_stack_traces(model: onnx.ModelProto) -> None:
         node.doc_string = ""
 
 
-def _const_text(array: np.ndarray, kind: str) -> str:
-    if array.size == 1 and array.ndim <= 1:
-        value = array.reshape(-1)[0]
-        text = f"{float(value):.6g}" if array.dtype.kind == "f" else str(value)
-        return f"{kind}:{text}" + ("" if array.ndim == 0 else "[1]")
-    if array.size <= 4:
-        return f"{kind}:{array.tolist()}"
-    zero = " zeros" if not np.any(array) else ""
-    return f"{kind}:{array.dtype}{list(array.shape)}{zero}"
-
-
-def render_form(model: onnx.ModelProto) -> str:
-    """The graph as nested expressions; values used more than once are named once (name=expr;)."""
-    graph = model.graph
-    producer = {o: n for n in graph.node for o in n.output}
-    uses = Counter(i for n in graph.node for i in n.input if i)
-    uses.update(o.name for o in graph.output)
-    inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
-    inputs = {i.name for i in graph.input}
-    bindings: list[str] = []
-    named: set[str] = set()
-
-    def attr_text(node: onnx.NodeProto) -> str:
-        parts = []
-        for a in node.attribute:
-            if node.op_type == "Constant":
-                continue
-            value = onnx.helper.get_attribute_value(a)
-            if isinstance(value, onnx.TensorProto):
-                value = _const_text(onnx.numpy_helper.to_array(value), "tensor")
-            if a.name == "to":
-                value = onnx.TensorProto.DataType.Name(value)
-            parts.append(f"{a.name}={value}")
-        return ("," + ",".join(parts)) if parts else ""
-
-    def text(value: str, top: bool = False) -> str:
-        if not value:
-            return "''"
-        if value in inputs:
-            return f"init-input:{value}" if value in inits else value
-        if value in inits:
-            return _const_text(inits[value], "init")
-        node = producer[value]
-        if node.op_type == "Constant":
-            return _const_text(onnx.numpy_helper.to_array(node.attribute[0].t), "const") \
-                if node.attribute[0].name == "value" else f"const:{onnx.helper.get_attribute_value(node.attribute[0])}"
-        if uses[value] > 1 and not top:
-            if value not in named:
-                named.add(value)
-                bindings.append(f"{value}={text(value, top=True)}")
-            return value
-        args = ",".join(text(i) for i in node.input)
-        return f"{node.op_type}({args}{attr_text(node)})"
-
-    outs = [f"{o.name}<-{text(o.name, top=True)}" for o in graph.output]
-    return "; ".join(bindings + outs)
-
-
 def input_specs(case: Case, model: onnx.ModelProto) -> dict[str, dict]:
     specs = {}
     graph_inputs = {i.name for i in model.graph.input} - {i.name for i in model.graph.initializer}
@@ -915,11 +856,6 @@ def input_specs(case: Case, model: onnx.ModelProto) -> dict[str, dict]:
             spec["scale"] = 0.1
         specs[name] = spec
     return specs
-
-
-def ops_histogram(model: onnx.ModelProto) -> str:
-    counts = Counter(n.op_type for n in model.graph.node)
-    return " ".join(f"{op}{'x' + str(k) if k > 1 else ''}" for op, k in sorted(counts.items()))
 
 
 def softshrink_exact_fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
@@ -1009,15 +945,6 @@ def probe2_cases() -> list[Case]:
                   "torch.sgn of a float16 x: Cast<float16>(Sign(Cast<float32>(x))) beside the float16 Where.",
                   dtype="float16", outputs=["grad"]))
     return c
-
-
-def load_checker() -> Callable[..., list[dict]]:
-    path = REPO / "tests" / "lowering" / "test_fixtures_load.py"
-    sys.path.insert(0, str(REPO))
-    spec = importlib.util.spec_from_file_location("fixtures_checker", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.check_entry
 
 
 def entry_for(case: Case, model: onnx.ModelProto) -> dict:
@@ -1122,16 +1049,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         model = export(case)
         onnx.checker.check_model(model)
-        out = REPO / case.file
-        out.parent.mkdir(parents=True, exist_ok=True)
-        onnx.save(model, out)
-        entry = entry_for(case, model)
-        if case.file in limits:
-            entry["notes"] = " ".join([entry["notes"], *limits.pop(case.file)])
-        if opts.show:
-            print(f"\n## {case.file} [{case.exporter}]\n{entry['form']}")
-        metrics = check_entry(entry, REPO)
-        worst = max((m["mare"] for m in metrics), default=0.0)
+        entry, worst = record(case.file, model, lambda m: entry_for(case, m), check_entry, limits, opts.show)
         entries.append(entry)
         rows.append((case.file, case.exporter, entry["opset"], entry["size_bytes"], worst, ops_histogram(model)))
     if limits:

@@ -21,14 +21,18 @@ from ..graph import GraphIndex, attr, tensor_value
 from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
 
 FAMILY = "proximal_gd"
-_SHRINK_OPS = frozenset({"Sign", "Where"})
+_SHRINK_OPS = frozenset({"Sign", "Where", "Cast"})  # Cast: the mask of tf2onnx's arithmetic select
 # the scaling ops between the shrink and the anchor, the Cast back from a float32 Sign, and the
-# Add of TorchScript's two-Where softshrink
+# Add of TorchScript's two-Where softshrink or of tf2onnx's arithmetic select
 _TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast", "Add"})
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
-    out = alg.index.nodes[anchor].output[0]
+    node = alg.index.nodes[anchor]
+    out = node.output[0]
+    if node.op_type == "Add":  # only an unscaled two-Where softshrink ends at an Add
+        _refuse_two_where_shrink(alg, out)
+        return None
     if not alg.reaches(out, _SHRINK_OPS, _TO_SHRINK, 4):
         return None
     mono = alg.monomial(out)
@@ -72,9 +76,7 @@ def _find_shrink(alg: Algebra, mono: Monomial):
     for name, exp in mono.factors.items():
         if exp != 1:
             continue
-        if _two_where_shrink(alg, name):
-            raise NoMatch("softshrink as a sum of two Wheres (TorchScript's symbolic): NaN in p gives 0 there "
-                          "and NaN in the fused op")
+        _refuse_two_where_shrink(alg, name)
         soft = _softshrink(alg, name)
         if soft is not None:
             p, t, nodes = soft
@@ -108,8 +110,11 @@ def _finfo_max(elem_type: int | None) -> float:
 
 
 def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
-    """(d, nodes, form) when value = max(d, 0)."""
-    found = alg.producer(value, "Max", "Relu", "Clip", "Where")
+    """(d, nodes, form) when value = max(d, 0), or min(max(d, 0), the dtype's largest finite
+    value) in any nesting (tf.clip_by_value(d, 0, dtype.max) through tf2onnx): that is Clip
+    without max, form "clip", whose only difference from Max, inf -> largest finite, the fused
+    node keeps as its shrink_max attribute."""
+    found = alg.producer(value, "Max", "Relu", "Clip", "Where", "Min")
     if found is None:
         return None
     i, node = found
@@ -117,19 +122,34 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
         return node.input[0], {i}, "relu"
     if node.op_type == "Where":
         return _where_clamp(alg, i, node)
+    if node.op_type == "Min":
+        inner = _clamp(alg, node.input[0]) if _caps_at_finite_max(alg, node) else None
+        return None if inner is None or inner[2] != "max" else (inner[0], inner[1] | {i}, "clip")
     if node.op_type == "Max":
         if len(node.input) != 2:
             return None
         for d, z in (node.input, node.input[::-1]):
             zero = _zero_nodes(alg, z, like=d)
-            if zero is not None:
-                return d, {i} | zero, "max"
+            if zero is None:
+                continue
+            capped = alg.producer(d, "Min")
+            if capped is not None and _caps_at_finite_max(alg, capped[1]):
+                return capped[1].input[0], {i, capped[0]} | zero, "clip"
+            return d, {i} | zero, "max"
         return None
     lo = alg.scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "min")
+    hi = alg.scalar(node.input[2]) if len(node.input) > 2 and node.input[2] else attr(node, "max")
     has_max = (len(node.input) > 2 and node.input[2]) or attr(node, "max") is not None
-    if lo != 0.0 or has_max:
+    if lo != 0.0 or (has_max and hi != _finfo_max(alg.index.elem_type(node.input[0]))):
         return None
     return node.input[0], {i}, "clip"
+
+
+def _caps_at_finite_max(alg: Algebra, node) -> bool:
+    """node is Min(y, M) with M its dtype's largest finite value (as a constant second operand,
+    where normalization puts constants)."""
+    return (len(node.input) == 2 and alg.index.const(node.input[1]) is not None
+            and alg.scalar(node.input[1]) == _finfo_max(alg.index.elem_type(node.input[0])))
 
 
 def _where_clamp(alg: Algebra, i: int, node) -> tuple[str, set[int], str] | None:
@@ -241,11 +261,15 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     if absp is None:
         return None
     p, t = absp[0], cmp.rhs
+    zero_nodes: set[int] = set()
     if inside.coef != 0.0 or dict(inside.factors) != {p: 1}:
-        zero = _single(inside)
-        if zero is not None and _zero_nodes(alg, zero) is not None:
+        # 0 instead of p*0: a Where sends NaN in p to that 0; tf2onnx's arithmetic select
+        # multiplies the other branch by a 0 mask instead, which keeps NaN as the fused op does
+        zero_nodes = _zero_branch(alg, inside)
+        if zero_nodes is None:
+            return None
+        if not sel.arithmetic:
             raise NoMatch("softshrink with 0, not p*0, where |p| <= t: NaN in p gives 0 there and NaN in the fused op")
-        return None
     moved = _single(outside)
     terms, tnodes = alg.terms(moved) if moved is not None else ([], set())
     if sorted(s for s, _ in terms) != [-1, 1] or (1, p) not in terms:
@@ -264,8 +288,14 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
         raise NoMatch(f"softshrink shifts p by {shift_mono.coef:.9g} but compares |p| with {t_const:.9g}"
                       if t_const is not None else "softshrink shifts p by a constant times its threshold")
     nodes = (sel.nodes | cmp.nodes | {absp[1], alg.unary(sign, "Sign")[1]} | inside.nodes | outside.nodes
-             | tnodes | shift_mono.nodes | alg.widening_casts(cmp.lhs))
+             | tnodes | shift_mono.nodes | alg.widening_casts(cmp.lhs) | zero_nodes)
     return p, t, nodes
+
+
+def _refuse_two_where_shrink(alg: Algebra, value: str) -> None:
+    if _two_where_shrink(alg, value):
+        raise NoMatch("softshrink as a sum of two Wheres (TorchScript's symbolic): NaN in p gives 0 there "
+                      "and NaN in the fused op")
 
 
 def _two_where_shrink(alg: Algebra, value: str) -> bool:
@@ -283,6 +313,15 @@ def _two_where_shrink(alg: Algebra, value: str) -> bool:
             return False
         compared[cmp.relation] = cmp.lhs
     return len(compared) == 2 and compared[">"] == compared["<"]
+
+
+def _zero_branch(alg: Algebra, mono: Monomial) -> set[int] | None:
+    """The nodes computing a select branch that is all zeros (a 0 folded into the coefficient,
+    or a zeros tensor), else None."""
+    if mono.coef == 0.0 and not mono.factors:
+        return set(mono.nodes)
+    zero = _single(mono)
+    return None if zero is None else _zero_nodes(alg, zero)
 
 
 def _single(mono: Monomial) -> str | None:

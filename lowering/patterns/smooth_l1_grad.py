@@ -29,7 +29,11 @@ _EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, on
 
 
 _PRODUCT_OPS = frozenset({"Mul", "Div", "Neg", "Reciprocal"})
-_CLAMP_OPS = frozenset({"Clip", "Min"})  # the outer op of clamp(y, -1, 1) as exporters write it
+_CLAMP_OPS = frozenset({"Clip", "Min", "Max"})  # the outer op of clamp(y, -1, 1) as exporters write it
+_UNIT_BOUND = {"Min": 1.0, "Max": -1.0}  # clamp(y, -1, 1) = Min(y, 1) and Max(y, -1)
+# tf2onnx's arithmetic select: a Cast mask, up to five products and sums below the result (a
+# Keras loss's gradient masks each branch's upstream gradient before it scales the branch)
+_MASK_OPS, _TO_MASK = frozenset({"Cast"}), frozenset({"Add", "Mul", "Sum"})
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
@@ -45,7 +49,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         lhs = None if cmp is None else alg.widened(cmp.lhs)
         if lhs is None or (alg.unary(lhs, "Abs") is None and alg.producer(lhs, "Sub") is None):
             return None
-    if node.op_type == "Add" and not alg.reaches(out, frozenset({"Cast"}), frozenset({"Add", "Mul"}), 3):
+    if node.op_type in ("Add", "Sum") and not alg.reaches(out, _MASK_OPS, _TO_MASK, 6):
         return None
     sel = alg.select(out)
     if sel is None:
@@ -159,18 +163,21 @@ def _clip_bounds(alg: Algebra, node: onnx.NodeProto) -> tuple[float | None, floa
 
 
 def _unit_clamp(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
-    """(y, nodes) when value = clamp(y, -1, 1): Clip, or Min(Max(y, -1), 1) (the dynamo
-    exporter's torch.clamp before its optimizer turns it into Clip)."""
-    found = alg.producer(value, "Clip", "Min")
+    """(y, nodes) when value = clamp(y, -1, 1): Clip, Min(Max(y, -1), 1) (the dynamo exporter's
+    torch.clamp before its optimizer turns it into Clip) or Max(Min(y, 1), -1) (tf.clip_by_value
+    through tf2onnx). Both nestings agree everywhere, NaN included (onnxruntime's Min and Max
+    propagate it)."""
+    found = alg.producer(value, "Clip", "Min", "Max")
     if found is None:
         return None
     i, node = found
     if node.op_type == "Clip":
         return (node.input[0], {i}) if _clip_bounds(alg, node) == (-1.0, 1.0) else None
-    if len(node.input) != 2 or alg.scalar(node.input[1]) != 1.0:
+    inner_op = "Max" if node.op_type == "Min" else "Min"
+    if len(node.input) != 2 or alg.scalar(node.input[1]) != _UNIT_BOUND[node.op_type]:
         return None
-    inner = alg.producer(node.input[0], "Max")
-    if inner is None or len(inner[1].input) != 2 or alg.scalar(inner[1].input[1]) != -1.0:
+    inner = alg.producer(node.input[0], inner_op)
+    if inner is None or len(inner[1].input) != 2 or alg.scalar(inner[1].input[1]) != _UNIT_BOUND[inner_op]:
         return None
     return inner[1].input[0], {i, inner[0]}
 
@@ -284,4 +291,4 @@ def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, 
     return ("sum" if single else "none"), float(k)
 
 
-PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Mul", "Div"}), match)
+PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match)

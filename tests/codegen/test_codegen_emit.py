@@ -245,7 +245,7 @@ def test_node_spec_reads_constants_and_refuses_bad_nodes() -> None:
 
 REPO = Path(__file__).resolve().parents[2]
 EXPORTED = sorted(
-    [*REPO.glob("tests/fixtures/exporters/*.onnx"), *REPO.glob("models/*.onnx")]
+    [*REPO.glob("tests/fixtures/*/*.onnx"), *REPO.glob("models/*.onnx")]
 )
 
 

@@ -1,4 +1,4 @@
-"""The exporter-made fixtures in tests/fixtures/exporters/ are valid and mean what the manifest says.
+"""The exporter-made fixtures in tests/fixtures/*/ are valid and mean what their manifests say.
 
 Every manifest entry must load, pass onnx.checker, run under onnxruntime with graph optimizations
 disabled, and, for every fused-node instance listed in its "attrs", the graph value named there
@@ -6,13 +6,12 @@ must match the float64 reference of lowering/fused_ops.py fed with the values bo
 (graph inputs, intermediates fetched from onnxruntime, or constants written as numbers), within the
 precision standard of DESIGN section 6.
 
-models/make_models.py imports check_entry() from this file, so the generator and the test suite
-apply one and the same check.
+models/make_models.py and models/make_tf_models.py import check_entry() from this file, so the
+generators and the test suite apply one and the same check.
 """
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,10 +22,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from fixture_manifests import MANIFESTS, manifest_entries
+
 from lowering import fused_ops
 
 REPO = Path(__file__).resolve().parents[2]
-MANIFEST = REPO / "tests" / "fixtures" / "exporters" / "manifest.json"
 
 _NP_DTYPES: dict[str, type] = {
     "float32": np.float32,
@@ -42,11 +42,6 @@ _ONNX_DTYPES = {
 }
 # DESIGN section 6: T per output dtype; pass when MERE < T and MARE < 10 T.
 THRESHOLDS = {"float32": 2.0**-13, "float16": 2.0**-10, "bfloat16": 2.0**-7}
-
-
-def load_manifest(path: Path = MANIFEST) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def entry_seed(entry: Mapping) -> int:
@@ -238,13 +233,13 @@ def check_entry(entry: Mapping, root: Path = REPO, seed: int | None = None) -> l
     return rows
 
 
-_ENTRIES = load_manifest() if MANIFEST.exists() else []
+_ENTRIES = manifest_entries()
 
 
 def test_manifest_covers_every_fixture_file() -> None:
     listed = {e["file"] for e in _ENTRIES}
-    on_disk = {str(p.relative_to(REPO)) for p in MANIFEST.parent.glob("*.onnx")}
-    assert on_disk, "no fixtures found"
+    on_disk = {str(p.relative_to(REPO)) for m in MANIFESTS for p in m.parent.glob("*.onnx")}
+    assert on_disk and len(MANIFESTS) >= 2, "fixtures missing"
     assert on_disk <= listed, f"fixtures missing from the manifest: {sorted(on_disk - listed)}"
     missing = sorted(f for f in listed if not (REPO / f).exists())
     assert not missing, f"manifest entries without a file: {missing}"

@@ -1,4 +1,5 @@
-"""The pass on real exporter output (torch.onnx.export dynamo and TorchScript, see models/make_models.py).
+"""The pass on real exporter output (torch.onnx.export dynamo and TorchScript, see models/make_models.py;
+tf2onnx, see models/make_tf_models.py).
 
 For every fixture: the fusion counts of the manifest; onnxruntime gives identical results on the
 fused model (through the function bodies); and each fused node's own output, fetched from inside
@@ -10,20 +11,20 @@ float16 itself, within the bound of that graph's own roundings (pass_numerics.ha
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from fixture_manifests import manifest_entries
 from pass_numerics import assert_same, fused_nodes, golden_of, half_graph_bound_ok, precision_ok, run_ort
 
 import lowering
 from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFEST = json.loads((ROOT / "tests/fixtures/exporters/manifest.json").read_text())
+MANIFEST = manifest_entries()
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
 
@@ -69,7 +70,19 @@ def _computes_in_half(model: onnx.ModelProto, node: onnx.NodeProto, dtype: np.dt
     return not all(n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.FLOAT for n in users)
 
 
-@pytest.mark.parametrize("entry", MANIFEST, ids=[Path(e["file"]).stem for e in MANIFEST])
+# Fixtures that should fuse by their semantics but do not yet; strict, so each one that starts to
+# fuse must leave this list. tf.compat.v1.losses.huber_loss differentiates 0.5*min(|x|, d)^2 +
+# d*(|x| - min(|x|, d)), whose gradient reaches sign(x) * (c ? |x| : d) only through sign(x)*|x| = x,
+# an identity the algebraic views do not apply.
+KNOWN_GAPS = {
+    "sl1_v1_huber_default_d1_f32_op13": "tf.compat.v1.losses.huber_loss gradient (Min-based form)",
+    "sl1_v1_huber_sum_d2_f32_op13": "tf.compat.v1.losses.huber_loss gradient (Min-based form)",
+}
+FIXTURES = [pytest.param(e, id=Path(e["file"]).stem, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[stem]))
+            if (stem := Path(e["file"]).stem) in KNOWN_GAPS else pytest.param(e, id=stem) for e in MANIFEST]
+
+
+@pytest.mark.parametrize("entry", FIXTURES)
 def test_exporter_fixture(entry: dict) -> None:
     model = onnx.load(str(ROOT / entry["file"]))
     fused, report = lowering.fuse(model)
@@ -98,7 +111,11 @@ def test_exporter_fixture(entry: dict) -> None:
     sl1_expected = [a for a in entry.get("attrs", []) if a["op"] == SMOOTH_L1_GRAD]
     sl1_fused = [f for f in report.fusions if f.op_type == SMOOTH_L1_GRAD]
     for want in sl1_expected:
-        got = next(f for f in sl1_fused if f.output == want["output"])
+        # tf2onnx names its outputs through a last Identity (or a Cast back to float16), so the
+        # fused node may write the value that node reads; a lone instance is then the lone fusion
+        same_name = [f for f in sl1_fused if f.output == want["output"]]
+        got, = same_name or (sl1_fused if len(sl1_fused) == len(sl1_expected) == 1 else [None])
+        assert got is not None, f"no SmoothL1 fusion for {want['output']}"
         assert got.attributes["sigma"] == pytest.approx(want["sigma"], rel=1e-6)
 
 

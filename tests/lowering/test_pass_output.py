@@ -4,7 +4,6 @@ structural check that replaces a second run of the ONNX checker."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import onnx
@@ -16,10 +15,11 @@ from lowering.errors import LoweringError
 from lowering.fused_ops import DOMAIN
 from lowering.graph import GraphInfo, Node, decode_nodes, value_type_of
 
+from .fixture_manifests import manifest_entries
 from .pass_forms import G, sl1, splice
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFEST = json.loads((ROOT / "tests/fixtures/exporters/manifest.json").read_text())
+MANIFEST = manifest_entries()
 FUSING = [e for e in MANIFEST if any(e["expected"].values())]
 
 

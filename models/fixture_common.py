@@ -1,0 +1,109 @@
+"""What the fixture generators (make_models.py for PyTorch, make_tf_models.py for tf2onnx) share,
+needing neither torch nor TensorFlow: the test suite's check of one manifest entry (they apply the
+very check the tests apply), and the manifest's text forms of a graph."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_checker() -> Callable[..., list[dict]]:
+    """check_entry(entry, repo) of tests/lowering/test_fixtures_load.py. tests/ is no package, so
+    the module is loaded from its file, with the folders it imports from on the path."""
+    for folder in (REPO, REPO / "tests" / "lowering"):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location("fixtures_checker", REPO / "tests" / "lowering" / "test_fixtures_load.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.check_entry
+
+
+def record(file: str, model: onnx.ModelProto, make_entry: Callable[[onnx.ModelProto], dict],
+           check_entry: Callable[..., list[dict]], limits: dict[str, list[str]], show: bool) -> tuple[dict, float]:
+    """Writes one fixture, makes its manifest entry (after the write: the entry records the file's
+    size), adds the exporter limits measured for it to the entry's notes and checks the entry.
+    Returns the entry and its worst MARE against the float64 reference."""
+    out = REPO / file
+    out.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, out)
+    entry = make_entry(model)
+    if file in limits:
+        entry["notes"] = " ".join([entry["notes"], *limits.pop(file)])
+    if show:
+        print(f"\n## {file} [{entry['exporter']}]\n{entry['form']}")
+    metrics = check_entry(entry, REPO)
+    return entry, max((m["mare"] for m in metrics), default=0.0)
+
+
+def _const_text(array: np.ndarray, kind: str) -> str:
+    """A constant as the forms print it: the value if one element, else the values or the shape."""
+    if array.size == 1 and array.ndim <= 1:
+        value = array.reshape(-1)[0]
+        text = f"{float(value):.6g}" if array.dtype.kind == "f" else str(value)
+        return f"{kind}:{text}" + ("" if array.ndim == 0 else "[1]")
+    if array.size <= 4:
+        return f"{kind}:{array.tolist()}"
+    zero = " zeros" if not np.any(array) else ""
+    return f"{kind}:{array.dtype}{list(array.shape)}{zero}"
+
+
+def render_form(model: onnx.ModelProto) -> str:
+    """The graph as nested expressions; values used more than once are named once (name=expr;)."""
+    graph = model.graph
+    producer = {o: n for n in graph.node for o in n.output}
+    uses = Counter(i for n in graph.node for i in n.input if i)
+    uses.update(o.name for o in graph.output)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    inputs = {i.name for i in graph.input}
+    bindings: list[str] = []
+    named: set[str] = set()
+
+    def attr_text(node: onnx.NodeProto) -> str:
+        parts = []
+        for a in node.attribute:
+            if node.op_type == "Constant":
+                continue
+            value = onnx.helper.get_attribute_value(a)
+            if isinstance(value, onnx.TensorProto):
+                value = _const_text(onnx.numpy_helper.to_array(value), "tensor")
+            if a.name == "to":
+                value = onnx.TensorProto.DataType.Name(value)
+            parts.append(f"{a.name}={value}")
+        return ("," + ",".join(parts)) if parts else ""
+
+    def text(value: str, top: bool = False) -> str:
+        if not value:
+            return "''"
+        if value in inputs:
+            return f"init-input:{value}" if value in inits else value
+        if value in inits:
+            return _const_text(inits[value], "init")
+        node = producer[value]
+        if node.op_type == "Constant":
+            return _const_text(onnx.numpy_helper.to_array(node.attribute[0].t), "const") \
+                if node.attribute[0].name == "value" else f"const:{onnx.helper.get_attribute_value(node.attribute[0])}"
+        if uses[value] > 1 and not top:
+            if value not in named:
+                named.add(value)
+                bindings.append(f"{value}={text(value, top=True)}")
+            return value
+        args = ",".join(text(i) for i in node.input)
+        return f"{node.op_type}({args}{attr_text(node)})"
+
+    outs = [f"{o.name}<-{text(o.name, top=True)}" for o in graph.output]
+    return "; ".join(bindings + outs)
+
+
+def ops_histogram(model: onnx.ModelProto) -> str:
+    counts = Counter(n.op_type for n in model.graph.node)
+    return " ".join(f"{op}{'x' + str(k) if k > 1 else ''}" for op, k in sorted(counts.items()))
