@@ -17,11 +17,12 @@ the size of the pattern. Every view records the nodes it walked, which become th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import onnx
 
-from .graph import EXACT_WIDENING, GraphIndex, attr
+from .graph import EXACT_WIDENING, GraphIndex, Node, attr
 
 MAX_WALK = 24  # nodes one view may walk: patterns are small, this bounds the work per anchor
 
@@ -81,22 +82,26 @@ class Algebra:
             return None
         return i, node
 
-    def reaches(self, value: str, targets: frozenset[str], through: frozenset[str], depth: int) -> bool:
-        """Cheap pre-check before a full view: is an op in `targets` within `depth` producers of
-        value, walking only through ops in `through`? Most anchors fail it. The distances come
-        from one forward sweep per question, which ignores fusions already made and so can only
-        let through an anchor the full view then refuses."""
-        key = (targets, through, depth)
+    def reaches(self, value: str, targets: frozenset[str], through: frozenset[str], depth: int,
+                accept: Callable[[GraphIndex, Node], bool] | None = None) -> bool:
+        """Cheap pre-check before a full view: is an op in `targets` (a node `accept` takes, if
+        given) within `depth` producers of value, walking only through ops in `through`? Most
+        anchors fail it. The distances come from one forward sweep per question, which ignores
+        fusions already made and so can only let through an anchor the full view then refuses."""
+        key = (targets, through, depth, accept)
         table = self._distances.get(key)
         if table is None:
-            table = self._distances[key] = self._sweep(targets, through, depth)
+            table = self._distances[key] = self._sweep(targets, through, depth, accept)
         return value in table
 
-    def _sweep(self, targets: frozenset[str], through: frozenset[str], depth: int) -> dict[str, int]:
+    def _sweep(self, targets: frozenset[str], through: frozenset[str], depth: int,
+               accept: Callable[[GraphIndex, Node], bool] | None) -> dict[str, int]:
         """Values whose producer chain reaches `targets` in fewer than `depth` steps: a breadth
         first walk down from the target nodes, so only their neighbourhood is visited."""
-        nodes, consumers = self.index.nodes, self.index.consumers
-        frontier = [name for op in targets for i in self.index.by_op.get(op, ()) for name in nodes[i].output]
+        index = self.index
+        nodes, consumers = index.nodes, index.consumers
+        frontier = [name for op in targets for i in index.by_op.get(op, ())
+                    if accept is None or accept(index, nodes[i]) for name in nodes[i].output]
         dist = dict.fromkeys(frontier, 0)
         for d in range(1, depth):
             reached = []

@@ -17,23 +17,27 @@ import onnx
 
 from ..algebra import Algebra, Monomial
 from ..fused_ops import PROXIMAL_GD
-from ..graph import GraphIndex, attr, tensor_value
+from ..graph import GraphIndex, Node, attr, tensor_value
 from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
 
 FAMILY = "proximal_gd"
-_SHRINK_OPS = frozenset({"Sign", "Where", "Cast"})  # Cast: the mask of tf2onnx's arithmetic select
-# the scaling ops between the shrink and the anchor, the Cast back from a float32 Sign, and the
-# Add of TorchScript's two-Where softshrink or of tf2onnx's arithmetic select
-_TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast", "Add"})
+_SHRINK_OPS = frozenset({"Sign", "Where"})
+# the scaling ops between the shrink and the anchor, and the Cast back from a float32 Sign
+_TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast"})
+# a shrink that ends in an Add: tf2onnx's arithmetic select (from its Cast masks) or TorchScript's
+# two-Where softshrink (from its Wheres with a 0 branch)
+_SUM_SHRINK_OPS, _TO_SUM_SHRINK = frozenset({"Cast", "Where"}), _TO_SHRINK | {"Add"}
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type == "Add":  # only an unscaled two-Where softshrink ends at an Add
-        _refuse_two_where_shrink(alg, out)
+        if alg.reaches(out, _SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part):
+            _refuse_two_where_shrink(alg, out)
         return None
-    if not alg.reaches(out, _SHRINK_OPS, _TO_SHRINK, 4):
+    if not (alg.reaches(out, _SHRINK_OPS, _TO_SHRINK, 4)
+            or alg.reaches(out, _SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part)):
         return None
     mono = alg.monomial(out)
     shrink = _find_shrink(alg, mono)
@@ -69,6 +73,13 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         attrs["shrink_max"] = float(_finfo_max(index.elem_type(clamp_input)))
     return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, dtype, inputs, attrs,
                  interior=interior - boundary, boundary=boundary)
+
+
+def _select_part(index: GraphIndex, node: Node) -> bool:
+    """A Cast of a boolean (an arithmetic select's mask) or a Where with a constant 0 branch."""
+    if node.op_type == "Cast":
+        return index.elem_type(node.input[0]) == onnx.TensorProto.BOOL
+    return len(node.input) == 3 and index.scalar(node.input[2]) == 0.0
 
 
 def _find_shrink(alg: Algebra, mono: Monomial):

@@ -20,7 +20,7 @@ import onnx
 
 from ..algebra import Algebra, Comparison, Monomial, Select
 from ..fused_ops import SMOOTH_L1_GRAD
-from ..graph import attr
+from ..graph import GraphIndex, Node, attr
 from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
 
 FAMILY = "smooth_l1_grad"
@@ -40,7 +40,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type in ("Mul", "Div"):
-        if not alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3):
+        if not alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_unit_clamp):
             return None
         return _match_clip(alg, out)
     if node.op_type == "Where":
@@ -160,6 +160,12 @@ def _clip_bounds(alg: Algebra, node: onnx.NodeProto) -> tuple[float | None, floa
         hi = alg.scalar(node.input[2]) if len(node.input) > 2 and node.input[2] else attr(node, "max")
         return lo, hi
     return None, None
+
+
+def _may_end_unit_clamp(index: GraphIndex, node: Node) -> bool:
+    """Clip, or Min/Max with the constant bound 1/-1: where clamp(y, -1, 1) can end (most Max
+    nodes of a training graph are ReLU-like clamps at 0, which the pre-check need not follow)."""
+    return node.op_type == "Clip" or (len(node.input) == 2 and index.scalar(node.input[1]) == _UNIT_BOUND[node.op_type])
 
 
 def _unit_clamp(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
