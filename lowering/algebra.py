@@ -295,7 +295,7 @@ class Algebra:
                 sb = self._arithmetic_select(other, masked_terms=False) if exp2 == 1 and other != name else None
                 if sb is None or sb.cond != sa.cond or not _is_zero(sb.when_true):
                     continue
-                return (sa.cond, _product(a.without(name), sa.when_true), _product(b.without(other), sb.when_false),
+                return (sa.cond, product(a.without(name), sa.when_true), product(b.without(other), sb.when_false),
                         sa.nodes | sb.nodes)
         return None
 
@@ -449,7 +449,8 @@ def _is_zero(mono: Monomial) -> bool:
     return mono.coef == 0.0 and not mono.factors
 
 
-def _product(x: Monomial, y: Monomial) -> Monomial:
+def product(x: Monomial, y: Monomial) -> Monomial:
+    """x * y."""
     factors = dict(x.factors)
     for name, exp in y.factors.items():
         factors[name] = factors.get(name, 0) + exp

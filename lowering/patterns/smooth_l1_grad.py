@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..algebra import Algebra, Comparison, Monomial, Select
+from ..algebra import Algebra, Comparison, Monomial, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
 from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
@@ -57,9 +57,38 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     cmp = alg.compare(sel.cond)
     if cmp is None:
         return None
-    if alg.unary(alg.widened(cmp.lhs), "Abs") is not None:
-        return _match_abs_select(alg, out, sel, cmp)
-    return _match_nested(alg, out, sel, cmp)
+    if alg.unary(alg.widened(cmp.lhs), "Abs") is None:
+        return _match_nested(alg, out, sel, cmp)
+    found = _match_abs_select(alg, out, sel, cmp)
+    if found is not None and found.output == out and not isinstance(found.inputs[2], str):
+        return _with_outer_scaling(alg, out, sel, cmp) or found
+    return found
+
+
+def _with_outer_scaling(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+    """The match grown over the products that scale a select without dout afterwards
+    (tf.where(|x| < beta, x/beta, sign(x)) * dout / n): they follow the select, one consumer
+    after the other, and join both branches. None when they do not make a SmoothL1 gradient;
+    the select alone is fused then."""
+    index = alg.index
+    top = out
+    while top not in index.graph_outputs and len(users := index.consumers.get(top, ())) == 1:
+        node = index.nodes[users[0]]
+        if users[0] in alg.taken or node.op_type not in ("Mul", "Div") or node.domain not in ("", "ai.onnx"):
+            break
+        top = node.output[0]
+    if top == out:
+        return None
+    mono = alg.monomial(top)
+    scale = mono.without(out)
+    if scale is None:
+        return None
+    scaled = Select(sel.cond, product(scale, sel.when_true), product(scale, sel.when_false),
+                    sel.nodes | mono.nodes, sel.arithmetic)
+    try:
+        return _match_abs_select(alg, top, scaled, cmp)
+    except NoMatch:
+        return None
 
 
 def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, set[int]] | None:

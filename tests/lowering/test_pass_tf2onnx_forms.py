@@ -164,3 +164,47 @@ def test_keras_huber_gradient_fuses(delta: float) -> None:
 
 def test_keras_style_sum_with_masks_of_different_conditions_is_not_fused() -> None:
     _not_fused(_keras_huber(1.0, second_cond="gt2"))
+
+
+def _where_then_scaled(scaling: list[onnx.NodeProto], inputs: list[str], consts: dict[str, object],
+                       extra_outputs: list[str] = ()) -> onnx.ModelProto:
+    """sel = tf.where(|x| < 0.5, x / 0.5, sign(x)), then `scaling` computes grad from sel."""
+    nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Abs", ["x"], ["a"]),
+             h.make_node("Less", ["a", "beta"], ["lt"]), h.make_node("Div", ["x", "beta"], ["lin"]),
+             h.make_node("Sign", ["x"], ["s"]), h.make_node("Where", ["lt", "lin", "s"], ["sel"]), *scaling]
+    model = _model(nodes, inputs, "grad", {"beta": 0.5, **consts})
+    for name in extra_outputs:
+        model.graph.output.append(h.make_tensor_value_info(name, T.FLOAT, SHAPE))
+    return model
+
+
+@pytest.mark.parametrize("mean", [False, True], ids=["times-dout", "times-dout-over-numel"])
+def test_scaling_after_the_select_joins_the_fusion(mean: bool) -> None:
+    """tf.where(...) * dout [/ n]: the scaling becomes the fused node's dout and reduction."""
+    scaling = [h.make_node("Mul", ["sel", "go"], ["gs" if mean else "grad"])]
+    if mean:
+        scaling.append(h.make_node("Div", ["gs", "n"], ["grad"]))
+    model = _where_then_scaled(scaling, ["go", "p", "t"], {"n": float(np.prod(SHAPE))})
+    report = _fuses_exactly(model, "SmoothL1LossGradV2")
+    fusion, = report.fusions
+    assert fusion.output == "grad" and fusion.inputs[2] == "go"
+    assert fusion.attributes["reduction"] == ("mean" if mean else "sum")
+    fused, _ = lowering.fuse(model)
+    assert [n.op_type for n in fused.graph.node] == ["SmoothL1LossGradV2"]
+
+
+@pytest.mark.parametrize("case", ["broadcast-scale", "select-used-twice"])
+def test_scaling_that_cannot_join_leaves_the_select_fused_alone(case: str) -> None:
+    if case == "broadcast-scale":  # a [1, 8] scale is neither one element nor predict's shape
+        model = _where_then_scaled([h.make_node("Mul", ["sel", "row"], ["grad"])], ["p", "t"],
+                                   {"row": np.full((1, SHAPE[1]), 0.25)})
+    else:  # the select is also a graph output: the Mul cannot own it
+        model = _where_then_scaled([h.make_node("Mul", ["sel", "go"], ["grad"])], ["go", "p", "t"], {},
+                                   extra_outputs=["sel"])
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    fusion, = report.fusions
+    assert fusion.output == "sel" and [n.op_type for n in fused.graph.node] == ["SmoothL1LossGradV2", "Mul"]
+    feeds = _feeds(model, np.random.default_rng())
+    for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
+        assert_same(before, after)
