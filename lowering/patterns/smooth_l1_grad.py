@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..algebra import Algebra, Comparison, Monomial, Select, product
+from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
 from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
@@ -72,9 +72,12 @@ def _with_outer_scaling(alg: Algebra, out: str, sel: Select, cmp: Comparison) ->
     the select alone is fused then."""
     index = alg.index
     top = out
-    while top not in index.graph_outputs and len(users := index.consumers.get(top, ())) == 1:
+    for _ in range(MAX_WALK):  # the product view walks no further either
+        users = index.consumers.get(top, ())
+        if top in index.graph_outputs or len(users) != 1 or users[0] in alg.taken:
+            break
         node = index.nodes[users[0]]
-        if users[0] in alg.taken or node.op_type not in ("Mul", "Div") or node.domain not in ("", "ai.onnx"):
+        if node.op_type not in ("Mul", "Div") or node.domain not in ("", "ai.onnx"):
             break
         top = node.output[0]
     if top == out:
