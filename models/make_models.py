@@ -911,6 +911,12 @@ def probe_cases() -> list[Case]:
     return c
 
 
+def where_then_scale_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The SmoothL1 gradient with dout and the mean applied after the select, as users write it."""
+    x = p - t
+    return torch.where(x.abs() < 0.5, x / 0.5, torch.sign(x)) * go / p.numel()
+
+
 def probe2_cases() -> list[Case]:
     """Forms a second probe of unseen exporter output found (2026-12-04); own generator, so the
     cases before keep their inputs. (torch.sgn on bfloat16 gives the same Cast sandwich as on
@@ -944,6 +950,11 @@ def probe2_cases() -> list[Case]:
                   [sl1("grad", 0.5, "sum", "p", "t", "go")],
                   "torch.sgn of a float16 x: Cast<float16>(Sign(Cast<float32>(x))) beside the float16 Where.",
                   dtype="float16", outputs=["grad"]))
+    for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
+        c.append(Case(fx(f"sl1_hand_where_then_scale_mean_b05_f32_{suffix}.onnx"), where_then_scale_fn,
+                      sl1_args("mean", f32, gen), exporter, "smooth_l1_grad", [sl1("grad", 0.5, "mean", "p", "t", "go")],
+                      "Where(|x| < 0.5, x/0.5, sign(x)) * go / numel: dout and the mean after the select.",
+                      outputs=["grad"]))
     return c
 
 

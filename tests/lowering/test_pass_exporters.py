@@ -153,3 +153,13 @@ def test_exporter_near_miss_is_reported_with_its_reason(fixture: str, reason: st
     fused, report = lowering.fuse(model)
     assert not report.fusions
     assert [(r.pattern, r.op_type) for r in report.rejections if reason in r.reason] == [("proximal_gd", "Div")]
+
+
+@pytest.mark.parametrize("fixture", ["sl1_hand_where_then_scale_mean_b05_f32_dynopt.onnx",
+                                     "sl1_hand_where_then_scale_mean_b05_f32_ts.onnx"])
+def test_scaling_after_the_select_joins_the_fusion(fixture: str) -> None:
+    model = onnx.load(str(ROOT / "tests/fixtures/exporters" / fixture))
+    fused, report = lowering.fuse(model)
+    fusion, = report.fusions
+    assert [n.op_type for n in fused.graph.node] == [SMOOTH_L1_GRAD]
+    assert fusion.attributes["reduction"] == "mean" and fusion.inputs[2] == "go"
