@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from fixture_manifests import manifest_entries
+from fixture_manifests import KNOWN_GAPS, manifest_entries
 from pass_numerics import assert_same, fused_nodes, golden_of, half_graph_bound_ok, precision_ok, run_ort
 
 import lowering
@@ -70,14 +70,6 @@ def _computes_in_half(model: onnx.ModelProto, node: onnx.NodeProto, dtype: np.dt
     return not all(n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.FLOAT for n in users)
 
 
-# Fixtures that should fuse by their semantics but do not yet; strict, so each one that starts to
-# fuse must leave this list. tf.compat.v1.losses.huber_loss differentiates 0.5*min(|x|, d)^2 +
-# d*(|x| - min(|x|, d)), whose gradient reaches sign(x) * (c ? |x| : d) only through sign(x)*|x| = x,
-# an identity the algebraic views do not apply.
-KNOWN_GAPS = {
-    "sl1_v1_huber_default_d1_f32_op13": "tf.compat.v1.losses.huber_loss gradient (Min-based form)",
-    "sl1_v1_huber_sum_d2_f32_op13": "tf.compat.v1.losses.huber_loss gradient (Min-based form)",
-}
 FIXTURES = [pytest.param(e, id=Path(e["file"]).stem, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[stem]))
             if (stem := Path(e["file"]).stem) in KNOWN_GAPS else pytest.param(e, id=stem) for e in MANIFEST]
 
