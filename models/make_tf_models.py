@@ -194,6 +194,23 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
     return fn
 
 
+def keras_train_step(x: tf.Tensor, target: tf.Tensor, w: tf.Tensor, b: tf.Tensor) -> dict[str, tf.Tensor]:
+    """One training step of a dense box-regression head: Keras Huber loss, its gradients by
+    GradientTape, and a proximal update of each weight. The prediction and the gradients are
+    returned too (what a training loop logs), so the manifest can name them."""
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([w, b])
+        y = tf.matmul(x, w) + b
+        tape.watch(y)
+        loss = tf.keras.losses.Huber(delta=1.0)(target, y)
+    grad_y, gw, gb = tape.gradient(loss, [y, w, b])
+
+    def prox(v: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
+        p = v - LR * g
+        return tf.sign(p) * tf.maximum(tf.abs(p) - LR * L1, 0.0) / (1 + LR * L2)
+    return {"y": y, "grad_y": grad_y, "gw": gw, "gb": gb, "w_out": prox(w, gw), "b_out": prox(b, gb)}
+
+
 def softshrink_zeros_update(var: tf.Tensor, delta: tf.Tensor) -> dict[str, tf.Tensor]:
     """Soft-thresholding written with tf.where and tf.zeros_like in the else branch."""
     p = var - LR * delta
@@ -335,6 +352,22 @@ def sl1_cases() -> list[Case]:
                   "Near miss: x = Sub(p,t) is also the graph output 'x'.",
                   not_fused=[{**inst, "reason": "intermediate Sub(p,t) is a graph output"}]))
     return c
+
+
+def mixed_cases() -> list[Case]:
+    step_prox = {k: v for k, v in const_prox().items() if k not in ("inputs", "output")}
+    attrs = [
+        {"op": SL1, "sigma": 1.0, "reduction": "mean", "scale": 1.0,
+         "inputs": {"predict": "y", "label": "target", "dout": 1.0}, "output": "grad_y"},
+        {**step_prox, "inputs": {**const_prox()["inputs"], "var": "w", "delta": "gw"}, "output": "w_out"},
+        {**step_prox, "inputs": {**const_prox()["inputs"], "var": "b", "delta": "gb"}, "output": "b_out"},
+    ]
+    signature = [tf.TensorSpec([8, 6], tf.float32, name="x"), tf.TensorSpec([8, 4], tf.float32, name="target"),
+                 tf.TensorSpec([6, 4], tf.float32, name="w"), tf.TensorSpec([4], tf.float32, name="b")]
+    return [Case("mixed_keras_dense_step_f32_op13.onnx", keras_train_step, signature, 13, "mixed", attrs,
+                 "A Keras training step: y = x@w + b, Huber(1) loss with the default reduction, its gradient "
+                 "w.r.t. y (the SmoothL1 backward, reused by the MatMul and bias gradients) and a proximal "
+                 "update of w and b with Python-float hyperparameters. y and the gradients are outputs too.")]
 
 
 def prox_cases() -> list[Case]:
@@ -572,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
     check_entry = load_checker()
     limits = exporter_limits()
     entries, rows = [], []
-    for case in sl1_cases() + prox_cases():
+    for case in sl1_cases() + prox_cases() + mixed_cases():
         model = export(case)
         entry, worst = record(case.file, model, lambda m: entry_for(case, m), check_entry, limits, opts.show)
         entries.append(entry)
