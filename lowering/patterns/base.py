@@ -53,6 +53,19 @@ def same_shape(index: GraphIndex, a: str, b: str) -> bool:
     return len(ta.shape) == len(tb.shape) and all(x == y and x is not None for x, y in zip(ta.shape, tb.shape))
 
 
+def shape_text(index: GraphIndex, value: str) -> str:
+    """A value's shape for a rejection reason: [4, n] with symbolic names, ? for an unknown dim."""
+    vt = index.type_of(value)
+    if vt is None or vt.shape is None:
+        return f"{value}: shape unknown"
+    return f"{value}: [{', '.join('?' if d is None else str(d) for d in vt.shape)}]"
+
+
+def shapes_differ(index: GraphIndex, a: str, b: str, what: str) -> str:
+    """The reason for refusing two values whose shapes are not known to be equal."""
+    return f"{what} shapes differ or are unknown ({shape_text(index, a)}, {shape_text(index, b)})"
+
+
 def is_single_element(index: GraphIndex, value: str) -> bool:
     return index.numel(value) == 1
 

@@ -18,7 +18,8 @@ import onnx
 from ..algebra import Algebra, Monomial
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr, tensor_value
-from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
+from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
+                   shapes_differ)
 
 FAMILY = "proximal_gd"
 _SHRINK_OPS = frozenset({"Sign", "Where"})
@@ -51,7 +52,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     dtype = float_dtype(index, var)
     require(dtype is not None, "var is not a float16/bfloat16/float32 tensor")
     require(float_dtype(index, delta) == dtype, "var and delta have different dtypes")
-    require(same_shape(index, var, delta), "var and delta shapes differ or are unknown")
+    require(same_shape(index, var, delta), shapes_differ(index, var, delta, "var and delta"))
     scalar_form, l1, l2, scalar_nodes = _scalars(alg, alpha, t, rest)
     for name, value in (("alpha", alpha), ("l1", l1), ("l2", l2)):
         if isinstance(value, str):
@@ -348,6 +349,7 @@ def _update(alg: Algebra, p: str):
     terms, nodes = alg.terms(p)
     if len(terms) != 2:
         return None
+    unequal = None  # (var, delta) of a split that failed only on their shapes
     for (sv, var), (sd, prod) in (terms, terms[::-1]):
         if sv != 1:
             continue
@@ -366,6 +368,7 @@ def _update(alg: Algebra, p: str):
                             {delta: 1, **{v: e for v, e in mono.factors.items() if v not in tensors}},
                             mono.nodes - grouped[1])
         if not same_shape(index, delta, var):
+            unequal = (var, delta)
             continue
         others = {v: e for v, e in mono.factors.items() if v != delta}
         if not others:
@@ -373,6 +376,8 @@ def _update(alg: Algebra, p: str):
         if len(others) == 1 and list(others.values()) == [1] and coef == 1.0:
             return var, delta, next(iter(others)), nodes | mono.nodes
         raise NoMatch("alpha is a runtime value times a constant (write the product as its own input)")
+    if unequal is not None:
+        raise NoMatch(shapes_differ(index, *unequal, "var and delta"))
     return None
 
 

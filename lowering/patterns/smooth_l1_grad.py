@@ -21,7 +21,8 @@ import onnx
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
-from .base import Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape
+from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
+                   shapes_differ)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -271,7 +272,7 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     require(dtype is not None, "predict is not a float16/bfloat16/float32 tensor")
     require(float_dtype(index, label) == dtype, "predict and label have different dtypes")
     require(same_shape(index, predict, label),
-            "predict and label shapes differ or are unknown (in-kernel broadcast of predict/label is not supported)")
+            shapes_differ(index, predict, label, "predict and label") + "; the kernel does not broadcast them")
     dout: str | np.ndarray
     if douts:
         dout = douts[0]
