@@ -5,10 +5,12 @@ pattern asks for the algebraic shape of a value:
   monomial(v)  -> coefficient * product of runtime factors with exponents, seen through Mul, Div,
                   Neg and Reciprocal, so g*x/b, x*(g/b), (x/b)*g and Mul(x, 1/b)*g all look alike;
   terms(v)     -> signed addends, seen through Add, Sub and Neg;
-  select(v)    -> (condition, branch when true, branch when false) for Where and for tf2onnx's
-                  arithmetic select Add(Mul(Cast(c), a), Mul(b, Cast(Not(c))));
+  select(v)    -> (condition, branch when true, branch when false) for Where, for tf2onnx's
+                  arithmetic select Add(Mul(Cast(c), a), Mul(b, Cast(Not(c)))), and for the sum
+                  u*select(c, A, 0) + v*select(c, 0, B) a Keras loss's gradient is;
   compare(v)   -> (lhs, relation, rhs) for Less/LessOrEqual/Greater/GreaterOrEqual and Not(...);
   uncast(v)    -> the float16/bfloat16 value a Cast-to-float32 widened, if any;
+  unary_narrowed(v, op) -> op's input, also through Cast<T>(op(Cast<float32>(x: T)));
   numel_of(v)  -> the tensor whose element count v computes at runtime (Size, ReduceProd(Shape)).
 Commutativity and association are therefore handled locally, per node, in time proportional to
 the size of the pattern. Every view records the nodes it walked, which become the match.
