@@ -2,7 +2,9 @@
 
 t is alpha*l1 and k is 1 + alpha*l2 (TensorFlow ApplyProximalGradientDescent). Forms accepted:
   clamp     Max(|p| - t, 0) | Relu(|p| - t) | Clip(|p| - t, min=0) (input or, before opset 11, attribute)
-  shrink    sign(p) * clamp,  or softshrink Where(|p| > t, p - sign(p)*t, p*0)
+            | Where(d <= 0, 0, d) (F.threshold) | min(max(d, 0), dtype max) (tf.clip_by_value)
+  shrink    sign(p) * clamp,  or softshrink Where(|p| > t, p - sign(p)*t, p*0) (0 for p*0 under
+            tf2onnx's arithmetic select); sign(p) also computed in float32 for a float16 p
   scaling   / k,  * (1/k) as a runtime reciprocal,  * constant,  or none (l2 = 0 folded away)
   update    var - alpha*delta,  var + delta*(-alpha),  Sub(var, Mul(delta, lr)) in any operand order
   scalars   constants (already folded into t and k), runtime alpha/l1/l2 visible as alpha*l1 and

@@ -5,9 +5,11 @@ the algebraic views):
   select    Where(|x| <  beta, K/beta * x * dout, K * sign(x) * dout)       PyTorch decomposition
             Where(|x| <= beta, ...)   both branches agree at |x| == beta
             Where(|x| >= beta, sign branch, x branch), Where(Not(c), ...)
-            tf2onnx's arithmetic select Add(Mul(Cast(c), a), Mul(b, Cast(Not(c))))
+            tf2onnx's arithmetic select Add(Mul(Cast(c), a), Mul(b, Cast(Not(c)))), also as the
+            Keras Huber gradient (two zero-padded selects summed)
+            a select without dout scaled afterwards: select(...) * dout [/ n]
   nested    Where(x < -beta, -K*dout, Where(x > beta, K*dout, K/beta * x * dout))   Huber style
-  clip      Clip(x/beta, -1, 1) * K * dout
+  clip      Clip(x/beta, -1, 1) * K * dout, also Min(Max(.)) or Max(Min(.)) with bounds -1 and 1
 K is norm * scale: 1/numel(predict) for mean (a constant equal to it, or Size/ReduceProd(Shape)
 computed at runtime), 1 for sum/none, and Huber's delta where the graph is huber_loss_backward.
 A missing Div (beta = 1) or Mul (K = 1) is simply a coefficient of 1.
