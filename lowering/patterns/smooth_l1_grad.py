@@ -10,6 +10,7 @@ the algebraic views):
             a select without dout scaled afterwards: select(...) * dout [/ n]
   nested    Where(x < -beta, -K*dout, Where(x > beta, K*dout, K/beta * x * dout))   Huber style
   clip      Clip(x/beta, -1, 1) * K * dout, also Min(Max(.)) or Max(Min(.)) with bounds -1 and 1
+  capped    sign(x) * (w + select(|x| <= d, n*c*min(|x|, d) - w, 0))   tf.compat.v1.losses.huber_loss
 K is norm * scale: 1/numel(predict) for mean (a constant equal to it, or Size/ReduceProd(Shape)
 computed at runtime), 1 for sum/none, and Huber's delta where the graph is huber_loss_backward.
 A missing Div (beta = 1) or Mul (K = 1) is simply a coefficient of 1.
@@ -37,15 +38,19 @@ _UNIT_BOUND = {"Min": 1.0, "Max": -1.0}  # clamp(y, -1, 1) = Min(y, 1) and Max(y
 # tf2onnx's arithmetic select: a Cast mask, up to five products and sums below the result (a
 # Keras loss's gradient masks each branch's upstream gradient before it scales the branch)
 _MASK_OPS, _TO_MASK = frozenset({"Cast"}), frozenset({"Add", "Mul", "Sum"})
+# tf.compat.v1.losses.huber_loss: Min(|x|, delta) and the sums and products down to its gradient
+_MIN_OPS, _TO_MIN = frozenset({"Min"}), frozenset({"Add", "Sum", "Mul", "Div", "Neg"})
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type in ("Mul", "Div"):
-        if not alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_unit_clamp):
-            return None
-        return _match_clip(alg, out)
+        if alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_unit_clamp):
+            return _match_clip(alg, out)
+        if alg.reaches(out, _MIN_OPS, _TO_MIN, 7, _caps_abs):
+            return _match_capped(alg, out)
+        return None
     if node.op_type == "Where":
         # every select form compares |x| or x = predict - label itself
         cmp = alg.compare(node.input[0])
@@ -240,6 +245,104 @@ def _match_clip(alg: Algebra, out: str) -> Match | None:
         rest = mono.without(name)
         return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes, arithmetic=False)
     return None
+
+
+def _caps_abs(index: GraphIndex, node: Node) -> bool:
+    """Min(|x|, constant): where tf.compat.v1.losses.huber_loss's gradient starts."""
+    producer = index.node_of(node.input[0]) if len(node.input) == 2 else None
+    return producer is not None and producer.op_type == "Abs" and index.scalar(node.input[1]) is not None
+
+
+def _match_capped(alg: Algebra, out: str) -> Match | None:
+    """The gradient of tf.compat.v1.losses.huber_loss, 0.5*q^2 + delta*(|x| - q), q = min(|x|, delta):
+        sign(x) * (w + select(|x| <= delta, n*c*min(|x|, delta) - w, 0))
+    which is w*sign(x) outside and n*c*|x|*sign(x) = n*c*x inside, a SmoothL1 gradient with beta =
+    delta when n*c = w/delta. Exact everywhere: the Min keeps the branch not taken finite, and NaN
+    in x gives NaN through the select's 0 mask."""
+    index = alg.index
+    mono = alg.monomial(out)
+    for name, exp in mono.factors.items():
+        sign = alg.unary_narrowed(name, "Sign") if exp == 1 else None
+        rest = None if sign is None else mono.without(name)
+        if rest is None or len(rest.factors) != 1 or list(rest.factors.values()) != [1]:
+            continue
+        x = sign[0]
+        total = next(iter(rest.factors))
+        shifted = _constant_plus(alg, total)  # w + select(...)
+        if shifted is None:
+            continue
+        w, value, shift_nodes = shifted
+        sel = alg.select(value)
+        if sel is None or not _is_zero_branch(alg, sel.when_false) or sel.when_true.coef != 1.0 or len(sel.when_true.factors) != 1:
+            continue
+        inner = _constant_plus(alg, next(iter(sel.when_true.factors)), repeated=True)  # n*M - w
+        cmp = alg.compare(sel.cond)
+        if inner is None or cmp is None or cmp.relation not in ("<", "<="):
+            continue
+        minus_w, (m, n), inner_nodes = inner
+        cap = _fold_uniform(alg, alg.monomial(m), x)  # c * Min(|x|, delta)
+        capped = alg.producer(next(iter(cap.factors)), "Min") if len(cap.factors) == 1 else None
+        if capped is None or alg.unary(capped[1].input[0], "Abs") != (x, index.producer[capped[1].input[0]]):
+            continue
+        delta = alg.scalar(capped[1].input[1])
+        if delta is None or cmp.lhs != capped[1].input[0] or alg.scalar(cmp.rhs) != delta:
+            continue
+        require(delta > 0, f"huber_loss with delta = {delta:g}")
+        require(close(minus_w, -w), "the gradient's constant terms do not cancel inside |x| <= delta")
+        require(_same_scale(alg, x, n * cap.coef, w / delta),
+                f"the |x| <= delta branch scales x by {n * cap.coef:g}, not by w/delta = {w / delta:g}")
+        nodes = (mono.nodes | sign[1] | shift_nodes | sel.nodes | sel.when_true.nodes | inner_nodes | cap.nodes
+                 | cmp.nodes | {capped[0], index.producer[capped[1].input[0]]})
+        return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), delta, nodes,
+                       arithmetic=False)
+    return None
+
+
+def _fold_uniform(alg: Algebra, mono: Monomial, like: str) -> Monomial:
+    """mono with its factors that are constants of one value everywhere (tf2onnx writes scalars
+    broadcast to full shape) folded into the coefficient, where they leave `like`'s shape as it is."""
+    vt = alg.index.type_of(like)
+    coef, factors = mono.coef, dict(mono.factors)
+    for name, exp in mono.factors.items():
+        c = alg.index.const(name)
+        if c is None or c.size == 0 or vt is None or vt.shape is None or not all(isinstance(d, int) for d in vt.shape):
+            continue
+        flat = c.reshape(-1)
+        try:
+            keeps_shape = np.broadcast_shapes(c.shape, tuple(vt.shape)) == tuple(vt.shape)
+        except ValueError:
+            keeps_shape = False
+        if keeps_shape and (flat == flat[0]).all() and float(flat[0]) != 0.0:
+            coef *= float(flat[0]) ** exp
+            del factors[name]
+    return Monomial(coef, factors, mono.nodes)
+
+
+def _constant_plus(alg: Algebra, value: str, repeated: bool = False):
+    """(w, v, nodes) when value = Add/Sum(uniform constant w, v); with `repeated`, (w, (v, n), nodes)
+    when value = Sum(v, ..., v (n times), w)."""
+    found = alg.producer(value, "Add", "Sum")
+    if found is None:
+        return None
+    i, node = found
+    consts = [c for c in (alg.index.const(v) for v in node.input) if c is not None]
+    others = [v for v in node.input if alg.index.const(v) is None]
+    if len(consts) != 1 or consts[0].size == 0 or not (consts[0] == consts[0].reshape(-1)[0]).all() or not others:
+        return None
+    w = float(consts[0].reshape(-1)[0])
+    if repeated:
+        return (w, (others[0], len(others)), {i}) if len(set(others)) == 1 else None
+    return (w, others[0], {i}) if len(others) == 1 else None
+
+
+def _is_zero_branch(alg: Algebra, mono: Monomial) -> bool:
+    """A select branch that is all zeros: 0 folded into the coefficient, or a zeros tensor."""
+    if mono.coef == 0.0 and not mono.factors:
+        return True
+    if len(mono.factors) != 1 or list(mono.factors.values()) != [1]:
+        return False
+    zeros = alg.index.const(next(iter(mono.factors)))
+    return zeros is not None and zeros.size > 0 and not zeros.any()
 
 
 def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: float,

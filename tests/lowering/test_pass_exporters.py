@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from fixture_manifests import KNOWN_GAPS, manifest_entries
+from fixture_manifests import manifest_entries
 from pass_numerics import assert_same, fused_nodes, golden_of, half_graph_bound_ok, precision_ok, run_ort
 
 import lowering
@@ -70,11 +70,7 @@ def _computes_in_half(model: onnx.ModelProto, node: onnx.NodeProto, dtype: np.dt
     return not all(n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.FLOAT for n in users)
 
 
-FIXTURES = [pytest.param(e, id=Path(e["file"]).stem, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[stem]))
-            if (stem := Path(e["file"]).stem) in KNOWN_GAPS else pytest.param(e, id=stem) for e in MANIFEST]
-
-
-@pytest.mark.parametrize("entry", FIXTURES)
+@pytest.mark.parametrize("entry", MANIFEST, ids=[Path(e["file"]).stem for e in MANIFEST])
 def test_exporter_fixture(entry: dict) -> None:
     model = onnx.load(str(ROOT / entry["file"]))
     fused, report = lowering.fuse(model)

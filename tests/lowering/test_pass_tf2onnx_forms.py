@@ -208,3 +208,53 @@ def test_scaling_that_cannot_join_leaves_the_select_fused_alone(case: str) -> No
     feeds = _feeds(model, np.random.default_rng())
     for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
         assert_same(before, after)
+
+
+def _v1_huber(delta: float, w: float, c: float, minus_w: float | None = None, compare: str = "LessOrEqual",
+              compared: float | None = None) -> onnx.ModelProto:
+    """The gradient of tf.compat.v1.losses.huber_loss through tf2onnx:
+    sign(x) * Sum(w, select(|x| <= delta, Sum(M, M, -w), 0)), M = c * Min(|x|, delta), every
+    constant a full-shape tensor of one value."""
+    nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Abs", ["x"], ["a"]),
+             h.make_node(compare, ["a", "cmp_delta"], ["le"]), *_mask_pair("le", "m"),
+             h.make_node("Min", ["a", "delta"], ["q"]), h.make_node("Mul", ["q", "c"], ["cq"]),
+             h.make_node("Sum", ["cq", "cq", "minus_w"], ["inner"]), h.make_node("Mul", ["m_t", "inner"], ["in_t"]),
+             h.make_node("Mul", ["m_f", "zeros"], ["in_f"]), h.make_node("Add", ["in_t", "in_f"], ["sel"]),
+             h.make_node("Sum", ["sel", "w"], ["total"]), h.make_node("Sign", ["x"], ["s"]),
+             h.make_node("Mul", ["total", "s"], ["grad"])]
+    consts = {"delta": delta, "cmp_delta": delta if compared is None else compared, "c": np.full(SHAPE, c),
+              "minus_w": np.full(SHAPE, -w if minus_w is None else minus_w), "zeros": np.zeros(SHAPE),
+              "w": np.full(SHAPE, w)}
+    return _model(nodes, ["p", "t"], "grad", consts)
+
+
+@pytest.mark.parametrize("delta, w", [(1.0, 1 / 32), (2.0, 2.0), (0.5, 0.25)])
+def test_v1_huber_loss_gradient_fuses(delta: float, w: float) -> None:
+    """sign(x) * (w + [|x| <= d] * (2c*min(|x|, d) - w)) = w/d * x inside, w * sign(x) outside."""
+    report = _fuses_exactly(_v1_huber(delta, w, c=w / delta / 2), "SmoothL1LossGradV2")
+    fusion, = report.fusions
+    assert fusion.pattern == "smooth_l1_grad/capped" and fusion.attributes["sigma"] == delta
+    assert not fusion.caveats  # the Min keeps the branch not taken finite: exact for inf and NaN too
+
+
+def test_v1_huber_loss_gradient_is_exact_at_infinity_and_nan() -> None:
+    model = _v1_huber(1.0, 0.5, c=0.25)
+    fused, _ = lowering.fuse(model)
+    p = np.array([np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, 0.0, 3.0] * 4, np.float32).reshape(SHAPE)
+    feeds = {"p": p, "t": np.zeros(SHAPE, np.float32)}
+    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
+    assert_same(before, after)
+    node, = fused_nodes(fused)
+    ok, detail = precision_ok(before, golden_of(fused, node, feeds), before.dtype)
+    assert ok, detail
+
+
+@pytest.mark.parametrize("case", ["constants-do-not-cancel", "wrong-scale", "other-threshold"])
+def test_v1_huber_relatives_are_not_fused(case: str) -> None:
+    if case == "constants-do-not-cancel":
+        model = _v1_huber(1.0, 0.5, c=0.25, minus_w=-0.4)
+    elif case == "wrong-scale":
+        model = _v1_huber(1.0, 0.5, c=0.3)
+    else:
+        model = _v1_huber(1.0, 0.5, c=0.25, compared=0.8)
+    _not_fused(model)
