@@ -314,6 +314,11 @@ def sl1_cases() -> list[Case]:
                   sl1_signature(go="none"), 13, "smooth_l1_grad", [sl1(2.0, "sum", 1.0, scale=2.0)],
                   "tf.compat.v1.losses.huber_loss(delta=2, reduction=SUM): " + v1_form + " W = 2 = -W', "
                   "Cw = 0.5. Reduction 'sum', scale=delta=2, dout 1."))
+    c.append(Case("sl1_v1_huber_none_d1_f32_op13.onnx", v1_huber_grad(reduction.NONE, 1.0),
+                  sl1_signature(go="none"), 13, "smooth_l1_grad", [sl1(1.0, "sum", 1.0)],
+                  "tf.compat.v1.losses.huber_loss(delta=1, reduction=NONE), the tape summing the per-element "
+                  "losses (as the TF object detection API's box loss does before its own sums): " + v1_form +
+                  " W = 1 = -W', Cw = 0.5: dout 1 on every element."))
 
     hand_form = ("Mul(Add(Mul(Cast(Less(Abs(x),0.5)), Mul(x,2)), Mul(Sign(x), Cast(Not(Less)))), Mul(go,0.05)): "
                  "grappler turned x/0.5 into Mul(x,2) and go/numel (numel folded to 20) into Mul(go,0.05).")
