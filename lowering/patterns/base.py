@@ -9,8 +9,8 @@ from typing import Callable, Union
 import numpy as np
 import onnx
 
-from ..algebra import Algebra
-from ..graph import FLOAT_TYPES, GraphIndex
+from ..algebra import Algebra, Monomial
+from ..graph import FLOAT_TYPES, GraphIndex, attr, tensor_value
 
 Input = Union[str, np.ndarray]  # an existing value, or a new constant the fusion must create
 
@@ -106,3 +106,76 @@ def absorb_casts(alg: Algebra, output: str, tensors: list[str]) -> tuple[str, li
         sources.append(found[0])
         casts.add(found[1])
     return cast.output[0], sources, {ci}, casts, target
+
+
+def single_factor(mono: Monomial) -> str | None:
+    """The one runtime value of a monomial that is exactly that value, else None."""
+    if mono.coef != 1.0 or len(mono.factors) != 1:
+        return None
+    (name, exp), = mono.factors.items()
+    return name if exp == 1 else None
+
+
+def zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] | None:
+    """Nodes computing value when it is all zeros: none for a constant, ConstantOfShape(shape)
+    or Expand(0, shape) for torch.zeros_like, shape = Shape(s) or its folded constant; None when
+    value is not known to be zero or, given `like`, when it could broadcast `like` to a larger shape."""
+    index = alg.index
+    zero = index.const(value)
+    nodes: set[int] = set()
+    shape_of: tuple[int, ...] | str | None = None  # what the zeros' shape is known to be
+    if zero is not None:
+        shape_of = zero.shape
+    else:
+        found = alg.producer(value, "ConstantOfShape", "Expand")
+        if found is None:
+            return None
+        i, node = found
+        if node.op_type == "Expand":
+            zero = index.const(node.input[0]) if len(node.input) == 2 else None
+            if zero is None or zero.ndim:
+                return None
+        else:
+            fill = attr(node, "value")
+            zero = np.zeros(1) if fill is None else tensor_value(fill)
+        nodes.add(i)
+        dims = index.const(node.input[-1])
+        if dims is not None:
+            shape_of = tuple(int(d) for d in dims.reshape(-1))
+        elif (shape := alg.producer(node.input[-1], "Shape")) is not None:
+            nodes.add(shape[0])
+            if not attr(shape[1], "start") and attr(shape[1], "end") is None:
+                shape_of = shape[1].input[0]
+    all_zero = zero.item() == 0 if zero.size == 1 else zero.size > 0 and not np.any(zero != 0)
+    if not all_zero:
+        return None
+    if like is not None and not _within_shape(index, shape_of, like):
+        return None
+    return nodes
+
+
+def _within_shape(index: GraphIndex, shape_of: tuple[int, ...] | str | None, like: str) -> bool:
+    """Whether zeros of shape `shape_of` (dims, or the shape of a named value) leave `like`'s
+    shape as it is when broadcast against it."""
+    if isinstance(shape_of, str):
+        return shape_of == like or same_shape(index, shape_of, like)
+    if shape_of is None:
+        return False
+    if not shape_of:
+        return True
+    vt = index.type_of(like)
+    if vt is None or vt.shape is None or not all(isinstance(d, int) for d in vt.shape):
+        return False
+    try:
+        return np.broadcast_shapes(shape_of, vt.shape) == tuple(vt.shape)
+    except ValueError:
+        return False
+
+
+def zero_branch(alg: Algebra, mono: Monomial) -> set[int] | None:
+    """The nodes computing a select branch that is all zeros (a 0 folded into the coefficient,
+    or a zeros tensor), else None."""
+    if mono.coef == 0.0 and not mono.factors:
+        return set(mono.nodes)
+    zero = single_factor(mono)
+    return None if zero is None else zero_nodes(alg, zero)

@@ -19,9 +19,9 @@ import onnx
 
 from ..algebra import Algebra, Monomial
 from ..fused_ops import PROXIMAL_GD
-from ..graph import GraphIndex, Node, attr, tensor_value
+from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
-                   shapes_differ)
+                   shapes_differ, single_factor, zero_branch, zero_nodes)
 
 FAMILY = "proximal_gd"
 _SHRINK_OPS = frozenset({"Sign", "Where"})
@@ -143,7 +143,7 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
         if len(node.input) != 2:
             return None
         for d, z in (node.input, node.input[::-1]):
-            zero = _zero_nodes(alg, z, like=d)
+            zero = zero_nodes(alg, z, like=d)
             if zero is None:
                 continue
             capped = alg.producer(d, "Min")
@@ -171,72 +171,16 @@ def _where_clamp(alg: Algebra, i: int, node) -> tuple[str, set[int], str] | None
     writes it. NaN fails the comparison and selects d, as in Max(d, 0); the mirrored
     Where(d > 0, d, 0) sends NaN to 0 instead, and is refused."""
     cmp = alg.compare(node.input[0])
-    if cmp is None or _zero_nodes(alg, cmp.rhs) is None:
+    if cmp is None or zero_nodes(alg, cmp.rhs) is None:
         return None
     low = cmp.relation in ("<", "<=")
     zero, d = (node.input[1], node.input[2]) if low else (node.input[2], node.input[1])
-    zero_nodes = _zero_nodes(alg, zero, like=d)
-    if d != cmp.lhs or zero_nodes is None:
+    zeros = zero_nodes(alg, zero, like=d)
+    if d != cmp.lhs or zeros is None:
         return None
     if not low:
         raise NoMatch(f"max(d, 0) written as Where(d {cmp.relation} 0, d, 0): NaN in d gives 0 there and NaN in the fused op")
-    return d, {i} | cmp.nodes | zero_nodes, "where"
-
-
-def _zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] | None:
-    """Nodes computing value when it is all zeros: none for a constant, ConstantOfShape(shape)
-    or Expand(0, shape) for torch.zeros_like, shape = Shape(s) or its folded constant; None when
-    value is not known to be zero or, given `like`, when it could broadcast `like` to a larger shape."""
-    index = alg.index
-    zero = index.const(value)
-    nodes: set[int] = set()
-    shape_of: tuple[int, ...] | str | None = None  # what the zeros' shape is known to be
-    if zero is not None:
-        shape_of = zero.shape
-    else:
-        found = alg.producer(value, "ConstantOfShape", "Expand")
-        if found is None:
-            return None
-        i, node = found
-        if node.op_type == "Expand":
-            zero = index.const(node.input[0]) if len(node.input) == 2 else None
-            if zero is None or zero.ndim:
-                return None
-        else:
-            fill = attr(node, "value")
-            zero = np.zeros(1) if fill is None else tensor_value(fill)
-        nodes.add(i)
-        dims = index.const(node.input[-1])
-        if dims is not None:
-            shape_of = tuple(int(d) for d in dims.reshape(-1))
-        elif (shape := alg.producer(node.input[-1], "Shape")) is not None:
-            nodes.add(shape[0])
-            if not attr(shape[1], "start") and attr(shape[1], "end") is None:
-                shape_of = shape[1].input[0]
-    all_zero = zero.item() == 0 if zero.size == 1 else zero.size > 0 and not np.any(zero != 0)
-    if not all_zero:
-        return None
-    if like is not None and not _within_shape(index, shape_of, like):
-        return None
-    return nodes
-
-
-def _within_shape(index: GraphIndex, shape_of: tuple[int, ...] | str | None, like: str) -> bool:
-    """Whether zeros of shape `shape_of` (dims, or the shape of a named value) leave `like`'s
-    shape as it is when broadcast against it."""
-    if isinstance(shape_of, str):
-        return shape_of == like or same_shape(index, shape_of, like)
-    if shape_of is None:
-        return False
-    if not shape_of:
-        return True
-    vt = index.type_of(like)
-    if vt is None or vt.shape is None or not all(isinstance(d, int) for d in vt.shape):
-        return False
-    try:
-        return np.broadcast_shapes(shape_of, vt.shape) == tuple(vt.shape)
-    except ValueError:
-        return False
+    return d, {i} | cmp.nodes | zeros, "where"
 
 
 def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[int]] | None:
@@ -275,16 +219,16 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     if absp is None:
         return None
     p, t = absp[0], cmp.rhs
-    zero_nodes: set[int] = set()
+    zeros: set[int] = set()
     if inside.coef != 0.0 or dict(inside.factors) != {p: 1}:
         # 0 instead of p*0: a Where sends NaN in p to that 0; tf2onnx's arithmetic select
         # multiplies the other branch by a 0 mask instead, which keeps NaN as the fused op does
-        zero_nodes = _zero_branch(alg, inside)
-        if zero_nodes is None:
+        zeros = zero_branch(alg, inside)
+        if zeros is None:
             return None
         if not sel.arithmetic:
             raise NoMatch("softshrink with 0, not p*0, where |p| <= t: NaN in p gives 0 there and NaN in the fused op")
-    moved = _single(outside)
+    moved = single_factor(outside)
     terms, tnodes = alg.terms(moved) if moved is not None else ([], set())
     if sorted(s for s, _ in terms) != [-1, 1] or (1, p) not in terms:
         return None
@@ -302,7 +246,7 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
         raise NoMatch(f"softshrink shifts p by {shift_mono.coef:.9g} but compares |p| with {t_const:.9g}"
                       if t_const is not None else "softshrink shifts p by a constant times its threshold")
     nodes = (sel.nodes | cmp.nodes | {absp[1], alg.unary(sign, "Sign")[1]} | inside.nodes | outside.nodes
-             | tnodes | shift_mono.nodes | alg.widening_casts(cmp.lhs) | zero_nodes)
+             | tnodes | shift_mono.nodes | alg.widening_casts(cmp.lhs) | zeros)
     return p, t, nodes
 
 
@@ -321,28 +265,12 @@ def _two_where_shrink(alg: Algebra, value: str) -> bool:
     for side in found[1].input:
         where = alg.producer(side, "Where")
         cmp = None if where is None else alg.compare(where[1].input[0])
-        if cmp is None or cmp.relation not in (">", "<") or _zero_nodes(alg, where[1].input[2]) is None:
+        if cmp is None or cmp.relation not in (">", "<") or zero_nodes(alg, where[1].input[2]) is None:
             return False
         if (1, cmp.lhs) not in alg.terms(where[1].input[1])[0]:
             return False
         compared[cmp.relation] = cmp.lhs
     return len(compared) == 2 and compared[">"] == compared["<"]
-
-
-def _zero_branch(alg: Algebra, mono: Monomial) -> set[int] | None:
-    """The nodes computing a select branch that is all zeros (a 0 folded into the coefficient,
-    or a zeros tensor), else None."""
-    if mono.coef == 0.0 and not mono.factors:
-        return set(mono.nodes)
-    zero = _single(mono)
-    return None if zero is None else _zero_nodes(alg, zero)
-
-
-def _single(mono: Monomial) -> str | None:
-    if mono.coef != 1.0 or len(mono.factors) != 1:
-        return None
-    (name, exp), = mono.factors.items()
-    return name if exp == 1 else None
 
 
 def _update(alg: Algebra, p: str):

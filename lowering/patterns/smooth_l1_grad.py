@@ -25,7 +25,7 @@ from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
-                   shapes_differ)
+                   shapes_differ, single_factor, zero_branch)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -158,7 +158,7 @@ def _side(alg: Algebra, cmp: Comparison) -> tuple[str, float] | None:
 def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
     x = alg.widened(cmp.lhs)
     outer = _side(alg, cmp)
-    inner_value = _single_factor(sel.when_false)
+    inner_value = single_factor(sel.when_false)
     if outer is None or inner_value is None:
         return None
     inner_sel = alg.select(inner_value)
@@ -185,13 +185,6 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
              | inner_sel.when_false.nodes | alg.widening_casts(cmp.lhs) | alg.widening_casts(inner_cmp.lhs))
     rest = Monomial(high.coef, high.factors, high.nodes)
     return _finish(alg, form, out, x, rest, beta, nodes, arithmetic=sel.arithmetic or inner_sel.arithmetic)
-
-
-def _single_factor(mono: Monomial) -> str | None:
-    if mono.coef != 1.0 or len(mono.factors) != 1:
-        return None
-    (name, exp), = mono.factors.items()
-    return name if exp == 1 else None
 
 
 def _clip_bounds(alg: Algebra, node: onnx.NodeProto) -> tuple[float | None, float | None]:
@@ -273,7 +266,7 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
             continue
         w, value, shift_nodes = shifted
         sel = alg.select(value)
-        if sel is None or not _is_zero_branch(alg, sel.when_false) or sel.when_true.coef != 1.0 or len(sel.when_true.factors) != 1:
+        if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 or len(sel.when_true.factors) != 1:
             continue
         inner = _constant_plus(alg, next(iter(sel.when_true.factors)), repeated=True)  # n*M - w
         cmp = alg.compare(sel.cond)
@@ -333,16 +326,6 @@ def _constant_plus(alg: Algebra, value: str, repeated: bool = False):
     if repeated:
         return (w, (others[0], len(others)), {i}) if len(set(others)) == 1 else None
     return (w, others[0], {i}) if len(others) == 1 else None
-
-
-def _is_zero_branch(alg: Algebra, mono: Monomial) -> bool:
-    """A select branch that is all zeros: 0 folded into the coefficient, or a zeros tensor."""
-    if mono.coef == 0.0 and not mono.factors:
-        return True
-    if len(mono.factors) != 1 or list(mono.factors.values()) != [1]:
-        return False
-    zeros = alg.index.const(next(iter(mono.factors)))
-    return zeros is not None and zeros.size > 0 and not zeros.any()
 
 
 def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: float,
