@@ -22,8 +22,10 @@ from runtime.diff_cli import add_input_options, run_diff, run_verify
 from .api import fuse_loaded
 from .errors import LoweringError
 from .loading import load, save
+from .report import more_line
 
 MARKER = ".lower-output"  # marks a directory `lower` wrote, which it may overwrite on a re-run
+SUMMARY_LIMIT = 20  # fusions, near misses and kernels listed on the terminal, each
 
 DESCRIPTION = """\
 Find SmoothL1-loss-backward and proximal-gradient-descent subgraphs in an ONNX model, fuse each
@@ -148,9 +150,11 @@ def run_lower(args: argparse.Namespace) -> int:
                 kernels=[k.report() for k in kernels])
     _write_text(outdir / "report.json", json.dumps(data, indent=2) + "\n")
     if not args.quiet:
-        print(report.summary())
-        for k in kernels:
+        print(report.summary(limit=SUMMARY_LIMIT))
+        for k in kernels[:SUMMARY_LIMIT]:
             print(f"  kernel   {k.file_stem} ({k.kernel.op_type}, {k.kernel.dtype}) for {len(k.nodes)} node(s)")
+        for line in more_line(len(kernels), SUMMARY_LIMIT, "kernels"):
+            print(line)
         written = f" and {len(kernels)} kernel project(s) in {kernels_dir}" if kernels else ""
         print(f"wrote {fused_path}, {outdir / 'report.json'}{written}")
     if args.verify:

@@ -50,14 +50,25 @@ class FusionReport:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
-    def summary(self) -> str:
+    def summary(self, limit: int | None = None) -> str:
+        """The counts, then each fusion and each near miss; `limit` caps how many of each are
+        listed (a big model has thousands; report.json has them all)."""
         lines = [f"{self.nodes_before} nodes -> {self.nodes_after} nodes; "
                  f"{len(self.fusions)} fused, {len(self.rejections)} near-matches not fused"]
-        for f in self.fusions:
+        for f in self.fusions[:limit]:
             attrs = ", ".join(f"{k}={v}" for k, v in f.attributes.items())
             lines.append(f"  fused    {f.node}: {f.op_type}({attrs}) [{f.dtype}] "
                          f"from {len(f.replaced_nodes)} nodes ({f.pattern})")
             lines.extend(f"           note: {c}" for c in f.caveats)
-        for r in self.rejections:
+        lines += more_line(len(self.fusions), limit, "fusions")
+        for r in self.rejections[:limit]:
             lines.append(f"  skipped  {r.anchor} ({r.op_type}, {r.pattern}): {r.reason}")
+        lines += more_line(len(self.rejections), limit, "near-matches")
         return "\n".join(lines)
+
+
+def more_line(total: int, limit: int | None, what: str) -> list[str]:
+    """The line that says how many a capped listing left out (none when it left nothing out)."""
+    if limit is None or total <= limit:
+        return []
+    return [f"  ... and {total - limit} more {what} (all in report.json)"]

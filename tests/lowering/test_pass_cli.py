@@ -11,11 +11,12 @@ import numpy as np
 import onnx
 import onnx_ir
 import pytest
-from pass_forms import PGD, SL1, pgd, sl1
+from pass_forms import PGD, SL1, G, pgd, sl1, splice
 from pass_numerics import assert_same, fused_nodes, make_feeds, run_ort
 
 import lowering
-from lowering.cli import main
+from lowering.cli import SUMMARY_LIMIT, main
+from lowering.report import FusionReport, Rejection
 
 
 def _save(model: onnx.ModelProto, path: Path) -> Path:
@@ -303,3 +304,26 @@ def test_verify_and_diff_pass_on_a_lowered_model(tmp_path: Path, capsys) -> None
                            "--json", str(tmp_path / "diff.json")], capsys)
     assert code == 0, out + err
     assert json.loads((tmp_path / "diff.json").read_text())
+
+
+def test_terminal_summary_of_a_big_model_is_capped(tmp_path: Path, capsys) -> None:
+    """Thousands of fusions would bury the terminal; report.json keeps every one."""
+    g = G()
+    count = SUMMARY_LIMIT + 5
+    for k in range(count):
+        g.output(splice(g, sl1(beta=0.5), {}, f"m{k}_")[sl1().graph.output[0].name])
+    path = tmp_path / "many.onnx"
+    onnx.save(g.model(), str(path))
+    code, out, err = _run([str(path), "--target", "ascend950", "-o", str(tmp_path / "out"), "--emit", "onnx"], capsys)
+    assert code == 0, err
+    assert sum(line.startswith("  fused ") for line in out.splitlines()) == SUMMARY_LIMIT
+    assert "  ... and 5 more fusions (all in report.json)" in out
+    assert len(json.loads((tmp_path / "out" / "report.json").read_text())["fusions"]) == count
+
+
+def test_summary_limit_caps_near_misses_too() -> None:
+    report = FusionReport(rejections=[Rejection("smooth_l1_grad", f"n{k}", "Where", "why") for k in range(7)])
+    lines = report.summary(limit=3).splitlines()
+    assert sum(line.startswith("  skipped") for line in lines) == 3
+    assert lines[-1] == "  ... and 4 more near-matches (all in report.json)"
+    assert "more" not in report.summary()
