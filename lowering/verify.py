@@ -19,15 +19,16 @@ from .errors import LoweringError
 from .graph import Node
 
 
-def _check_order(where: str, defined: set[str], nodes: Iterable[onnx.NodeProto]) -> None:
+def _check_order(defined: set[str], nodes: Iterable[Node | onnx.NodeProto], prefix: str = "") -> None:
+    """Every value is defined once, before it is read; `prefix` leads each message."""
     for node in nodes:
         for name in node.input:
             if name and name not in defined:
-                raise LoweringError(f"internal error: in {where}, {_label(node)} reads {name} before it is defined")
+                raise LoweringError(f"{prefix}{_label(node)} reads {name} before it is defined")
         for name in node.output:
             if name in defined:
-                raise LoweringError(f"internal error: in {where}, {name} is defined twice (again by {_label(node)})")
-            if name:
+                raise LoweringError(f"{prefix}{name} is defined twice (again by {_label(node)})")
+            if name:  # an optional output left out
                 defined.add(name)
 
 
@@ -35,16 +36,7 @@ def check_input_order(nodes: list[Node], defined_outside: Iterable[str]) -> None
     """What the pass relies on to terminate, for a model the checker has not accepted yet (it
     runs in the background, lowering.loading.BackgroundCheck): every value is defined once,
     before it is read, so every walk over producers ends. Raises LoweringError otherwise."""
-    defined = set(defined_outside)
-    for node in nodes:
-        for name in node.input:
-            if name and name not in defined:
-                raise LoweringError(f"{_label(node)} reads {name} before it is defined")
-        for name in node.output:
-            if name in defined:
-                raise LoweringError(f"{name} is defined twice (again by {_label(node)})")
-            if name:  # an optional output left out
-                defined.add(name)
+    _check_order(set(defined_outside), nodes)
 
 
 def _label(node: Node | onnx.NodeProto) -> str:
@@ -102,7 +94,7 @@ def check_replacements(replacement: dict[int, Node], producer: dict[str, int], f
 
 def check_function(function: onnx.FunctionProto) -> None:
     where = f"function {function.domain}::{function.name} ({function.overload})"
-    _check_order(where, set(function.input), function.node)
+    _check_order(set(function.input), function.node, f"internal error: in {where}, ")
     missing = [name for name in function.output if name not in {o for n in function.node for o in n.output}]
     if missing:
         raise LoweringError(f"internal error: {where} does not compute {missing[0]}")
