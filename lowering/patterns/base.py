@@ -149,14 +149,14 @@ def zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] | 
     all_zero = zero.item() == 0 if zero.size == 1 else zero.size > 0 and not np.any(zero != 0)
     if not all_zero:
         return None
-    if like is not None and not _within_shape(index, shape_of, like):
+    if like is not None and not within_shape(index, shape_of, like):
         return None
     return nodes
 
 
-def _within_shape(index: GraphIndex, shape_of: tuple[int, ...] | str | None, like: str) -> bool:
-    """Whether zeros of shape `shape_of` (dims, or the shape of a named value) leave `like`'s
-    shape as it is when broadcast against it."""
+def within_shape(index: GraphIndex, shape_of: tuple[int, ...] | str | None, like: str) -> bool:
+    """Whether a constant (zeros, a uniform value) of shape `shape_of` (dims, or the shape of a
+    named value) leaves `like`'s shape as it is when broadcast against it."""
     if isinstance(shape_of, str):
         return shape_of == like or same_shape(index, shape_of, like)
     if shape_of is None:

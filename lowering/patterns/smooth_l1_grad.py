@@ -25,7 +25,7 @@ from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
-                   shapes_differ, single_factor, zero_branch)
+                   shapes_differ, single_factor, within_shape, zero_branch)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -261,14 +261,14 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
             continue
         x = sign[0]
         total = next(iter(rest.factors))
-        shifted = _constant_plus(alg, total)  # w + select(...)
+        shifted = _constant_plus(alg, total, x)  # w + select(...)
         if shifted is None:
             continue
         w, value, shift_nodes = shifted
         sel = alg.select(value)
         if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 or len(sel.when_true.factors) != 1:
             continue
-        inner = _constant_plus(alg, next(iter(sel.when_true.factors)), repeated=True)  # n*M - w
+        inner = _constant_plus(alg, next(iter(sel.when_true.factors)), x, repeated=True)  # n*M - w
         cmp = alg.compare(sel.cond)
         if inner is None or cmp is None or cmp.relation not in ("<", "<="):
             continue
@@ -291,38 +291,39 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
     return None
 
 
+def _uniform_value(alg: Algebra, name: str, like: str) -> float | None:
+    """The value of a constant that holds one value everywhere (tf2onnx writes scalars broadcast
+    to full shape), when broadcasting it leaves `like`'s shape as it is."""
+    c = alg.index.const(name)
+    if c is None or c.size == 0 or not within_shape(alg.index, c.shape, like):
+        return None
+    flat = c.reshape(-1)
+    return float(flat[0]) if (flat == flat[0]).all() else None
+
+
 def _fold_uniform(alg: Algebra, mono: Monomial, like: str) -> Monomial:
-    """mono with its factors that are constants of one value everywhere (tf2onnx writes scalars
-    broadcast to full shape) folded into the coefficient, where they leave `like`'s shape as it is."""
-    vt = alg.index.type_of(like)
+    """mono with its uniform constant factors (_uniform_value) folded into the coefficient."""
     coef, factors = mono.coef, dict(mono.factors)
     for name, exp in mono.factors.items():
-        c = alg.index.const(name)
-        if c is None or c.size == 0 or vt is None or vt.shape is None or not all(isinstance(d, int) for d in vt.shape):
-            continue
-        flat = c.reshape(-1)
-        try:
-            keeps_shape = np.broadcast_shapes(c.shape, tuple(vt.shape)) == tuple(vt.shape)
-        except ValueError:
-            keeps_shape = False
-        if keeps_shape and (flat == flat[0]).all() and float(flat[0]) != 0.0:
-            coef *= float(flat[0]) ** exp
+        value = _uniform_value(alg, name, like)
+        if value is not None and value != 0.0:
+            coef *= value ** exp
             del factors[name]
     return Monomial(coef, factors, mono.nodes)
 
 
-def _constant_plus(alg: Algebra, value: str, repeated: bool = False):
+def _constant_plus(alg: Algebra, value: str, like: str, repeated: bool = False):
     """(w, v, nodes) when value = Add/Sum(uniform constant w, v); with `repeated`, (w, (v, n), nodes)
-    when value = Sum(v, ..., v (n times), w)."""
+    when value = Sum(v, ..., v (n times), w). w must leave `like`'s shape as it is."""
     found = alg.producer(value, "Add", "Sum")
     if found is None:
         return None
     i, node = found
-    consts = [c for c in (alg.index.const(v) for v in node.input) if c is not None]
-    others = [v for v in node.input if alg.index.const(v) is None]
-    if len(consts) != 1 or consts[0].size == 0 or not (consts[0] == consts[0].reshape(-1)[0]).all() or not others:
+    consts = [v for v in node.input if alg.index.const(v) is not None]
+    others = [v for v in node.input if v not in consts]
+    w = _uniform_value(alg, consts[0], like) if len(consts) == 1 and others else None
+    if w is None:
         return None
-    w = float(consts[0].reshape(-1)[0])
     if repeated:
         return (w, (others[0], len(others)), {i}) if len(set(others)) == 1 else None
     return (w, others[0], {i}) if len(others) == 1 else None

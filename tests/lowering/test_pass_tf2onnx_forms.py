@@ -211,7 +211,7 @@ def test_scaling_that_cannot_join_leaves_the_select_fused_alone(case: str) -> No
 
 
 def _v1_huber(delta: float, w: float, c: float, minus_w: float | None = None, compare: str = "LessOrEqual",
-              compared: float | None = None) -> onnx.ModelProto:
+              compared: float | None = None, w_shape: tuple[int, ...] = SHAPE) -> onnx.ModelProto:
     """The gradient of tf.compat.v1.losses.huber_loss through tf2onnx:
     sign(x) * Sum(w, select(|x| <= delta, Sum(M, M, -w), 0)), M = c * Min(|x|, delta), every
     constant a full-shape tensor of one value."""
@@ -224,8 +224,13 @@ def _v1_huber(delta: float, w: float, c: float, minus_w: float | None = None, co
              h.make_node("Mul", ["total", "s"], ["grad"])]
     consts = {"delta": delta, "cmp_delta": delta if compared is None else compared, "c": np.full(SHAPE, c),
               "minus_w": np.full(SHAPE, -w if minus_w is None else minus_w), "zeros": np.zeros(SHAPE),
-              "w": np.full(SHAPE, w)}
-    return _model(nodes, ["p", "t"], "grad", consts)
+              "w": np.full(w_shape, w)}
+    model = _model(nodes, ["p", "t"], "grad", consts)
+    if w_shape != SHAPE:  # the sum broadcasts the gradient to w's shape
+        model.graph.output[0].type.tensor_type.shape.Clear()
+        for d in w_shape:
+            model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = d
+    return model
 
 
 @pytest.mark.parametrize("delta, w", [(1.0, 1 / 32), (2.0, 2.0), (0.5, 0.25)])
@@ -249,9 +254,11 @@ def test_v1_huber_loss_gradient_is_exact_at_infinity_and_nan() -> None:
     assert ok, detail
 
 
-@pytest.mark.parametrize("case", ["constants-do-not-cancel", "wrong-scale", "other-threshold"])
+@pytest.mark.parametrize("case", ["constants-do-not-cancel", "wrong-scale", "other-threshold", "w-broadcasts-x"])
 def test_v1_huber_relatives_are_not_fused(case: str) -> None:
-    if case == "constants-do-not-cancel":
+    if case == "w-broadcasts-x":  # the kernel's output has predict's shape, the graph's is larger
+        model = _v1_huber(1.0, 0.5, c=0.25, w_shape=(2, *SHAPE))
+    elif case == "constants-do-not-cancel":
         model = _v1_huber(1.0, 0.5, c=0.25, minus_w=-0.4)
     elif case == "wrong-scale":
         model = _v1_huber(1.0, 0.5, c=0.3)
