@@ -28,6 +28,17 @@ def assert_same(before: np.ndarray, after: np.ndarray) -> None:
     np.testing.assert_array_equal(widen(np.asarray(before)), widen(np.asarray(after)))
 
 
+def assert_runs_as_fused(model: onnx.ModelProto, fused: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    """The fused model gives what the original does (its one fused node's body is the matched
+    subgraph), and that node, whose output is the graph's, meets the precision standard against
+    the float64 formula applied to its own inputs and attributes."""
+    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
+    assert_same(before, after)
+    node, = fused_nodes(fused)
+    ok, detail = precision_ok(before, golden_of(fused, node, feeds), before.dtype)
+    assert ok, detail
+
+
 def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """onnxruntime with graph optimizations off; bfloat16 goes in as OrtValues and comes out
     through an exact Cast to float32, since onnxruntime's numpy bridge has no bfloat16."""

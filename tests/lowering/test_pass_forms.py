@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import pytest
 from pass_forms import BF, PGD, SL1, F, H, pgd, sl1
-from pass_numerics import assert_same, fused_nodes, golden_of, make_feeds, precision_ok, run_ort
+from pass_numerics import assert_runs_as_fused, assert_same, fused_nodes, golden_of, make_feeds, precision_ok, run_ort
 
 import lowering
 from lowering.fused_ops import DOMAIN, OP_SPECS
@@ -80,14 +80,9 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return out
 
 
-def _numerics(model: onnx.ModelProto, fused: onnx.ModelProto, node: onnx.NodeProto, edges, nonfinite: bool) -> None:
-    rng = np.random.default_rng()
-    feeds = make_feeds(model, rng, edges=edges, nonfinite=nonfinite)
-    before = run_ort(model, feeds)[0]
-    after = run_ort(fused, feeds)[0]
-    assert_same(before, after)  # the function body is the matched subgraph
-    ok, detail = precision_ok(before, golden_of(fused, node, feeds), before.dtype)
-    assert ok, detail
+def _numerics(model: onnx.ModelProto, fused: onnx.ModelProto, edges, nonfinite: bool) -> None:
+    feeds = make_feeds(model, np.random.default_rng(), edges=edges, nonfinite=nonfinite)
+    assert_runs_as_fused(model, fused, feeds)
 
 
 @pytest.mark.parametrize("case", sorted(SL1_CASES))
@@ -106,7 +101,7 @@ def test_smooth_l1_forms_fuse(case: str) -> None:
         return  # onnxruntime has no bfloat16 CPU kernels for these ops
     beta = kwargs.get("beta", 0.5)
     nonfinite = kwargs.get("form") != "tf2onnx" and not native_half
-    _numerics(model, fused, node, edges=(beta,), nonfinite=nonfinite)
+    _numerics(model, fused, edges=(beta,), nonfinite=nonfinite)
 
 
 @pytest.mark.parametrize("case", sorted(PGD_CASES))
@@ -118,7 +113,7 @@ def test_proximal_forms_fuse(case: str) -> None:
     assert _attrs(node)["scalar_form"] == scalar_form
     # var = +-threshold hits the clamp exactly only where the threshold is representable
     edges = (0.1 * 0.05,) if kwargs.get("dtype", F) == F else ()
-    _numerics(model, fused, node, edges=edges, nonfinite=True)
+    _numerics(model, fused, edges=edges, nonfinite=True)
     if kwargs.get("clamp") == "clip":  # Clip without max: inf maps to the dtype's largest finite value
         assert _attrs(node)["shrink_max"] == float(np.finfo(np.float16 if kwargs.get("dtype") == H else np.float32).max)
 

@@ -12,7 +12,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
-from pass_numerics import assert_same, fused_nodes, golden_of, precision_ok, run_ort
+from pass_numerics import assert_runs_as_fused, assert_same, fused_nodes, golden_of, precision_ok, run_ort
 
 import lowering
 
@@ -72,11 +72,7 @@ def test_threshold_clamp_fuses(relation: str) -> None:
     assert report.counts() == {"ApplyProximalGradientDescent": 1}, report.summary()
     assert report.fusions[0].pattern == "proximal_gd/where"
     feeds = _feeds(T.FLOAT, np.random.default_rng())
-    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
-    assert_same(before, after)
-    node, = fused_nodes(fused)
-    ok, detail = precision_ok(before, golden_of(fused, node, feeds), before.dtype)
-    assert ok, detail
+    assert_runs_as_fused(model, fused, feeds)
 
 
 @pytest.mark.parametrize("relation", ["Greater", "GreaterOrEqual"])
@@ -98,11 +94,7 @@ def test_float16_sign_computed_in_float32_fuses() -> None:
     assert report.counts() == {"ApplyProximalGradientDescent": 1}, report.summary()
     assert not report.fusions[0].caveats  # Sign runs in float32: NaN stays NaN in the graph too
     feeds = _feeds(T.FLOAT16, np.random.default_rng())
-    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
-    assert_same(before, after)
-    node, = fused_nodes(fused)
-    ok, detail = precision_ok(before, golden_of(fused, node, feeds), before.dtype)
-    assert ok, detail
+    assert_runs_as_fused(model, fused, feeds)
 
 
 def test_bfloat16_sign_computed_in_float32_fuses() -> None:
