@@ -252,7 +252,6 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
     which is w*sign(x) outside and n*c*|x|*sign(x) = n*c*x inside, a SmoothL1 gradient with beta =
     delta when n*c = w/delta. Exact everywhere: the Min keeps the branch not taken finite, and NaN
     in x gives NaN through the select's 0 mask."""
-    index = alg.index
     mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         sign = alg.unary_narrowed(name, "Sign") if exp == 1 else None
@@ -275,7 +274,8 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         minus_w, (m, n), inner_nodes = inner
         cap = _fold_uniform(alg, alg.monomial(m), x)  # c * Min(|x|, delta)
         capped = alg.producer(next(iter(cap.factors)), "Min") if len(cap.factors) == 1 else None
-        if capped is None or alg.unary(capped[1].input[0], "Abs") != (x, index.producer[capped[1].input[0]]):
+        abs_x = None if capped is None else alg.unary(capped[1].input[0], "Abs")
+        if abs_x is None or abs_x[0] != x:
             continue
         delta = alg.scalar(capped[1].input[1])
         if delta is None or cmp.lhs != capped[1].input[0] or alg.scalar(cmp.rhs) != delta:
@@ -285,7 +285,7 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         require(_same_scale(alg, x, n * cap.coef, w / delta),
                 f"the |x| <= delta branch scales x by {n * cap.coef:g}, not by w/delta = {w / delta:g}")
         nodes = (mono.nodes | sign[1] | shift_nodes | sel.nodes | sel.when_true.nodes | inner_nodes | cap.nodes
-                 | cmp.nodes | {capped[0], index.producer[capped[1].input[0]]})
+                 | cmp.nodes | {capped[0], abs_x[1]})
         return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), delta, nodes,
                        arithmetic=False)
     return None
