@@ -85,8 +85,7 @@ class BackgroundCheck:
         if self._proc.returncode == 0:
             return
         if self._proc.returncode == _REJECTED:
-            where = f"{self._path}: " if self._path else ""
-            raise LoweringError(f"{where}the ONNX checker rejects the model: {err.decode(errors='replace').strip()}")
+            raise _rejected(self._path, err.decode(errors="replace").strip())
         validate(self._model, self._path)
 
     def stop(self) -> None:
@@ -200,11 +199,16 @@ def validate(model: onnx.ModelProto, path: Path | None = None, serialized: bytes
     message. `serialized`, the model's own bytes when the caller has them, spares the checker a
     serialization; `check_path` has the checker read that file instead (with its external data)."""
     check_opset(model, path)
-    where = f"{path}: " if path else ""
     try:
         onnx.checker.check_model(str(check_path) if check_path else model if serialized is None else serialized)
     except (onnx.checker.ValidationError, ValueError) as exc:
-        raise LoweringError(f"{where}the ONNX checker rejects the model: {_first_line(exc)}") from None
+        raise _rejected(path, _first_line(exc)) from None
+
+
+def _rejected(path: Path | None, reason: str) -> LoweringError:
+    """The one-line error for a model the ONNX checker rejects, in this process or its child."""
+    return LoweringError(f"{path}: the ONNX checker rejects the model: {reason}" if path
+                         else f"the ONNX checker rejects the model: {reason}")
 
 
 def check_opset(model: onnx.ModelProto, path: Path | None = None) -> None:
