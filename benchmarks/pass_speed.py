@@ -11,7 +11,8 @@ random elementwise ops wired to earlier values, with thousands of planted instan
 and some near misses that must not fuse (an escaping intermediate, an intermediate that is a graph
 output, a constant the user can override, plain L2-only SGD).
 
-Then times, end to end from file to file, best of N runs, each tool in a fresh Python process:
+Then times, end to end from file to file, best of --rounds runs, each run in a fresh Python process
+(rounds alternate their order, so the runs a ratio compares are close in time):
   ours       lowering.loading.load -> lowering.api.fuse_loaded -> lowering.loading.save, the
              `lower` command's own path (with the ONNX checker, which onnx_ir.load skips; on a
              model of 2 MB or more and a second core it runs in a child process beside the pass)
@@ -25,7 +26,7 @@ fusion (quadratic in onnxscript 0.7), which is practical only with --quick.
 Prints a table and exits 1 with a MISMATCH line when the two disagree on what fused.
 Goals (issue 2): ours >= 5x faster than onnxscript at 200k nodes; our 200k/40k time ratio <= 5.5.
 
-Usage: python benchmarks/pass_speed.py [--quick] [--seed 0] [--repeat-small 2] [--repeat-large 2]
+Usage: python benchmarks/pass_speed.py [--quick] [--seed 0] [--rounds 2]
                                        [--pattern-share 0.4] [--onnxscript-functions] [--profile]
 """
 
@@ -41,7 +42,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -446,41 +446,37 @@ def check_fusions(who: str, fusions: list[Fused], planted: Planted) -> list[str]
     return problems
 
 
-def best_of(repeat: int, fn: Callable[[], object]) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        result = None  # drop the previous run's model before timing the next one
-        gc.collect()
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+@dataclass
+class Graph:
+    label: str
+    src: Path
+    nodes: int
+    planted: Planted
 
 
 @dataclass
 class Row:
-    graph: str
-    nodes: int
-    ours: list[Fused]
-    theirs: list[Fused]
-    ours_s: float
-    theirs_s: float
-    planted: Planted
+    graph: Graph
+    ours: list[Fused] = field(default_factory=list)
+    theirs: list[Fused] = field(default_factory=list)
+    ours_s: float = float("inf")  # best over the rounds
+    theirs_s: float = float("inf")
     ours_error: str | None = None
 
     def problems(self) -> list[str]:
         found = [f"ours failed: {self.ours_error}"] if self.ours_error else []
-        found += check_fusions("ours", self.ours, self.planted) + check_fusions("onnxscript", self.theirs, self.planted)
+        planted = self.graph.planted
+        found += check_fusions("ours", self.ours, planted) + check_fusions("onnxscript", self.theirs, planted)
         if len(self.ours) != len(self.theirs):
             found.append(f"fusion counts differ: ours {len(self.ours)}, onnxscript {len(self.theirs)}")
-        return [f"[{self.graph}] {p}" for p in found]
+        return [f"[{self.graph.label}] {p}" for p in found]
 
 
-def time_in_child(tool: str, src: Path, dst: Path, repeat: int, onnxscript_functions: bool) -> tuple[float, list[Fused]]:
-    """Best-of-`repeat` time and fusions of one tool, run in a fresh Python process, so neither
-    tool runs on a heap or module set the other left behind (that alone moved our 200k time by
+def time_in_child(tool: str, src: Path, dst: Path, onnxscript_functions: bool) -> tuple[float, list[Fused]]:
+    """Time and fusions of one run of one tool in a fresh Python process, so neither tool runs on
+    a heap or module set that an earlier run left behind (that alone moved our 200k time by
     5-10% when both shared one process)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", tool, str(src), str(dst), "--repeat-small", str(repeat)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", tool, str(src), str(dst)]
     if onnxscript_functions:
         cmd.append("--onnxscript-functions")
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -491,20 +487,22 @@ def time_in_child(tool: str, src: Path, dst: Path, repeat: int, onnxscript_funct
     return result["seconds"], fusions
 
 
-def child(tool: str, src: Path, dst: Path, repeat: int, onnxscript_functions: bool) -> None:
-    """The child side of time_in_child: prints one JSON line with the best time and the fusions."""
+def child(tool: str, src: Path, dst: Path, onnxscript_functions: bool) -> None:
+    """The child side of time_in_child: prints one JSON line with the time and the fusions."""
+    rules = None if tool == "ours" else onnxscript_rules(as_function=onnxscript_functions)
+    gc.collect()
+    start = time.perf_counter()
     if tool == "ours":
-        seconds, (fused, report) = best_of(repeat, lambda: run_ours(src, dst))
-        fusions = fusions_of_ours(fused, report)
+        fused, report = run_ours(src, dst)
     else:
-        rules = onnxscript_rules(as_function=onnxscript_functions)
-        seconds, rewritten = best_of(repeat, lambda: run_onnxscript(src, dst, rules))
-        fusions = fusions_of_ir(rewritten)
+        rewritten = run_onnxscript(src, dst, rules)
+    seconds = time.perf_counter() - start
+    fusions = fusions_of_ours(fused, report) if tool == "ours" else fusions_of_ir(rewritten)
     print(json.dumps({"seconds": seconds, "fusions": [
         [f.op_type, f.output, None if f.replaced is None else sorted(f.replaced)] for f in fusions]}))
 
 
-def measure(label: str, size: int, seed: int, share: float, repeat: int, onnxscript_functions: bool, tmp: Path) -> Row:
+def make_graph(label: str, size: int, seed: int, share: float, tmp: Path) -> Graph:
     start = time.perf_counter()
     model, planted = build_graph(size, seed, share)
     src = tmp / f"synthetic_{label}.onnx"
@@ -513,16 +511,35 @@ def measure(label: str, size: int, seed: int, share: float, repeat: int, onnxscr
     del model
     print(f"[{label}] {n} nodes: {planted.count(SMOOTH_L1_GRAD)} SmoothL1 + {planted.count(PROXIMAL_GD)} proximal "
           f"planted, {len(planted.near_misses)} near misses; built in {time.perf_counter() - start:.1f} s", flush=True)
-    ours_error, ours, ours_s = None, [], float("nan")
-    try:
-        ours_s, ours = time_in_child("ours", src, tmp / "ours.onnx", repeat, onnxscript_functions)
-        print(f"[{label}] ours: {ours_s:.2f} s", flush=True)
-    except LoweringError as exc:
-        ours_error = str(exc)
-        print(f"[{label}] ours FAILED: {exc}", flush=True)
-    theirs_s, theirs = time_in_child("onnxscript", src, tmp / "onnxscript.onnx", repeat, onnxscript_functions)
-    print(f"[{label}] onnxscript: {theirs_s:.2f} s", flush=True)
-    return Row(label, n, ours, theirs, ours_s, theirs_s, planted, ours_error)
+    return Graph(label, src, n, planted)
+
+
+def measure(graphs: list[Graph], rounds: int, onnxscript_functions: bool, tmp: Path) -> list[Row]:
+    """Best of `rounds` runs of each tool on each graph. Every round runs every (tool, graph)
+    pair once, and every other round in reverse order (ours small, ours large, onnxscript small,
+    onnxscript large, then back): the runs that a ratio compares are minutes apart at most, and a
+    steady drift of the machine's speed falls on each pair alike."""
+    rows = {g.label: Row(g) for g in graphs}
+    cells = [(tool, g) for tool in ("ours", "onnxscript") for g in graphs]
+    for r in range(rounds):
+        for tool, g in cells if r % 2 == 0 else cells[::-1]:
+            row = rows[g.label]
+            if tool == "ours" and row.ours_error:
+                continue
+            try:
+                seconds, fusions = time_in_child(tool, g.src, tmp / f"{tool}.onnx", onnxscript_functions)
+            except LoweringError as exc:
+                if tool != "ours":
+                    raise
+                row.ours_error = str(exc)
+                print(f"[{g.label}] ours FAILED: {exc}", flush=True)
+                continue
+            print(f"[{g.label}] round {r + 1} {tool}: {seconds:.2f} s", flush=True)
+            if tool == "ours":
+                row.ours_s, row.ours = min(row.ours_s, seconds), fusions
+            else:
+                row.theirs_s, row.theirs = min(row.theirs_s, seconds), fusions
+    return list(rows.values())
 
 
 def profile_ours(src: Path, dst: Path, top: int = 25) -> None:
@@ -541,10 +558,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small graphs (2k and 10k nodes), one run each: a smoke run")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat-small", type=int, default=2, help="runs of each tool on the small graph (best is kept)")
-    parser.add_argument("--repeat-large", type=int, default=2,
-                        help="runs of each tool on the large graph (best is kept; as many as on the small graph, "
-                             "so the size ratio compares like with like)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="runs of each tool on each graph, each in a fresh process; the best is kept")
     parser.add_argument("--pattern-share", type=float, default=0.4,
                         help="share of the nodes inside planted positives; at 0.4 the 200k graph gets about 9400 "
                              "fusions (onnx.checker refuses models with more than 10000 local functions)")
@@ -556,10 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         tool, src, dst = args.child
-        child(tool, Path(src), Path(dst), args.repeat_small, args.onnxscript_functions)
+        child(tool, Path(src), Path(dst), args.onnxscript_functions)
         return 0
     sizes = [("2k", 2_000), ("10k", 10_000)] if args.quick else [("40k", 40_000), ("200k", 200_000)]
-    repeats = [1, 1] if args.quick else [args.repeat_small, args.repeat_large]
     if args.profile:
         with tempfile.TemporaryDirectory(prefix="pass_speed_") as tmp:
             label, size = sizes[0]
@@ -573,18 +587,18 @@ def main(argv: list[str] | None = None) -> int:
     # both tools share the machine with whatever else runs; say how busy it was
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
     with tempfile.TemporaryDirectory(prefix="pass_speed_") as tmp:
-        rows = [measure(label, size, args.seed, args.pattern_share, repeat, args.onnxscript_functions, Path(tmp))
-                for (label, size), repeat in zip(sizes, repeats)]
+        graphs = [make_graph(label, size, args.seed, args.pattern_share, Path(tmp)) for label, size in sizes]
+        rows = measure(graphs, 1 if args.quick else args.rounds, args.onnxscript_functions, Path(tmp))
     print()
     print(f"onnxscript writes function bodies: {'yes' if args.onnxscript_functions else 'no (ours does)'}")
     print(f"{'graph':<6} {'nodes':>8} {'our fusions':>12} {'onnxscript fusions':>19} {'ours s':>8} {'onnxscript s':>13} {'ratio':>7}")
     for r in rows:
-        print(f"{r.graph:<6} {r.nodes:>8} {len(r.ours):>12} {len(r.theirs):>19} {r.ours_s:>8.2f} {r.theirs_s:>13.2f} "
+        print(f"{r.graph.label:<6} {r.graph.nodes:>8} {len(r.ours):>12} {len(r.theirs):>19} {r.ours_s:>8.2f} {r.theirs_s:>13.2f} "
               f"{r.theirs_s / r.ours_s:>6.2f}x")
     small, large = rows
-    print(f"our {large.graph}/{small.graph} time ratio: {large.ours_s / small.ours_s:.2f} "
-          f"(node ratio {large.nodes / small.nodes:.2f}; goal <= 5.5)")
-    print(f"onnxscript/ours on {large.graph}: {large.theirs_s / large.ours_s:.2f}x (goal >= 5x)")
+    print(f"our {large.graph.label}/{small.graph.label} time ratio: {large.ours_s / small.ours_s:.2f} "
+          f"(node ratio {large.graph.nodes / small.graph.nodes:.2f}; goal <= 5.5)")
+    print(f"onnxscript/ours on {large.graph.label}: {large.theirs_s / large.ours_s:.2f}x (goal >= 5x)")
     problems = [p for r in rows for p in r.problems()]
     for p in problems:
         print(f"MISMATCH {p}")

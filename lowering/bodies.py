@@ -44,26 +44,33 @@ class FunctionBodies:
         """The overload whose body computes `output` from `input_names` with nodes `members`."""
         spec = OP_SPECS[op_type]
         all_nodes = self.index.nodes
-        nodes: list[Node] = [all_nodes[i] for i in members]
         rename: dict[str, str] = {"": ""}  # an optional input or output left out stays empty
         for formal, actual in zip(spec.inputs, input_names):
             rename.setdefault(actual, formal)
         rename[output] = spec.outputs[0]
-        for node in nodes:  # definition order, so the names do not depend on the model's names
-            for name in node.output:
-                if name not in rename:
-                    rename[name] = f"_v{len(rename)}"
         constants: list[str] = []
-        for node in nodes:
+        body = []
+        nodes: list[Node] = []
+        # one pass in definition order, so the names do not depend on the model's names: the
+        # members are in topological order, so an input not named yet is a constant
+        for i in members:
+            node = all_nodes[i]
+            nodes.append(node)
+            inputs = []
             for name in node.input:
-                if name not in rename:
-                    rename[name] = f"_c{len(constants)}"
+                canonical = rename.get(name)
+                if canonical is None:
+                    canonical = rename[name] = f"_c{len(constants)}"
                     constants.append(name)
-        canonical = rename.__getitem__
-        structure = (op_type, len(constants), tuple(
-            (n.op_type, n.domain, tuple(map(canonical, n.input)), tuple(map(canonical, n.output)),
-             _attribute_key(n))
-            for n in nodes))
+                inputs.append(canonical)
+            outputs = []
+            for name in node.output:
+                canonical = rename.get(name)
+                if canonical is None:
+                    canonical = rename[name] = f"_v{len(rename)}"
+                outputs.append(canonical)
+            body.append((node.op_type, node.domain, tuple(inputs), tuple(outputs), _attribute_key(node)))
+        structure = (op_type, len(constants), tuple(body))
         key = (structure, tuple(map(self._value_key, constants)))
         overload = self._overloads.get(key)
         if overload is None:

@@ -50,7 +50,8 @@ def dead_after_removal(index: GraphIndex, gone: set[int], reads: set[str]) -> se
         return name in reads or name in index.graph_outputs or any(
             c not in gone and c not in dead for c in index.consumers.get(name, ()))
 
-    stack = [producer[v] for i in gone for v in index.nodes[i].input if v in producer]
+    # most of what removed nodes read is made by other removed nodes (their own match)
+    stack = [j for i in gone for v in index.nodes[i].input if (j := producer.get(v)) is not None and j not in gone]
     while stack:
         i = stack.pop()
         if i in gone or i in dead:
