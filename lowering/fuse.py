@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from . import cleanup, verify
+from . import cleanup, functions, verify
 from .algebra import Algebra
 from .bodies import FunctionBodies
 from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
-from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes
+from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes, node_label
 from .loading import default_opset
 from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS
@@ -32,13 +32,12 @@ from .report import Fusion, FusionReport, Rejection
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 
-def node_label(node: Node | onnx.NodeProto) -> str:
-    return node.name or f"{node.op_type} -> {node.output[0] if node.output else '?'}"
-
-
 def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
                validated: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
+
+    Calls of model-local functions that could hold a pattern are inlined first (lowering.functions);
+    the inlined model is kept only when something inside a function fused.
 
     `validated` says the ONNX checker has accepted the model. When it is still running
     (lowering.loading.BackgroundCheck), the pass first checks the graph's order itself, so that
@@ -49,7 +48,19 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _fuse_proto(model, patterns, validated)
+        inlined = functions.inline(model)
+        if inlined is None:
+            return _fuse_proto(model, patterns, validated)
+        fused, report = _fuse_proto(inlined.model, patterns, validated)
+        if functions.fused_inside(report, inlined):
+            report.inlined_functions = inlined.functions
+            return fused, report
+        # nothing inside a function fused: the model keeps its functions, and the report the
+        # near misses found inside them
+        fused, plain = _fuse_proto(model, patterns, validated)
+        plain.rejections += [replace(r, reason=f"inside a local function's body: {r.reason}")
+                             for r in report.rejections if r.anchor in inlined.new_labels]
+        return fused, plain
     finally:
         if enabled:
             gc.enable()

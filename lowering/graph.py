@@ -197,6 +197,11 @@ class Node:
         return out
 
 
+def node_label(node: Node | onnx.NodeProto) -> str:
+    """How reports name a node: its name, or its op type and first output when it has none."""
+    return node.name or f"{node.op_type} -> {node.output[0] if node.output else '?'}"
+
+
 def decode_nodes(graph: onnx.GraphProto) -> list[Node]:
     # slicing a repeated string field into a list is about twice as fast as iterating it
     nodes = [Node(p, p.name, p.op_type, p.domain, tuple(p.input[:]), tuple(p.output[:])) for p in graph.node]

@@ -35,6 +35,7 @@ class FusionReport:
     normalization: dict[str, int] = field(default_factory=dict)
     nodes_before: int = 0
     nodes_after: int = 0
+    inlined_functions: list[str] = field(default_factory=list)  # local functions whose calls were inlined to fuse
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -55,6 +56,8 @@ class FusionReport:
         listed (a big model has thousands; report.json has them all)."""
         lines = [f"{self.nodes_before} nodes -> {self.nodes_after} nodes; "
                  f"{len(self.fusions)} fused, {len(self.rejections)} near-matches not fused"]
+        if self.inlined_functions:
+            lines.append(f"  inlined  the calls of local functions {', '.join(self.inlined_functions)} to fuse inside them")
         for f in self.fusions[:limit]:
             attrs = ", ".join(f"{k}={v}" for k, v in f.attributes.items())
             lines.append(f"  fused    {f.node}: {f.op_type}({attrs}) [{f.dtype}] "

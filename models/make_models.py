@@ -958,6 +958,53 @@ def probe2_cases() -> list[Case]:
     return c
 
 
+class SL1GradModule(torch.nn.Module):
+    def __init__(self, reduction: str, beta: float) -> None:
+        super().__init__()
+        self.grad = hand_sl1(reduction, beta)
+
+    def forward(self, go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return self.grad(go, p, t)
+
+
+class ProxModule(torch.nn.Module):
+    def forward(self, w: torch.Tensor, g: torch.Tensor, lr: torch.Tensor, l1: torch.Tensor,
+                l2: torch.Tensor) -> torch.Tensor:
+        return _prox_update(w, g, lr, l1, l2)
+
+
+class ModularStep(torch.nn.Module):
+    """A box-head step whose SmoothL1 gradient and prox updates are submodules, which the
+    TorchScript exporter's export_modules_as_functions turns into model-local functions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sl1, self.prox_w, self.prox_b = SL1GradModule("mean", 0.5), ProxModule(), ProxModule()
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor, W: torch.Tensor, b: torch.Tensor,
+                lr: torch.Tensor, l1: torch.Tensor, l2: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        g = self.sl1(torch.ones((), dtype=x.dtype), x @ W + b, target)
+        return self.prox_w(W, x.t() @ g, lr, l1, l2), self.prox_b(b, g.sum(0), lr, l1, l2)
+
+
+def probe3_cases() -> list[Case]:
+    """Patterns inside model-local functions (2026-12-04); own generator, so the cases before keep
+    their inputs."""
+    gen = torch.Generator().manual_seed(3204)
+    modules = {"export_modules_as_functions": {SL1GradModule, ProxModule}}
+    return [Case(fx("mixed_modular_step_functions_ts.onnx"), ModularStep(), step_args(gen), "torchscript", "mixed",
+                 [sl1("/sl1/SL1GradModule_output_0", 0.5, "mean", "/Add_output_0", "target", 1.0),
+                  prox("59", "raw", "W", "/MatMul_1_output_0", "lr", "l1", "l2"),
+                  prox("60", "raw", "b", "/ReduceSum_output_0", "lr", "l1", "l2")],
+                 "TorchScript with export_modules_as_functions: the main graph calls model-local functions "
+                 "SL1GradModule (Where(Less(Abs(d),0.5), Div(Mul(c,d),0.5), Mul(c,Sign(d))), c = 1/64) and "
+                 "ProxModule twice (the second call's function, ProxModule.1, takes Mul(lr,l1) and "
+                 "Add(Mul(lr,l2),1) from the first call's extra outputs: the exporter deduplicates across "
+                 "modules). The pass inlines the calls to see inside. The exporter ignores output_names with module "
+                 "functions: the updates are outputs 59 and 60.", opset=17,
+                 ts_kwargs=modules)]
+
+
 def entry_for(case: Case, model: onnx.ModelProto) -> dict:
     opset = {o.domain: o.version for o in model.opset_import}[""]
     entry = {"file": case.file, "exporter": case.exporter, "opset": opset, "family": case.family,
@@ -1051,7 +1098,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(2024)
-    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases()
+    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases() + probe3_cases()
     if opts.only:
         cases = [c for c in cases if opts.only in c.file]
     check_entry = load_checker()
