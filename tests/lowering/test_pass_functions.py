@@ -118,3 +118,14 @@ def test_the_cli_reports_the_inlined_functions(tmp_path, capsys) -> None:
     assert "inlined  the calls of local functions local.SL1 to fuse inside them" in capsys.readouterr().out
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["inlined_functions"] == ["local.SL1"]
+
+
+def test_the_onnx_ir_pass_looks_into_local_functions() -> None:
+    import onnx_ir
+
+    from lowering.ir_pass import FuseAscendPass
+
+    result = FuseAscendPass()(onnx_ir.serde.deserialize_model(_model("grad = local.SL1(p, t, go)", SL1_FN)))
+    assert result.modified
+    assert [n.op_type for n in result.model.graph] == [SMOOTH_L1_GRAD]
+    assert all(domain == DOMAIN for domain, _, _ in result.model.functions)
