@@ -31,7 +31,7 @@ DESCRIPTION = """\
 Find SmoothL1-loss-backward and proximal-gradient-descent subgraphs in an ONNX model, fuse each
 into one custom node (domain com.huawei.ascend: SmoothL1LossGradV2, ApplyProximalGradientDescent),
 and generate an AscendC custom-operator project per fused kernel. Calls of model-local functions
-that could hold a pattern are inlined to look inside them, and stay inlined only if something fused.
+that could hold a pattern are inlined to look inside them; those whose nodes fused stay inlined.
 
 Writes into OUTDIR (default: <model stem>.lowered in the current directory):
   <stem>.fused.onnx   the fused model; every fused node carries an ONNX function with the original

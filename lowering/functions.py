@@ -3,46 +3,48 @@
 TorchScript's `export_modules_as_functions` and hand-written onnxscript models keep module bodies
 in model-local functions, where a pass over the main graph never looks. The calls of every
 function that could hold a pattern (its body, or a function it calls, has an op every pattern
-needs) are inlined with onnx's own inliner; the pass keeps the inlined model only when a fusion
-took nodes that came out of a function, so a model whose functions hold nothing to fuse keeps
-its structure.
+needs) are inlined with onnx's own inliner and the pass runs on the result. What the fusions took
+decides what stays inlined: only the functions whose nodes a fusion took (and the functions whose
+calls lead to them), so the model keeps every function that held nothing to fuse.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 import onnx
 import onnx.inliner
 
 from .fused_ops import DOMAIN
 from .graph import node_label
-from .report import FusionReport
+from .report import FusionReport, Rejection
 
 # every form of both families has one of these (a sign, a select, a clamp or an absolute value)
 SEED_OPS = frozenset({"Sign", "Where", "Clip", "Min", "Max", "Abs", "Relu"})
+# metadata key that marks, on the pass's working copy only, the function each inlined node came from
+_ORIGIN = "lowering.inlined_from"
+
+Key = tuple[str, str]  # (domain, name) of a model-local function
+Run = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, FusionReport]]
 
 
-@dataclass
-class Inlined:
-    model: onnx.ModelProto
-    functions: list[str]  # "domain.name" of each function whose calls were inlined
-    new_labels: set[str]  # node_label of each node the inlining made
-
-
-def _calls(nodes: Iterable[onnx.NodeProto], local: dict[tuple[str, str], onnx.FunctionProto]) -> set[tuple[str, str]]:
+def _calls(nodes: Iterable[onnx.NodeProto], local: dict[Key, onnx.FunctionProto]) -> set[Key]:
     return {key for n in nodes if (key := (n.domain, n.op_type)) in local}
 
 
-def candidates(model: onnx.ModelProto) -> list[tuple[str, str]]:
+def _local(model: onnx.ModelProto) -> dict[Key, onnx.FunctionProto]:
+    # the fused ops' own functions are the result of an earlier run: never looked into again
+    return {(f.domain, f.name): f for f in model.functions if f.domain != DOMAIN}
+
+
+def candidates(model: onnx.ModelProto) -> list[Key]:
     """The local functions, reachable from the main graph, whose calls must be inlined to show a
-    pattern: those with a seed op in their body or in a function they call (our own fused ops'
-    functions are never among them: they are the result of an earlier run)."""
-    local = {(f.domain, f.name): f for f in model.functions if f.domain != DOMAIN}
+    pattern: those with a seed op in their body or in a function they call."""
+    local = _local(model)
     if not local:
         return []
-    reachable: list[tuple[str, str]] = []
+    reachable: list[Key] = []
     stack = sorted(_calls(model.graph.node, local))
     while stack:
         key = stack.pop()
@@ -52,31 +54,89 @@ def candidates(model: onnx.ModelProto) -> list[tuple[str, str]]:
         stack.extend(sorted(_calls(local[key].node, local)))
     seeded = {key for key in reachable if any(n.op_type in SEED_OPS and n.domain in ("", "ai.onnx")
                                               for n in local[key].node)}
+    return [key for key in reachable if key in _with_callers(seeded, reachable, local)]
+
+
+def _with_callers(keys: set[Key], among: list[Key], local: dict[Key, onnx.FunctionProto]) -> set[Key]:
+    """keys and every function among `among` that calls one of them, directly or not."""
+    out = set(keys)
     changed = True
-    while changed:  # a function that calls a seeded one is seeded too
+    while changed:
         changed = False
-        for key in reachable:
-            if key not in seeded and _calls(local[key].node, local) & seeded:
-                seeded.add(key)
+        for key in among:
+            if key not in out and _calls(local[key].node, local) & out:
+                out.add(key)
                 changed = True
-    return [key for key in reachable if key in seeded]
+    return out
 
 
-def inline(model: onnx.ModelProto) -> Inlined | None:
-    """The model with the calls of candidates() inlined, or None when there is nothing to inline
-    or onnx's inliner cannot do it (the pass then works on the main graph as it is)."""
-    keys = candidates(model)
-    if not keys:
-        return None
+def _inline(model: onnx.ModelProto, keys: list[Key], tagged: bool) -> onnx.ModelProto | None:
+    """The model with the calls of `keys` inlined; None when onnx's inliner cannot do it (the
+    pass then works on the main graph as it is). `tagged` marks each inlined node with the
+    function it came from (onnx's inliner carries node metadata along)."""
+    source = model
+    if tagged:
+        source = onnx.ModelProto()
+        source.CopyFrom(model)
+        for f in source.functions:
+            if (f.domain, f.name) in keys:
+                for n in f.node:
+                    n.metadata_props.add(key=_ORIGIN, value=f"{f.domain}\n{f.name}")
     try:
-        inlined = onnx.inliner.inline_selected_functions(model, keys, exclude=False)
+        return onnx.inliner.inline_selected_functions(source, keys, exclude=False)
     except Exception:  # noqa: BLE001 - any failure of the inliner means: do not look inside
         return None
-    before = {node_label(n) for n in model.graph.node}
-    return Inlined(inlined, [f"{d}.{n}" if d else n for d, n in keys],
-                   {node_label(n) for n in inlined.graph.node} - before)
 
 
-def fused_inside(report: FusionReport, inlined: Inlined) -> bool:
-    """Whether some fusion took a node that the inlining made."""
-    return any(not inlined.new_labels.isdisjoint(f.replaced_nodes) for f in report.fusions)
+def _origins(inlined: onnx.ModelProto) -> dict[str, Key]:
+    """node_label -> the function it came from, for the nodes of a tagged inlining."""
+    out: dict[str, Key] = {}
+    for n in inlined.graph.node:
+        for p in n.metadata_props:
+            if p.key == _ORIGIN:
+                domain, name = p.value.split("\n", 1)
+                out[node_label(n)] = (domain, name)
+    return out
+
+
+def _name(key: Key) -> str:
+    return f"{key[0]}.{key[1]}" if key[0] else key[1]
+
+
+def fuse_through_functions(model: onnx.ModelProto, run: Run) -> tuple[onnx.ModelProto, FusionReport]:
+    """`run` (the pass on one model) on `model`, looking inside its local functions.
+
+    1. The calls of every candidate are inlined, each node tagged with its function, and `run`
+       shows which functions' nodes the fusions take.
+    2. None: `run` on the model as it is; the near misses inside functions join its report.
+    3. Some: only those functions (and the ones whose calls lead to them) are inlined, untagged,
+       and `run` on that is the result. Should it fuse less than step 1 did (it cannot, short of
+       a fusion that needed a function step 1 took for no node), every candidate is inlined.
+    """
+    keys = candidates(model)
+    tagged = _inline(model, keys, tagged=True) if keys else None
+    if tagged is None:
+        return run(model)
+    first = run(tagged)[1]
+    origin = _origins(tagged)
+
+    def near_misses_outside(selection: list[Key]) -> list[Rejection]:
+        """Step 1's near misses inside the functions that stay functions."""
+        return [replace(r, reason=f"inside local function {_name(origin[r.anchor])}: {r.reason}")
+                for r in first.rejections if r.anchor in origin and origin[r.anchor] not in selection]
+
+    took = {origin[label] for f in first.fusions for label in f.replaced_nodes if label in origin}
+    if took:
+        chosen = [key for key in keys if key in _with_callers(took, keys, _local(model))]
+        for selection in (chosen, keys):
+            inlined = _inline(model, selection, tagged=False)
+            if inlined is None:
+                break
+            fused, report = run(inlined)
+            if len(report.fusions) >= len(first.fusions) or selection == keys:
+                report.inlined_functions = [_name(key) for key in selection]
+                report.rejections += near_misses_outside(selection)
+                return fused, report
+    fused, report = run(model)
+    report.rejections += near_misses_outside([])
+    return fused, report

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
@@ -36,8 +36,8 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
                validated: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
-    Calls of model-local functions that could hold a pattern are inlined first (lowering.functions);
-    the inlined model is kept only when something inside a function fused.
+    Calls of model-local functions that could hold a pattern are inlined first; only those whose
+    nodes a fusion took stay inlined (lowering.functions).
 
     `validated` says the ONNX checker has accepted the model. When it is still running
     (lowering.loading.BackgroundCheck), the pass first checks the graph's order itself, so that
@@ -48,19 +48,7 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     enabled = gc.isenabled()
     gc.disable()
     try:
-        inlined = functions.inline(model)
-        if inlined is None:
-            return _fuse_proto(model, patterns, validated)
-        fused, report = _fuse_proto(inlined.model, patterns, validated)
-        if functions.fused_inside(report, inlined):
-            report.inlined_functions = inlined.functions
-            return fused, report
-        # nothing inside a function fused: the model keeps its functions, and the report the
-        # near misses found inside them
-        fused, plain = _fuse_proto(model, patterns, validated)
-        plain.rejections += [replace(r, reason=f"inside a local function's body: {r.reason}")
-                             for r in report.rejections if r.anchor in inlined.new_labels]
-        return fused, plain
+        return functions.fuse_through_functions(model, lambda m: _fuse_proto(m, patterns, validated))
     finally:
         if enabled:
             gc.enable()

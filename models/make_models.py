@@ -829,6 +829,15 @@ def export(case: Case) -> onnx.ModelProto:
                           output_names=case.outputs, dynamic_axes=case.dynamic or None, **case.ts_kwargs)
         model = onnx.load_from_string(buffer.getvalue())
     _strip_stack_traces(model)
+    # the TorchScript exporter writes module functions, and numbers their nodes, in set order,
+    # which changes between runs: functions are sorted and their nodes named by position
+    ordered = sorted((onnx.FunctionProto.FromString(f.SerializeToString()) for f in model.functions),
+                     key=lambda f: (f.domain, f.name, f.overload))
+    for f in ordered:
+        for k, node in enumerate(f.node):
+            node.name = f"{node.op_type}_{k}"
+    del model.functions[:]
+    model.functions.extend(ordered)
     return model
 
 
@@ -1005,6 +1014,40 @@ def probe3_cases() -> list[Case]:
                  ts_kwargs=modules)]
 
 
+class ModularNet(torch.nn.Module):
+    """ModularStep behind a Linear + ReLU backbone, exported with export_modules_as_functions=True:
+    every module, the top one too, becomes a model-local function."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(11)
+        self.backbone = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+        with torch.no_grad():
+            self.backbone[0].weight.copy_(torch.randn(8, 8, generator=gen) / 8**0.5)
+            self.backbone[0].bias.copy_(torch.randn(8, generator=gen) * 0.1)
+        self.sl1, self.prox = SL1GradModule("mean", 0.5), ProxModule()
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor, W: torch.Tensor, lr: torch.Tensor,
+                l1: torch.Tensor, l2: torch.Tensor) -> torch.Tensor:
+        f = self.backbone(x)
+        g = self.sl1(torch.ones((), dtype=x.dtype), f @ W, target)
+        return self.prox(W, f.t() @ g, lr, l1, l2)
+
+
+# Models outside the manifest: their patterns sit inside functions, so the values the manifest would
+# name exist only once the pass has inlined them (tests/lowering/test_pass_functions.py checks them).
+FUNCTION_FIXTURES = Path("tests/fixtures/functions")
+
+
+def function_fixture_cases() -> list[Case]:
+    gen = torch.Generator().manual_seed(3205)
+    args = {"x": randn(16, 8, gen=gen), "target": randn(16, 4, gen=gen), "W": randn(8, 4, scale=0.5, gen=gen),
+            "lr": torch.tensor(0.1), "l1": torch.tensor(0.01), "l2": torch.tensor(0.05)}
+    return [Case(str(FUNCTION_FIXTURES / "all_modules_as_functions_ts.onnx"), ModularNet(), args, "torchscript", "mixed",
+                 [], "every module a function, the top one too", opset=17,
+                 ts_kwargs={"export_modules_as_functions": True})]
+
+
 def entry_for(case: Case, model: onnx.ModelProto) -> dict:
     opset = {o.domain: o.version for o in model.opset_import}[""]
     entry = {"file": case.file, "exporter": case.exporter, "opset": opset, "family": case.family,
@@ -1110,6 +1153,14 @@ def main(argv: list[str] | None = None) -> int:
         entry, worst = record(case.file, model, lambda m: entry_for(case, m), check_entry, limits, opts.show)
         entries.append(entry)
         rows.append((case.file, case.exporter, entry["opset"], entry["size_bytes"], worst, ops_histogram(model)))
+    for case in function_fixture_cases():
+        if opts.only and opts.only not in case.file:
+            continue
+        model = export(case)
+        onnx.checker.check_model(model, full_check=True)
+        (REPO / case.file).parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(REPO / case.file))
+        rows.append((case.file, case.exporter, case.opset, (REPO / case.file).stat().st_size, 0.0, ops_histogram(model)))
     if limits:
         raise RuntimeError(f"exporter limits recorded for files that were not generated: {sorted(limits)}")
     if not opts.only:

@@ -1,10 +1,11 @@
 """Patterns inside model-local functions (TorchScript's export_modules_as_functions, onnxscript
-models): the pass inlines the calls that could hold one, and keeps the inlining only where
-something inside a function fused."""
+models): the pass inlines the calls that could hold one, and only the functions whose nodes a
+fusion took stay inlined."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -13,11 +14,14 @@ import pytest
 
 from lowering import fuse
 from lowering.cli import main
-from lowering.fused_ops import DOMAIN, SMOOTH_L1_GRAD
+from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD
 from lowering.functions import candidates
 
 from .pass_numerics import assert_runs_as_fused, assert_same, run_ort
 
+# made by models/make_models.py: TorchScript with export_modules_as_functions=True, so the step
+# itself, its Linear + ReLU backbone, the SmoothL1 gradient and the prox update are all functions
+ALL_MODULES = Path(__file__).resolve().parents[1] / "fixtures" / "functions" / "all_modules_as_functions_ts.onnx"
 HEADER = '<ir_version: 10, opset_import: ["" : 18, "local" : 1]>'
 SL1_BODY = """
     x = Sub(p, t)
@@ -89,6 +93,29 @@ def test_functions_without_a_pattern_are_kept_as_they_are() -> None:
     assert [f.name for f in fused.functions] == ["Mag", "Twice"]
 
 
+def test_only_the_functions_a_fusion_took_stay_inlined() -> None:
+    mag = _function("Mag", "v", "y", "\n    a = Abs(v)\n    y = Relu(a)\n")
+    model = _model("g = local.SL1(p, t, go)\n    grad = local.Mag(g)", SL1_FN, mag)
+    assert set(candidates(model)) == {("local", "SL1"), ("local", "Mag")}
+    fused, report = fuse(model)
+    assert len(report.fusions) == 1 and report.inlined_functions == ["local.SL1"]
+    assert [n.op_type for n in fused.graph.node] == [SMOOTH_L1_GRAD, "Mag"]
+    assert [f.name for f in fused.functions if f.domain != DOMAIN] == ["Mag"]
+    # the working copy's origin marks never reach the output
+    assert not any(m.key.startswith("lowering.") for n in fused.graph.node for m in n.metadata_props)
+    feeds = _feeds(3)
+    assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
+
+
+def test_a_function_that_only_calls_one_that_fused_is_inlined_with_it() -> None:
+    outer = _function("Outer", "p, t, go", "y", "\n    y = local.SL1(p, t, go)\n")
+    mag = _function("Mag", "v", "y", "\n    a = Abs(v)\n    y = Relu(a)\n")
+    model = _model("g = local.Outer(p, t, go)\n    grad = local.Mag(g)", outer, SL1_FN, mag)
+    fused, report = fuse(model)
+    assert sorted(report.inlined_functions) == ["local.Outer", "local.SL1"]
+    assert [n.op_type for n in fused.graph.node] == [SMOOTH_L1_GRAD, "Mag"]
+
+
 def test_a_near_miss_inside_a_function_is_reported_and_the_function_kept() -> None:
     # the function also returns |x|, which the main graph reads: the select's intermediates escape
     leaky = _function("SL1Leaky", "p, t, go", "g, ax", SL1_BODY)
@@ -97,7 +124,7 @@ def test_a_near_miss_inside_a_function_is_reported_and_the_function_kept() -> No
     assert not report.fusions and not report.inlined_functions
     assert [n.op_type for n in fused.graph.node] == ["SL1Leaky"]
     reasons = [r.reason for r in report.rejections]
-    assert reasons and all(r.startswith("inside a local function's body: ") for r in reasons), reasons
+    assert reasons and all(r.startswith("inside local function local.SL1Leaky: ") for r in reasons), reasons
     assert any("graph output" in r or "outside the match" in r for r in reasons), reasons
 
 
@@ -129,3 +156,22 @@ def test_the_onnx_ir_pass_looks_into_local_functions() -> None:
     assert result.modified
     assert [n.op_type for n in result.model.graph] == [SMOOTH_L1_GRAD]
     assert all(domain == DOMAIN for domain, _, _ in result.model.functions)
+
+
+@pytest.mark.parametrize("seed", np.random.SeedSequence().generate_state(2).tolist())
+def test_an_export_with_every_module_a_function_fuses_and_keeps_the_backbone(seed: int) -> None:
+    model = onnx.load(str(ALL_MODULES))
+    assert [n.op_type for n in model.graph.node] == ["ModularNet"]
+    fused, report = fuse(model)
+    assert sorted(f.op_type for f in report.fusions) == [PROXIMAL_GD, SMOOTH_L1_GRAD]
+    assert sorted(name.rsplit(".", 1)[-1] for name in report.inlined_functions) == [
+        "ModularNet", "ProxModule", "SL1GradModule"]
+    assert sorted(f.name for f in fused.functions if f.domain != DOMAIN) == ["Linear", "ReLU", "Sequential"]
+    onnx.checker.check_model(fused, full_check=True)
+    rng = np.random.default_rng(seed)
+    feeds = {"x": rng.standard_normal((16, 8)).astype(np.float32),
+             "target": rng.standard_normal((16, 4)).astype(np.float32),
+             "W": (0.5 * rng.standard_normal((8, 4))).astype(np.float32),
+             "lr": np.array(rng.uniform(0.05, 0.2), np.float32), "l1": np.array(rng.uniform(0.005, 0.05), np.float32),
+             "l2": np.array(rng.uniform(0.01, 0.1), np.float32)}
+    assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
