@@ -967,6 +967,17 @@ def probe2_cases() -> list[Case]:
     return c
 
 
+def clamp_residual_fn(scalars: str, minmax: bool = False) -> Callable[..., torch.Tensor]:
+    """ISTA's soft threshold, p - clamp(p, -t, t), then / (1 + lr*l2)."""
+    def fn(var: torch.Tensor, delta: torch.Tensor, *s: torch.Tensor) -> torch.Tensor:
+        lr, l1, l2 = s if scalars == "tensor" else (LR, L1, L2)
+        p = var - lr * delta
+        t = lr * l1
+        clamped = torch.minimum(torch.maximum(p, -t), t) if minmax else torch.clamp(p, -t, t)
+        return (p - clamped) / (1 + lr * l2)
+    return fn
+
+
 class SL1GradModule(torch.nn.Module):
     def __init__(self, reduction: str, beta: float) -> None:
         super().__init__()
@@ -1001,7 +1012,7 @@ def probe3_cases() -> list[Case]:
     their inputs."""
     gen = torch.Generator().manual_seed(3204)
     modules = {"export_modules_as_functions": {SL1GradModule, ProxModule}}
-    return [Case(fx("mixed_modular_step_functions_ts.onnx"), ModularStep(), step_args(gen), "torchscript", "mixed",
+    cases = [Case(fx("mixed_modular_step_functions_ts.onnx"), ModularStep(), step_args(gen), "torchscript", "mixed",
                  [sl1("/sl1/SL1GradModule_output_0", 0.5, "mean", "/Add_output_0", "target", 1.0),
                   prox("59", "raw", "W", "/MatMul_1_output_0", "lr", "l1", "l2"),
                   prox("60", "raw", "b", "/ReduceSum_output_0", "lr", "l1", "l2")],
@@ -1012,6 +1023,20 @@ def probe3_cases() -> list[Case]:
                  "modules). The pass inlines the calls to see inside. The exporter ignores output_names with module "
                  "functions: the updates are outputs 59 and 60.", opset=17,
                  ts_kwargs=modules)]
+    const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
+    for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
+        cases.append(Case(fx(f"prox_const_clamp_residual_f32_{suffix}.onnx"), clamp_residual_fn("const"),
+                          prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const],
+                          "ISTA's soft threshold p - clamp(p, -t, t) with a constant t, then / k: Clip(p, -t, t) "
+                          "with constant bounds.", outputs=["var_out"]))
+    for name, fn in (("clamp", clamp_residual_fn("tensor")), ("minmax", clamp_residual_fn("tensor", minmax=True))):
+        cases.append(Case(fx(f"nm_prox_tensor_{name}_residual_f32_dynopt.onnx"), fn,
+                          prox_args("tensor", torch.float32, gen), "dynamo-optimized", "near_miss", [],
+                          "Near miss: p - clamp(p, -t, t) with t = lr*l1 at runtime: equal to the shrink only for "
+                          "t >= 0, which nothing in the graph says.", outputs=["var_out"],
+                          not_fused=[{**prox("var_out", "raw", "var", "delta", "lr", "l1", "l2"),
+                                      "reason": "t is a runtime value"}]))
+    return cases
 
 
 class ModularNet(torch.nn.Module):

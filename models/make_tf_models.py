@@ -175,7 +175,7 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
     """The update in several spellings.
 
     clamp: "maximum" (tf.maximum(., 0)), "relu" (tf.nn.relu), "clip" (tf.clip_by_value(., 0,
-    dtype max)); step: "sub" (var - lr*delta) or "neg_mul" (var + (-lr)*delta); scale: "div" or
+    dtype max)), "residual" (no sign: ISTA's p - tf.clip_by_value(p, -t, t)); step: "sub" (var - lr*delta) or "neg_mul" (var + (-lr)*delta); scale: "div" or
     "recip" (times 1/(1 + lr*l2)); scalars: "const" (Python floats) or "tensor" (lr, l1, l2 inputs).
     """
     def fn(var: tf.Tensor, delta: tf.Tensor, *scalar_inputs: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -186,9 +186,9 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
             shrunk = tf.maximum(shrunk, 0.0)
         elif clamp == "relu":
             shrunk = tf.nn.relu(shrunk)
-        else:
+        elif clamp == "clip":
             shrunk = tf.clip_by_value(shrunk, 0.0, var.dtype.max)
-        out = tf.sign(p) * shrunk
+        out = p - tf.clip_by_value(p, -lr * l1, lr * l1) if clamp == "residual" else tf.sign(p) * shrunk
         out = out / (1 + lr * l2) if scale == "div" else out * (1 / (1 + lr * l2))
         return {"var_out": out, "p": p} if return_p else {"var_out": out}
     return fn
@@ -432,6 +432,13 @@ def prox_cases() -> list[Case]:
     add("nm_prox_p_output_f32_op13.onnx", prox_update(return_p=True), 13, None,
         "Near miss: p = Sub(var, Mul(0.1,delta)) is also the graph output 'p'.",
         not_fused=[{**const_prox(), "reason": "intermediate p is a graph output"}])
+    add("prox_const_clip_residual_f32_op13.onnx", prox_update(clamp="residual"), 13, const_prox(),
+        "ISTA's soft threshold p - tf.clip_by_value(p, -t, t) with a Python t: Sub(p, Max(Min(p, 0.001), "
+        "-0.001)), then the reciprocal product.")
+    add("nm_prox_tensor_clip_residual_f32_op13.onnx", prox_update(clamp="residual", scalars="tensor"), 13, None,
+        "Near miss: p - tf.clip_by_value(p, -t, t) with t = lr*l1 from inputs: the shrink only for t >= 0, "
+        "which nothing in the graph says.", scalars="tensor",
+        not_fused=[{**raw_prox(), "reason": "t is a runtime value"}])
     return c
 
 

@@ -4,7 +4,8 @@ t is alpha*l1 and k is 1 + alpha*l2 (TensorFlow ApplyProximalGradientDescent). F
   clamp     Max(|p| - t, 0) | Relu(|p| - t) | Clip(|p| - t, min=0) (input or, before opset 11, attribute)
             | Where(d <= 0, 0, d) (F.threshold) | min(max(d, 0), dtype max) (tf.clip_by_value)
   shrink    sign(p) * clamp,  or softshrink Where(|p| > t, p - sign(p)*t, p*0) (0 for p*0 under
-            tf2onnx's arithmetic select); sign(p) also computed in float32 for a float16 p
+            tf2onnx's arithmetic select),  or the clamp residual p - clip(p, -t, t) (ISTA's soft
+            threshold) with a constant t >= 0; sign(p) also computed in float32 for a float16 p
   scaling   / k,  * (1/k) as a runtime reciprocal,  * constant,  or none (l2 = 0 folded away)
   update    var - alpha*delta,  var + delta*(-alpha),  Sub(var, Mul(delta, lr)) in any operand order
   scalars   constants (already folded into t and k), runtime alpha/l1/l2 visible as alpha*l1 and
@@ -30,6 +31,7 @@ _TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast"})
 # a shrink that ends in an Add: tf2onnx's arithmetic select (from its Cast masks) or TorchScript's
 # two-Where softshrink (from its Wheres with a 0 branch)
 _SUM_SHRINK_OPS, _TO_SUM_SHRINK = frozenset({"Cast", "Where"}), _TO_SHRINK | {"Add"}
+_BOUNDS_OPS = frozenset({"Clip", "Min", "Max"})  # clip(p, -t, t) as exporters write it
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
@@ -40,7 +42,8 @@ def match(alg: Algebra, anchor: int) -> Match | None:
             _refuse_two_where_shrink(alg, out)
         return None
     if not (alg.reaches(out, _SHRINK_OPS, _TO_SHRINK, 4)
-            or alg.reaches(out, _SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part)):
+            or alg.reaches(out, _SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part)
+            or alg.reaches(out, _RESIDUAL_OPS, _TO_SHRINK, 4, _may_be_residual)):
         return None
     mono = alg.monomial(out)
     shrink = _find_shrink(alg, mono)
@@ -95,6 +98,10 @@ def _find_shrink(alg: Algebra, mono: Monomial):
         if soft is not None:
             p, t, nodes = soft
             return p, t, mono.without(name), nodes, "softshrink", None
+        residual = _clamp_residual(alg, name)
+        if residual is not None:
+            p, t, nodes = residual
+            return p, t, mono.without(name), nodes, "clamp-residual", None
         sign = alg.unary_narrowed(name, "Sign")
         if sign is None:
             continue
@@ -250,6 +257,71 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     return p, t, nodes
 
 
+_RESIDUAL_OPS = frozenset({"Sub"})
+
+
+def _may_be_residual(index: GraphIndex, node: Node) -> bool:
+    """Sub(p, c) with c made by Clip/Min/Max: where a clamp residual can end."""
+    if len(node.input) != 2:
+        return False
+    bounded = index.producer.get(node.input[1])
+    return bounded is not None and index.nodes[bounded].op_type in _BOUNDS_OPS
+
+
+def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int]] | None:
+    """p - clip(p, -t, t) -> (p, t, nodes): the soft threshold as the residual of a clamp, as ISTA
+    code writes it. It is sign(p)*max(|p| - t, 0) for every p (NaN and inf included: the clamp is
+    finite there, p is not) as long as t >= 0; with -t > t the clamp returns a bound instead, so t
+    must be a constant that is known not to be negative."""
+    found = alg.producer(value, "Sub")
+    if found is None or len(found[1].input) != 2:
+        return None
+    i, node = found
+    p, clamped = node.input
+    bounds = _clamp_bounds(alg, clamped, p)
+    if bounds is None:
+        return None
+    (lo, hi), nodes = bounds
+    lo_c, hi_c = (v if not isinstance(v, str) else alg.scalar(v) for v in (lo, hi))
+    if lo_c is None or hi_c is None:
+        negated = alg.unary(lo, "Neg") if isinstance(lo, str) else None
+        if negated is not None and negated[0] == hi:
+            raise NoMatch("p - clip(p, -t, t) is the shrink only for t >= 0, and t is a runtime value")
+        return None
+    if lo_c != -hi_c:
+        return None
+    require(hi_c >= 0, f"p - clip(p, {lo_c:g}, {hi_c:g}): with a negative t the clamp returns a bound, not the shrink")
+    return p, (hi if isinstance(hi, str) else np.array(hi, np.float32)), nodes | {i}
+
+
+def _clamp_bounds(alg: Algebra, value: str, p: str):
+    """((lo, hi), nodes) when value = clip(p, lo, hi) as Clip (bounds as inputs or, before opset
+    11, attributes) or Min(Max(p, lo), hi) or Max(Min(p, hi), lo); a bound is a value name or,
+    from an attribute, a float."""
+    found = alg.producer(value, *_BOUNDS_OPS)
+    if found is None:
+        return None
+    i, node = found
+    if node.op_type == "Clip":
+        if node.input[0] != p:
+            return None
+        if len(node.input) > 1 or attr(node, "min") is not None or attr(node, "max") is not None:
+            lo = node.input[1] if len(node.input) > 1 and node.input[1] else attr(node, "min")
+            hi = node.input[2] if len(node.input) > 2 and node.input[2] else attr(node, "max")
+            if lo is not None and hi is not None:
+                return (lo, hi), {i}
+        return None
+    if len(node.input) != 2:
+        return None
+    inner_op = "Max" if node.op_type == "Min" else "Min"
+    inner = alg.producer(node.input[0], inner_op)
+    if inner is None or len(inner[1].input) != 2 or inner[1].input[0] != p:
+        return None
+    outer_bound, inner_bound = node.input[1], inner[1].input[1]
+    lo, hi = (inner_bound, outer_bound) if node.op_type == "Min" else (outer_bound, inner_bound)
+    return (lo, hi), {i, inner[0]}
+
+
 def _refuse_two_where_shrink(alg: Algebra, value: str) -> None:
     if _two_where_shrink(alg, value):
         raise NoMatch("softshrink as a sum of two Wheres (TorchScript's symbolic): NaN in p gives 0 there "
@@ -368,5 +440,6 @@ def _const_or_value(alg: Algebra, t):
     return t
 
 
-# Add only so that TorchScript's two-Where softshrink without scaling (l2 = 0) is reported
-PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add"}), match)
+# Add only so that TorchScript's two-Where softshrink without scaling (l2 = 0) is reported, Sub for an
+# unscaled clamp residual
+PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add", "Sub"}), match)

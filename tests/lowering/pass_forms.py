@@ -182,6 +182,17 @@ def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling
     if shrink == "softshrink":
         s = g.op("Where", g.op("Greater", g.op("Abs", p), t), g.op("Sub", p, g.op("Mul", g.op("Sign", p), t)),
                  g.op("Mul", p, g.const(0.0, cd)))
+    elif shrink in ("residual", "residual-minmax", "residual-maxmin"):  # p - clip(p, -t, t)
+        nt = g.const(-lr * l1, cd) if scalars == "const" else g.op("Neg", t)
+        if shrink == "residual-minmax":
+            c = g.op("Min", g.op("Max", p, nt), t)
+        elif shrink == "residual-maxmin":
+            c = g.op("Max", g.op("Min", p, t), nt)
+        elif opset >= 11:
+            c = g.op("Clip", p, nt, t)
+        else:
+            c = g.op("Clip", p, min=-lr * l1, max=lr * l1)
+        s = g.op("Sub", p, c)
     else:
         d = g.op("Sub", g.op("Abs", p), t)
         if clamp == "max":

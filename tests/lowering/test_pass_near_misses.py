@@ -213,3 +213,33 @@ def test_sum_of_two_unrelated_wheres_is_not_reported() -> None:
     g.output(g.op("Div", g.op("Add", upper, lower), g.const(1.005)))
     fused, report = _fuse(g.model())
     assert not fused_nodes(fused) and not [r for r in report.rejections if "two Wheres" in r.reason]
+
+
+@pytest.mark.parametrize("shrink", ["residual", "residual-minmax"])
+def test_clamp_residual_with_a_runtime_threshold_is_refused(shrink: str) -> None:
+    # p - clip(p, -t, t) is the shrink only for t >= 0; a runtime t may be negative
+    _assert_rejected(pgd(shrink=shrink, scalars="raw"), PGD, "t is a runtime value")
+
+
+def test_clamp_residual_with_a_negative_threshold_is_refused() -> None:
+    _assert_rejected(pgd(shrink="residual", l1=-0.05), PGD, "with a negative t the clamp returns a bound")
+
+
+def test_clamp_residual_with_asymmetric_bounds_is_not_a_shrink() -> None:
+    g = G()
+    var, delta = g.input("var"), g.input("delta")
+    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
+    y = g.op("Div", g.op("Sub", p, g.op("Clip", p, g.const(-0.01), g.const(0.02))), g.const(1.02))
+    g.output(y)
+    fused, report = _fuse(g.model())
+    assert not fused_nodes(fused) and not report.fusions
+
+
+def test_residual_of_a_clamp_of_another_value_is_not_a_shrink() -> None:
+    g = G()
+    var, delta, other = g.input("var"), g.input("delta"), g.input("other")
+    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
+    y = g.op("Div", g.op("Sub", p, g.op("Clip", other, g.const(-0.005), g.const(0.005))), g.const(1.02))
+    g.output(y)
+    fused, report = _fuse(g.model())
+    assert not fused_nodes(fused) and not report.fusions
