@@ -967,6 +967,13 @@ def probe2_cases() -> list[Case]:
     return c
 
 
+def huber_clamp_fn(delta: float) -> Callable[..., torch.Tensor]:
+    """The Huber loss gradient as users write it: clamp(x, -delta, delta) * go, mean-reduced."""
+    def fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(p - t, -delta, delta) * go / p.numel()
+    return fn
+
+
 def clamp_residual_fn(scalars: str, minmax: bool = False) -> Callable[..., torch.Tensor]:
     """ISTA's soft threshold, p - clamp(p, -t, t), then / (1 + lr*l2)."""
     def fn(var: torch.Tensor, delta: torch.Tensor, *s: torch.Tensor) -> torch.Tensor:
@@ -1036,6 +1043,12 @@ def probe3_cases() -> list[Case]:
                           "t >= 0, which nothing in the graph says.", outputs=["var_out"],
                           not_fused=[{**prox("var_out", "raw", "var", "delta", "lr", "l1", "l2"),
                                       "reason": "t is a runtime value"}]))
+    for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
+        cases.append(Case(fx(f"sl1_hand_huber_clamp_mean_d2_f32_{suffix}.onnx"), huber_clamp_fn(2.0),
+                          sl1_args("mean", torch.float32, gen), exporter, "smooth_l1_grad",
+                          [sl1("grad", 2.0, "mean", "p", "t", "go", scale=2.0)],
+                          "The Huber gradient written as clamp(x, -delta, delta) * go / numel: Clip(Sub(p,t), -2, 2), "
+                          "a SmoothL1 gradient with beta = delta scaled by delta.", outputs=["grad"]))
     return cases
 
 

@@ -161,9 +161,12 @@ def hand_where_grad(reduction: str, beta: float, compare: str = "lt", return_x: 
     return fn
 
 
-def hand_clip_grad(beta: float) -> Fn:
-    """tf.clip_by_value(x/beta, -1, 1) * dout."""
+def hand_clip_grad(beta: float, huber: bool = False) -> Fn:
+    """tf.clip_by_value(x/beta, -1, 1) * dout, or with `huber` the Huber gradient
+    tf.clip_by_value(x, -beta, beta) * dout."""
     def fn(go: tf.Tensor, p: tf.Tensor, t: tf.Tensor) -> dict[str, tf.Tensor]:
+        if huber:
+            return {"grad": tf.clip_by_value(p - t, -beta, beta) * go}
         return {"grad": tf.clip_by_value((p - t) / beta, -1.0, 1.0) * go}
     return fn
 
@@ -356,6 +359,10 @@ def sl1_cases() -> list[Case]:
                   13, "near_miss", [],
                   "Near miss: x = Sub(p,t) is also the graph output 'x'.",
                   not_fused=[{**inst, "reason": "intermediate Sub(p,t) is a graph output"}]))
+    c.append(Case("sl1_hand_huber_clamp_sum_d2_f32_op13.onnx", hand_clip_grad(2.0, huber=True), sl1_signature(), 13,
+                  "smooth_l1_grad", [sl1(2.0, "sum", "go", scale=2.0)],
+                  "The Huber gradient tf.clip_by_value(x, -2, 2) * go: Mul(Max(Min(Sub(p,t), 2), -2), go), a "
+                  "SmoothL1 gradient with beta = delta = 2 scaled by 2."))
     return c
 
 

@@ -9,7 +9,8 @@ the algebraic views):
             Keras Huber gradient (two zero-padded selects summed)
             a select without dout scaled afterwards: select(...) * dout [/ n]
   nested    Where(x < -beta, -K*dout, Where(x > beta, K*dout, K/beta * x * dout))   Huber style
-  clip      Clip(x/beta, -1, 1) * K * dout, also Min(Max(.)) or Max(Min(.)) with bounds -1 and 1
+  clip      Clip(x/beta, -1, 1) * K * dout, also Min(Max(.)) or Max(Min(.)) with bounds -1 and 1,
+            and Clip(x, -delta, delta) * K * dout, the Huber gradient (beta = delta, scale delta)
   capped    sign(x) * (w + select(|x| <= d, n*c*min(|x|, d) - w, 0))   tf.compat.v1.losses.huber_loss
 K is norm * scale: 1/numel(predict) for mean (a constant equal to it, or Size/ReduceProd(Shape)
 computed at runtime), 1 for sum/none, and Huber's delta where the graph is huber_loss_backward.
@@ -33,8 +34,8 @@ _EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, on
 
 
 _PRODUCT_OPS = frozenset({"Mul", "Div", "Neg", "Reciprocal"})
-_CLAMP_OPS = frozenset({"Clip", "Min", "Max"})  # the outer op of clamp(y, -1, 1) as exporters write it
-_UNIT_BOUND = {"Min": 1.0, "Max": -1.0}  # clamp(y, -1, 1) = Min(y, 1) and Max(y, -1)
+_CLAMP_OPS = frozenset({"Clip", "Min", "Max"})  # the outer op of clamp(y, -c, c) as exporters write it
+_BOUND_SIGN = {"Min": 1.0, "Max": -1.0}  # clamp(y, -c, c) = Min(y, c) and Max(y, -c), c > 0
 # tf2onnx's arithmetic select: a Cast mask, up to five products and sums below the result (a
 # Keras loss's gradient masks each branch's upstream gradient before it scales the branch)
 _MASK_OPS, _TO_MASK = frozenset({"Cast"}), frozenset({"Add", "Mul", "Sum"})
@@ -46,7 +47,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type in ("Mul", "Div"):
-        if alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_unit_clamp):
+        if alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_symmetric_clamp):
             return _match_clip(alg, out)
         if alg.reaches(out, _MIN_OPS, _TO_MIN, 7, _caps_abs):
             return _match_capped(alg, out)
@@ -195,47 +196,57 @@ def _clip_bounds(alg: Algebra, node: onnx.NodeProto) -> tuple[float | None, floa
     return None, None
 
 
-def _may_end_unit_clamp(index: GraphIndex, node: Node) -> bool:
-    """Clip, or Min/Max with the constant bound 1/-1: where clamp(y, -1, 1) can end (most Max
-    nodes of a training graph are ReLU-like clamps at 0, which the pre-check need not follow)."""
-    return node.op_type == "Clip" or (len(node.input) == 2 and index.scalar(node.input[1]) == _UNIT_BOUND[node.op_type])
+def _may_end_symmetric_clamp(index: GraphIndex, node: Node) -> bool:
+    """Clip, Min with a positive constant or Max with a negative one: where clamp(y, -c, c) can end
+    (most Max nodes of a training graph are ReLU-like clamps at 0, which the pre-check need not
+    follow)."""
+    if node.op_type == "Clip":
+        return True
+    bound = index.scalar(node.input[1]) if len(node.input) == 2 else None
+    return bound is not None and bound * _BOUND_SIGN[node.op_type] > 0
 
 
-def _unit_clamp(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
-    """(y, nodes) when value = clamp(y, -1, 1): Clip, Min(Max(y, -1), 1) (the dynamo exporter's
-    torch.clamp before its optimizer turns it into Clip) or Max(Min(y, 1), -1) (tf.clip_by_value
-    through tf2onnx). Both nestings agree everywhere, NaN included (onnxruntime's Min and Max
-    propagate it)."""
+def _symmetric_clamp(alg: Algebra, value: str) -> tuple[str, float, set[int]] | None:
+    """(y, c, nodes) when value = clamp(y, -c, c) with a constant c > 0: Clip, Min(Max(y, -c), c)
+    (the dynamo exporter's torch.clamp before its optimizer turns it into Clip) or Max(Min(y, c), -c)
+    (tf.clip_by_value through tf2onnx). Both nestings agree everywhere, NaN included (onnxruntime's
+    Min and Max propagate it)."""
     found = alg.producer(value, "Clip", "Min", "Max")
     if found is None:
         return None
     i, node = found
     if node.op_type == "Clip":
-        return (node.input[0], {i}) if _clip_bounds(alg, node) == (-1.0, 1.0) else None
-    inner_op = "Max" if node.op_type == "Min" else "Min"
-    if len(node.input) != 2 or alg.scalar(node.input[1]) != _UNIT_BOUND[node.op_type]:
+        lo, hi = _clip_bounds(alg, node)
+        return (node.input[0], hi, {i}) if hi is not None and hi > 0 and lo == -hi else None
+    if len(node.input) != 2:
         return None
-    inner = alg.producer(node.input[0], inner_op)
-    if inner is None or len(inner[1].input) != 2 or alg.scalar(inner[1].input[1]) != _UNIT_BOUND[inner_op]:
+    outer = alg.scalar(node.input[1])
+    inner = alg.producer(node.input[0], "Max" if node.op_type == "Min" else "Min")
+    if outer is None or outer * _BOUND_SIGN[node.op_type] <= 0 or inner is None or len(inner[1].input) != 2:
         return None
-    return inner[1].input[0], {i, inner[0]}
+    if alg.scalar(inner[1].input[1]) != -outer:
+        return None
+    return inner[1].input[0], abs(outer), {i, inner[0]}
 
 
 def _match_clip(alg: Algebra, out: str) -> Match | None:
+    """K * dout * clamp(s*x, -c, c), which is K*c * dout * clamp(x/beta, -1, 1) with beta = c/s: the
+    SmoothL1 gradient as clamp(x/beta, -1, 1), and the Huber gradient as clamp(x, -delta, delta)."""
     mono = alg.monomial(out)
     for name, exp in mono.factors.items():
-        found = _unit_clamp(alg, name) if exp == 1 else None
+        found = _symmetric_clamp(alg, name) if exp == 1 else None
         if found is None:
             continue
-        clamped, clamp_nodes = found
+        clamped, bound, clamp_nodes = found
         inner = alg.monomial(clamped)
         xs = [v for v, e in inner.factors.items() if e == 1 and alg.producer(v, "Sub") is not None]
         if len(inner.factors) != 1 or not xs:
             continue
         x = xs[0]
         require(inner.coef > 0, "Clip's argument is x times a non-positive constant")
-        beta = 1.0 / inner.coef
+        beta = bound / inner.coef
         rest = mono.without(name)
+        rest.coef *= bound
         return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes, arithmetic=False)
     return None
 

@@ -130,6 +130,10 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
         else:
             cl = g.op("Clip", q, min=-1.0, max=1.0)
         y = g.op("Mul", cl, gk)
+    elif form in ("clip-delta", "minmax-delta"):  # the Huber gradient clamp(x, -delta, delta), delta = beta
+        nb = g.const(-beta, cd)
+        cl = g.op("Clip", x, nb, b) if form == "clip-delta" else g.op("Max", g.op("Min", x, b), nb)
+        y = g.op("Mul", cl, gk)
     elif form in ("huber", "huber_swapped"):
         nb = g.const(-beta, cd)
         lo = g.op("Mul", g.op("Neg", gk), b)

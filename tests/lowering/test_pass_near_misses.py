@@ -243,3 +243,12 @@ def test_residual_of_a_clamp_of_another_value_is_not_a_shrink() -> None:
     g.output(y)
     fused, report = _fuse(g.model())
     assert not fused_nodes(fused) and not report.fusions
+
+
+def test_asymmetric_clamp_of_x_is_not_a_smooth_l1_gradient() -> None:
+    g = G()
+    p, l, go = g.input("predict"), g.input("label"), g.input("dout", shape=())
+    y = g.op("Mul", g.op("Clip", g.op("Sub", p, l), g.const(-1.0), g.const(2.0)), go)
+    g.output(y)
+    fused, report = _fuse(g.model())
+    assert not fused_nodes(fused) and not report.fusions

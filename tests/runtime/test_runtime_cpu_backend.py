@@ -89,6 +89,11 @@ def run_prox(n, dtype, form, const, scalar_dtype, seed, target="ascend950", back
     got = aclnn.run_fused(spec, {"var": var, "delta": delta, **scalars}, backend, target)["var_out"]
     a, t1, t2 = (float(v.astype(np.float64).reshape(-1)[0]) for v in scalars.values())
     with np.errstate(all="ignore"):
+        if dtype == "float32":
+            # p = var - alpha*delta as the kernel and the unfused graph compute it, in float32: where
+            # |p| is within a few ulps of the threshold, |p| - t cancels, and the rounding of p alone
+            # is over the standard's MARE against the exact p (hypothesis found n=359954, seed=359954)
+            var, delta = var - np.float32(a) * delta, np.zeros_like(delta)
         golden = proximal_gd_reference(var, a, t1, t2, delta, form)
         return got, golden.astype(NUMPY_DTYPES[dtype])
 
