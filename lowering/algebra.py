@@ -5,8 +5,9 @@ pattern asks for the algebraic shape of a value:
   monomial(v)  -> coefficient * product of runtime factors with exponents, seen through Mul, Div,
                   Neg and Reciprocal, so g*x/b, x*(g/b), (x/b)*g and Mul(x, 1/b)*g all look alike;
   terms(v)     -> signed addends, seen through Add, Sub and Neg;
-  select(v)    -> (condition, branch when true, branch when false) for Where, for tf2onnx's
-                  arithmetic select Add(Mul(Cast(c), a), Mul(b, Cast(Not(c)))), and for the sum
+  select(v)    -> (condition, branch when true, branch when false) for Where, for the arithmetic
+                  select Add(Mul(Cast(c), a), Mul(b, mask')) with mask' the complement of Cast(c)
+                  (tf2onnx's Cast(Not(c)), or masks written by hand), and for the sum
                   u*select(c, A, 0) + v*select(c, 0, B) a Keras loss's gradient is;
   compare(v)   -> (lhs, relation, rhs) for Less/LessOrEqual/Greater/GreaterOrEqual and Not(...);
   uncast(v)    -> the float16/bfloat16 value a Cast-to-float32 widened, if any;
@@ -264,24 +265,52 @@ class Algebra:
         return None
 
     def _arith_select_branches(self, a: Monomial, b: Monomial):
-        """Finds Cast(c) among a's factors and Cast(Not(c)) among b's: tf2onnx's float select.
-        c may itself be a Not (tf2onnx writes a <= b as Not(a > b) before opset 12), so the two
-        masks are compared by what is left under their Nots and how many each has."""
+        """Finds a mask Cast(c) among a's factors and its complement among b's: tf2onnx's float
+        select, and the same select written by hand with masks (_complement_mask)."""
         for name, exp in a.factors.items():
             cast = self.producer(name, "Cast") if exp == 1 else None
             if cast is None or self.index.elem_type(cast[1].input[0]) != onnx.TensorProto.BOOL:
                 continue
             cond = cast[1].input[0]
-            base, info = self._strip_not(cond)
             for other, exp2 in b.factors.items():
-                cast2 = self.producer(other, "Cast") if exp2 == 1 else None
-                if cast2 is None:
-                    continue
-                inner, info2 = self._strip_not(cast2[1].input[0])
-                if inner == base and info2["negated"] != info["negated"]:
-                    nots = info2["nodes"] - info["nodes"]  # the Nots only the false mask has
-                    return cond, a.without(name), b.without(other), {cast[0], cast2[0]} | nots
+                nodes = self._complement_mask(name, cond, other) if exp2 == 1 else None
+                if nodes is not None:
+                    return cond, a.without(name), b.without(other), {cast[0]} | nodes
         return None
+
+    def _complement_mask(self, mask: str, cond: str, other: str) -> set[int] | None:
+        """The nodes that make `other` the complement of mask = Cast(cond), else None:
+          Cast(Not(cond))  tf2onnx; cond may itself be a Not (tf2onnx writes a <= b as Not(a > b)
+                           before opset 12), so the masks are compared by what is left under their
+                           Nots and how many each has;
+          Cast(c2)         c2 the complementary comparison of cond's operands (|x| >= b beside
+                           |x| < b, each mask written out). A NaN operand makes both masks 0, where
+                           a select would take a branch; the patterns compare |x| or |p|, whose
+                           branches are NaN there anyway;
+          1 - mask."""
+        cast2 = self.producer(other, "Cast")
+        if cast2 is not None:
+            base, info = self._strip_not(cond)
+            inner, info2 = self._strip_not(cast2[1].input[0])
+            if inner == base and info2["negated"] != info["negated"]:
+                return {cast2[0]} | (info2["nodes"] - info["nodes"])  # the Nots only the false mask has
+            found = self._complementary(cond, cast2[1].input[0])
+            return None if found is None else {cast2[0], found}
+        sub = self.producer(other, "Sub")
+        if sub is not None and len(sub[1].input) == 2 and sub[1].input[1] == mask and self.scalar(sub[1].input[0]) == 1.0:
+            return {sub[0]}
+        return None
+
+    def _complementary(self, cond: str, other: str) -> int | None:
+        """The node of `other` when it compares cond's operands with the negated relation."""
+        first, second = self.producer(cond, *_RELATIONS), self.producer(other, *_RELATIONS)
+        if first is None or second is None or len(first[1].input) != 2 or len(second[1].input) != 2:
+            return None
+        if _NEGATED[_RELATIONS[first[1].op_type]] != _RELATIONS[second[1].op_type]:
+            return None
+        same = all(u == v or (self.scalar(u) is not None and self.scalar(u) == self.scalar(v))
+                   for u, v in zip(first[1].input, second[1].input))
+        return second[0] if same else None
 
     def _masked_terms(self, a: Monomial, b: Monomial):
         """Finds select(c, A, 0) among a's factors and select(c, 0, B) among b's, both tf2onnx

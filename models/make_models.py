@@ -967,6 +967,16 @@ def probe2_cases() -> list[Case]:
     return c
 
 
+def mask_sl1_fn(masks: str) -> Callable[..., torch.Tensor]:
+    """The SmoothL1 gradient (sum, beta 0.5) with the select written as float masks."""
+    def fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        x = p - t
+        small = (x.abs() < 0.5).float()
+        large = (x.abs() >= 0.5).float() if masks == "two" else 1 - small
+        return (small * x / 0.5 + large * x.sign()) * go
+    return fn
+
+
 def huber_clamp_fn(delta: float) -> Callable[..., torch.Tensor]:
     """The Huber loss gradient as users write it: clamp(x, -delta, delta) * go, mean-reduced."""
     def fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -1049,6 +1059,14 @@ def probe3_cases() -> list[Case]:
                           [sl1("grad", 2.0, "mean", "p", "t", "go", scale=2.0)],
                           "The Huber gradient written as clamp(x, -delta, delta) * go / numel: Clip(Sub(p,t), -2, 2), "
                           "a SmoothL1 gradient with beta = delta scaled by delta.", outputs=["grad"]))
+    for masks, note in (("two", "(|x| < 0.5).float() and (|x| >= 0.5).float(): Cast(Less) and Cast(GreaterOrEqual)"),
+                        ("one_minus", "m = (|x| < 0.5).float() and 1 - m: Cast(Less) and Sub(1, Cast)")):
+        for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
+            cases.append(Case(fx(f"sl1_hand_masks_{masks}_sum_b05_f32_{suffix}.onnx"), mask_sl1_fn(masks),
+                              sl1_args("sum", torch.float32, gen), exporter, "smooth_l1_grad",
+                              [sl1("grad", 0.5, "sum", "p", "t", "go")],
+                              f"The select written with float masks by hand, {note}: "
+                              "(m * x/0.5 + m' * sign(x)) * go, an arithmetic select.", outputs=["grad"]))
     return cases
 
 

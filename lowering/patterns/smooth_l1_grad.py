@@ -5,7 +5,8 @@ the algebraic views):
   select    Where(|x| <  beta, K/beta * x * dout, K * sign(x) * dout)       PyTorch decomposition
             Where(|x| <= beta, ...)   both branches agree at |x| == beta
             Where(|x| >= beta, sign branch, x branch), Where(Not(c), ...)
-            tf2onnx's arithmetic select Add(Mul(Cast(c), a), Mul(b, Cast(Not(c)))), also as the
+            arithmetic selects Add(Mul(Cast(c), a), Mul(b, mask')) with mask' = Cast(Not(c)) (tf2onnx),
+            the Cast of the complementary comparison or 1 - Cast(c) (masks written by hand), also as the
             Keras Huber gradient (two zero-padded selects summed)
             a select without dout scaled afterwards: select(...) * dout [/ n]
   nested    Where(x < -beta, -K*dout, Where(x > beta, K*dout, K/beta * x * dout))   Huber style
@@ -36,9 +37,10 @@ _EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, on
 _PRODUCT_OPS = frozenset({"Mul", "Div", "Neg", "Reciprocal"})
 _CLAMP_OPS = frozenset({"Clip", "Min", "Max"})  # the outer op of clamp(y, -c, c) as exporters write it
 _BOUND_SIGN = {"Min": 1.0, "Max": -1.0}  # clamp(y, -c, c) = Min(y, c) and Max(y, -c), c > 0
-# tf2onnx's arithmetic select: a Cast mask, up to five products and sums below the result (a
-# Keras loss's gradient masks each branch's upstream gradient before it scales the branch)
-_MASK_OPS, _TO_MASK = frozenset({"Cast"}), frozenset({"Add", "Mul", "Sum"})
+# an arithmetic select: a Cast mask, up to five products and sums below the result (a Keras loss's
+# gradient masks each branch's upstream gradient before it scales the branch; a mask written by
+# hand scales a branch that is then divided by beta, or is taken as 1 - mask)
+_MASK_OPS, _TO_MASK = frozenset({"Cast"}), frozenset({"Add", "Mul", "Sum", "Div", "Sub"})
 # tf.compat.v1.losses.huber_loss: Min(|x|, delta) and the sums and products down to its gradient
 _MIN_OPS, _TO_MIN = frozenset({"Min"}), frozenset({"Add", "Sum", "Mul", "Div", "Neg"})
 
@@ -118,7 +120,7 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     sign = _sign_factor(alg, outside, x)
     if sign is None:
         return None
-    form = "tf2onnx-select" if sel.arithmetic else "where"
+    form = "arithmetic-select" if sel.arithmetic else "where"
     beta = alg.scalar(cmp.rhs)
     if beta is None:
         overridable = alg.index.is_overridable_initializer(cmp.rhs)
@@ -169,7 +171,7 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
     inner = _side(alg, inner_cmp)
     if inner is None or inner[0] == outer[0]:
         return None
-    form = f"{FAMILY}/nested-{'tf2onnx-select' if sel.arithmetic or inner_sel.arithmetic else 'where'}"
+    form = f"{FAMILY}/nested-{'arithmetic-select' if sel.arithmetic or inner_sel.arithmetic else 'where'}"
     beta = outer[1]
     require(close(beta, inner[1]) and beta > 0, f"the two thresholds {outer[1]:g} and {inner[1]:g} are not +-beta with beta > 0")
     low, high = (sel.when_true, inner_sel.when_true) if outer[0] == "low" else (inner_sel.when_true, sel.when_true)
@@ -395,8 +397,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         inputs[2] = _const_like(dout, dtype)
     caveats = []
     if arithmetic:
-        caveats.append("tf2onnx arithmetic select: where the branch not taken is inf/NaN the unfused graph gives NaN, "
-                       "the kernel gives the selected branch")
+        caveats.append("arithmetic select (float masks, as tf2onnx writes it): where the branch not taken is inf/NaN "
+                       "the unfused graph gives NaN, the kernel gives the selected branch")
     if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
            for i in interior):
         caveats.append("native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN")

@@ -103,7 +103,7 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
     else:
         gk = go
     b = g.const_node(beta, cd) if beta_const_node else g.const(beta, cd)
-    if form in ("where", "where_le", "where_ge", "where_not", "tf2onnx"):
+    if form in ("where", "where_le", "where_ge", "where_not", "tf2onnx", "mask_ge", "mask_one_minus"):
         a = g.op("Abs", x)
         if order == 2:
             lin = g.op("Mul", g.op("Div", x, b), gk)
@@ -120,9 +120,14 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
             y = g.op("Where", g.op("GreaterOrEqual", a, b), sgn, lin)
         elif form == "where_not":
             y = g.op("Where", g.op("Not", g.op("Less", a, b)), sgn, lin)
-        else:
+        elif form == "tf2onnx":
             c = g.op("Less", a, b)
             y = g.op("Add", g.op("Mul", g.op("Cast", c, to=cd), lin), g.op("Mul", sgn, g.op("Cast", g.op("Not", c), to=cd)))
+        else:  # masks written by hand: (|x| < b).float() and (|x| >= b).float(), or 1 - the first
+            m = g.op("Cast", g.op("Less", a, b), to=cd)
+            other = (g.op("Cast", g.op("GreaterOrEqual", a, b), to=cd) if form == "mask_ge"
+                     else g.op("Sub", g.const(1.0, cd), m))
+            y = g.op("Add", g.op("Mul", m, lin), g.op("Mul", sgn, other))
     elif form == "clip":
         q = g.op("Div", x, b) if beta != 1.0 else x
         if opset >= 11:

@@ -27,6 +27,8 @@ SL1_CASES = {
     "order2-div-first": (dict(order=2), dict(sigma=0.5, reduction="mean")),
     "order3-reciprocal-beta": (dict(order=3), dict(sigma=0.5, reduction="mean")),
     "tf2onnx-select": (dict(form="tf2onnx"), dict(sigma=0.5, reduction="mean")),
+    "mask-complementary-compare": (dict(form="mask_ge"), dict(sigma=0.5, reduction="mean")),
+    "mask-one-minus": (dict(form="mask_one_minus"), dict(sigma=0.5, reduction="mean")),
     "clip": (dict(form="clip"), dict(sigma=0.5, reduction="mean")),
     "clip-beta1": (dict(form="clip", beta=1.0), dict(sigma=1.0)),
     "clip-opset10-attrs": (dict(form="clip", opset=10), dict(sigma=0.5)),
@@ -110,7 +112,7 @@ def test_smooth_l1_forms_fuse(case: str) -> None:
     if kwargs.get("dtype") == BF and native_half:
         return  # onnxruntime has no bfloat16 CPU kernels for these ops
     beta = kwargs.get("beta", 0.5)
-    nonfinite = kwargs.get("form") != "tf2onnx" and not native_half
+    nonfinite = kwargs.get("form") not in ("tf2onnx", "mask_ge", "mask_one_minus") and not native_half
     _numerics(model, fused, edges=(beta,), nonfinite=nonfinite)
 
 

@@ -252,3 +252,23 @@ def test_asymmetric_clamp_of_x_is_not_a_smooth_l1_gradient() -> None:
     g.output(y)
     fused, report = _fuse(g.model())
     assert not fused_nodes(fused) and not report.fusions
+
+
+@pytest.mark.parametrize("case", ["other-threshold", "same-relation", "two-minus-mask"])
+def test_masks_that_are_not_complements_are_not_a_select(case: str) -> None:
+    g = G()
+    p, l, go = g.input("predict"), g.input("label"), g.input("dout", shape=())
+    x = g.op("Sub", p, l)
+    a = g.op("Abs", x)
+    m = g.op("Cast", g.op("Less", a, g.const(0.5)), to=F)
+    if case == "other-threshold":
+        other = g.op("Cast", g.op("GreaterOrEqual", a, g.const(0.6)), to=F)
+    elif case == "same-relation":
+        other = g.op("Cast", g.op("Less", a, g.const(0.5)), to=F)
+    else:
+        other = g.op("Sub", g.const(2.0), m)
+    lin = g.op("Div", g.op("Mul", go, x), g.const(0.5))
+    y = g.op("Add", g.op("Mul", m, lin), g.op("Mul", g.op("Mul", go, g.op("Sign", x)), other))
+    g.output(y)
+    fused, report = _fuse(g.model())
+    assert not fused_nodes(fused) and not report.fusions
