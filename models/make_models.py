@@ -829,6 +829,8 @@ def export(case: Case) -> onnx.ModelProto:
                           output_names=case.outputs, dynamic_axes=case.dynamic or None, **case.ts_kwargs)
         model = onnx.load_from_string(buffer.getvalue())
     _strip_stack_traces(model)
+    if case.outputs and [o.name for o in model.graph.output] != case.outputs:
+        _rename_outputs(model, case.outputs)
     # the TorchScript exporter writes module functions, and numbers their nodes, in set order,
     # which changes between runs: functions are sorted and their nodes named by position
     ordered = sorted((onnx.FunctionProto.FromString(f.SerializeToString()) for f in model.functions),
@@ -839,6 +841,17 @@ def export(case: Case) -> onnx.ModelProto:
     del model.functions[:]
     model.functions.extend(ordered)
     return model
+
+
+def _rename_outputs(model: onnx.ModelProto, names: list[str]) -> None:
+    """Gives the graph outputs the case's names, where the exporter ignored output_names (with
+    module functions it numbers them, and the numbers change between runs)."""
+    rename = dict(zip([o.name for o in model.graph.output], names))
+    for node in model.graph.node:
+        node.input[:] = [rename.get(n, n) for n in node.input]
+        node.output[:] = [rename.get(n, n) for n in node.output]
+    for o in model.graph.output:
+        o.name = rename[o.name]
 
 
 def _strip_stack_traces(model: onnx.ModelProto) -> None:
@@ -967,6 +980,20 @@ def probe2_cases() -> list[Case]:
     return c
 
 
+def soft_threshold_fn(form: str) -> Callable[..., torch.Tensor]:
+    """The prox update with its soft threshold written without sign(p)*max(.): as a masked
+    softshrink or as a difference of ReLUs."""
+    def fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        p = var - LR * delta
+        t = LR * L1
+        if form == "masked":
+            shrunk = (p - t * p.sign()) * (p.abs() > t).float()
+        else:
+            shrunk = torch.relu(p - t) - torch.relu(-p - t)
+        return shrunk / (1 + LR * L2)
+    return fn
+
+
 def mask_sl1_fn(masks: str) -> Callable[..., torch.Tensor]:
     """The SmoothL1 gradient (sum, beta 0.5) with the select written as float masks."""
     def fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -1031,14 +1058,15 @@ def probe3_cases() -> list[Case]:
     modules = {"export_modules_as_functions": {SL1GradModule, ProxModule}}
     cases = [Case(fx("mixed_modular_step_functions_ts.onnx"), ModularStep(), step_args(gen), "torchscript", "mixed",
                  [sl1("/sl1/SL1GradModule_output_0", 0.5, "mean", "/Add_output_0", "target", 1.0),
-                  prox("59", "raw", "W", "/MatMul_1_output_0", "lr", "l1", "l2"),
-                  prox("60", "raw", "b", "/ReduceSum_output_0", "lr", "l1", "l2")],
+                  prox("W_new", "raw", "W", "/MatMul_1_output_0", "lr", "l1", "l2"),
+                  prox("b_new", "raw", "b", "/ReduceSum_output_0", "lr", "l1", "l2")],
                  "TorchScript with export_modules_as_functions: the main graph calls model-local functions "
                  "SL1GradModule (Where(Less(Abs(d),0.5), Div(Mul(c,d),0.5), Mul(c,Sign(d))), c = 1/64) and "
                  "ProxModule twice (the second call's function, ProxModule.1, takes Mul(lr,l1) and "
                  "Add(Mul(lr,l2),1) from the first call's extra outputs: the exporter deduplicates across "
                  "modules). The pass inlines the calls to see inside. The exporter ignores output_names with module "
-                 "functions: the updates are outputs 59 and 60.", opset=17,
+                 "functions (it numbers the outputs, differently from run to run): make_models names them.",
+                 opset=17, outputs=["W_new", "b_new"],
                  ts_kwargs=modules)]
     const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
     for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
@@ -1067,6 +1095,12 @@ def probe3_cases() -> list[Case]:
                               [sl1("grad", 0.5, "sum", "p", "t", "go")],
                               f"The select written with float masks by hand, {note}: "
                               "(m * x/0.5 + m' * sign(x)) * go, an arithmetic select.", outputs=["grad"]))
+    for form, note in (("masked", "(p - t*sign(p)) * (|p| > t).float(): softshrink with a float mask"),
+                       ("relu_difference", "relu(p - t) - relu(-p - t), LISTA's soft threshold")):
+        for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
+            cases.append(Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), soft_threshold_fn(form),
+                              prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const],
+                              f"{note}, with Python-float hyperparameters, then / k.", outputs=["var_out"]))
     return cases
 
 
@@ -1100,7 +1134,7 @@ def function_fixture_cases() -> list[Case]:
     args = {"x": randn(16, 8, gen=gen), "target": randn(16, 4, gen=gen), "W": randn(8, 4, scale=0.5, gen=gen),
             "lr": torch.tensor(0.1), "l1": torch.tensor(0.01), "l2": torch.tensor(0.05)}
     return [Case(str(FUNCTION_FIXTURES / "all_modules_as_functions_ts.onnx"), ModularNet(), args, "torchscript", "mixed",
-                 [], "every module a function, the top one too", opset=17,
+                 [], "every module a function, the top one too", opset=17, outputs=["W_new"],
                  ts_kwargs={"export_modules_as_functions": True})]
 
 

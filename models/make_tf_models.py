@@ -178,7 +178,8 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
     """The update in several spellings.
 
     clamp: "maximum" (tf.maximum(., 0)), "relu" (tf.nn.relu), "clip" (tf.clip_by_value(., 0,
-    dtype max)), "residual" (no sign: ISTA's p - tf.clip_by_value(p, -t, t)); step: "sub" (var - lr*delta) or "neg_mul" (var + (-lr)*delta); scale: "div" or
+    dtype max)), "residual" (no sign: ISTA's p - tf.clip_by_value(p, -t, t)), "relu_difference"
+    (relu(p - t) - relu(-p - t)), "masked" ((p - t*sign(p)) * cast(|p| > t)); step: "sub" (var - lr*delta) or "neg_mul" (var + (-lr)*delta); scale: "div" or
     "recip" (times 1/(1 + lr*l2)); scalars: "const" (Python floats) or "tensor" (lr, l1, l2 inputs).
     """
     def fn(var: tf.Tensor, delta: tf.Tensor, *scalar_inputs: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -191,7 +192,15 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
             shrunk = tf.nn.relu(shrunk)
         elif clamp == "clip":
             shrunk = tf.clip_by_value(shrunk, 0.0, var.dtype.max)
-        out = p - tf.clip_by_value(p, -lr * l1, lr * l1) if clamp == "residual" else tf.sign(p) * shrunk
+        t = lr * l1
+        if clamp == "residual":
+            out = p - tf.clip_by_value(p, -t, t)
+        elif clamp == "relu_difference":
+            out = tf.nn.relu(p - t) - tf.nn.relu(-p - t)
+        elif clamp == "masked":
+            out = (p - t * tf.sign(p)) * tf.cast(tf.abs(p) > t, p.dtype)
+        else:
+            out = tf.sign(p) * shrunk
         out = out / (1 + lr * l2) if scale == "div" else out * (1 / (1 + lr * l2))
         return {"var_out": out, "p": p} if return_p else {"var_out": out}
     return fn
@@ -446,6 +455,11 @@ def prox_cases() -> list[Case]:
         "Near miss: p - tf.clip_by_value(p, -t, t) with t = lr*l1 from inputs: the shrink only for t >= 0, "
         "which nothing in the graph says.", scalars="tensor",
         not_fused=[{**raw_prox(), "reason": "t is a runtime value"}])
+    add("prox_const_relu_difference_f32_op13.onnx", prox_update(clamp="relu_difference"), 13, const_prox(),
+        "LISTA's soft threshold tf.nn.relu(p - t) - tf.nn.relu(-p - t) with a Python t.")
+    add("prox_tensor_masked_f32_op13.onnx", prox_update(clamp="masked", scalars="tensor"), 13, raw_prox(),
+        "Softshrink with a float mask, (p - t*sign(p)) * tf.cast(|p| > t, float32), t = lr*l1 from inputs: "
+        "equal to the shrink for every t.", scalars="tensor")
     return c
 
 

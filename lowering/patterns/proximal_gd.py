@@ -4,7 +4,8 @@ t is alpha*l1 and k is 1 + alpha*l2 (TensorFlow ApplyProximalGradientDescent). F
   clamp     Max(|p| - t, 0) | Relu(|p| - t) | Clip(|p| - t, min=0) (input or, before opset 11, attribute)
             | Where(d <= 0, 0, d) (F.threshold) | min(max(d, 0), dtype max) (tf.clip_by_value)
   shrink    sign(p) * clamp,  or softshrink Where(|p| > t, p - sign(p)*t, p*0) (0 for p*0 under
-            tf2onnx's arithmetic select),  or the clamp residual p - clip(p, -t, t) (ISTA's soft
+            tf2onnx's arithmetic select) or (p - t*sign(p)) * Cast(|p| > t) (a float mask), or
+            relu(p - t) - relu(-p - t) (LISTA) with a constant t >= 0,  or the clamp residual p - clip(p, -t, t) (ISTA's soft
             threshold) with a constant t >= 0; sign(p) also computed in float32 for a float16 p
   scaling   / k,  * (1/k) as a runtime reciprocal,  * constant,  or none (l2 = 0 folded away)
   update    var - alpha*delta,  var + delta*(-alpha),  Sub(var, Mul(delta, lr)) in any operand order
@@ -43,7 +44,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         return None
     if not (alg.reaches(out, _SHRINK_OPS, _TO_SHRINK, 4)
             or alg.reaches(out, _SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part)
-            or alg.reaches(out, _RESIDUAL_OPS, _TO_SHRINK, 4, _may_be_residual)):
+            or alg.reaches(out, _SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink)):
         return None
     mono = alg.monomial(out)
     shrink = _find_shrink(alg, mono)
@@ -102,6 +103,14 @@ def _find_shrink(alg: Algebra, mono: Monomial):
         if residual is not None:
             p, t, nodes = residual
             return p, t, mono.without(name), nodes, "clamp-residual", None
+        difference = _relu_difference(alg, name)
+        if difference is not None:
+            p, t, nodes = difference
+            return p, t, mono.without(name), nodes, "relu-difference", None
+        masked = _masked_softshrink(alg, mono, name)
+        if masked is not None:
+            p, t, shifted, nodes = masked
+            return p, t, mono.without(name).without(shifted), nodes, "masked-softshrink", None
         sign = alg.unary_narrowed(name, "Sign")
         if sign is None:
             continue
@@ -236,7 +245,17 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
         if not sel.arithmetic:
             raise NoMatch("softshrink with 0, not p*0, where |p| <= t: NaN in p gives 0 there and NaN in the fused op")
     moved = single_factor(outside)
-    terms, tnodes = alg.terms(moved) if moved is not None else ([], set())
+    shifted = None if moved is None else _shifted_by_sign(alg, moved, p, t)
+    if shifted is None:
+        return None
+    nodes = (sel.nodes | cmp.nodes | {absp[1]} | inside.nodes | outside.nodes | shifted
+             | alg.widening_casts(cmp.lhs) | zeros)
+    return p, t, nodes
+
+
+def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str) -> set[int] | None:
+    """The nodes of moved = p - t*sign(p), the branch |p| > t of a softshrink, else None."""
+    terms, tnodes = alg.terms(moved)
     if sorted(s for s, _ in terms) != [-1, 1] or (1, p) not in terms:
         return None
     (_, shift), = [(s, v) for s, v in terms if s == -1]
@@ -252,20 +271,40 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
         # be within the precision standard of it
         raise NoMatch(f"softshrink shifts p by {shift_mono.coef:.9g} but compares |p| with {t_const:.9g}"
                       if t_const is not None else "softshrink shifts p by a constant times its threshold")
-    nodes = (sel.nodes | cmp.nodes | {absp[1], alg.unary(sign, "Sign")[1]} | inside.nodes | outside.nodes
-             | tnodes | shift_mono.nodes | alg.widening_casts(cmp.lhs) | zeros)
-    return p, t, nodes
+    return tnodes | shift_mono.nodes | {alg.unary(sign, "Sign")[1]}
 
 
-_RESIDUAL_OPS = frozenset({"Sub"})
+def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, str, str, set[int]] | None:
+    """(p, t, the shifted factor, nodes) when mono has the factors Cast(|p| > t) (or >=) and
+    p - t*sign(p): softshrink with a float mask. Equal to the shrink for every p and t: NaN in p
+    fails the comparison and 0*NaN is NaN, inf passes it, and where the mask is 0 the other factor
+    is finite; for t < 0 every p passes and p - t*sign(p) is sign(p)*(|p| - t) as well."""
+    cast = alg.producer(mask, "Cast")
+    if cast is None or alg.index.elem_type(cast[1].input[0]) != onnx.TensorProto.BOOL:
+        return None
+    cmp = alg.compare(cast[1].input[0])
+    absp = None if cmp is None or cmp.relation not in (">", ">=") else alg.unary(alg.widened(cmp.lhs), "Abs")
+    if absp is None:
+        return None
+    p, t = absp[0], cmp.rhs
+    for other, exp in mono.factors.items():
+        shifted = _shifted_by_sign(alg, other, p, t) if exp == 1 and other != mask else None
+        if shifted is not None:
+            return p, t, other, {cast[0], absp[1]} | cmp.nodes | shifted | alg.widening_casts(cmp.lhs)
+    return None
 
 
-def _may_be_residual(index: GraphIndex, node: Node) -> bool:
-    """Sub(p, c) with c made by Clip/Min/Max: where a clamp residual can end."""
+_SUB_SHRINK_OPS = frozenset({"Sub"})
+_RELU_OPS = frozenset({"Relu", "Max", "Where"})  # relu(d) as _clamp reads it
+
+
+def _may_end_sub_shrink(index: GraphIndex, node: Node) -> bool:
+    """Sub(p, c) with c made by Clip/Min/Max, or Sub(relu(.), relu(.)): where a clamp residual or
+    a difference of ReLUs can end."""
     if len(node.input) != 2:
         return False
-    bounded = index.producer.get(node.input[1])
-    return bounded is not None and index.nodes[bounded].op_type in _BOUNDS_OPS
+    ops = [index.nodes[i].op_type if (i := index.producer.get(v)) is not None else None for v in node.input]
+    return ops[1] in _BOUNDS_OPS or (ops[0] in _RELU_OPS and ops[1] in _RELU_OPS)
 
 
 def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int]] | None:
@@ -320,6 +359,55 @@ def _clamp_bounds(alg: Algebra, value: str, p: str):
     outer_bound, inner_bound = node.input[1], inner[1].input[1]
     lo, hi = (inner_bound, outer_bound) if node.op_type == "Min" else (outer_bound, inner_bound)
     return (lo, hi), {i, inner[0]}
+
+
+def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int]] | None:
+    """relu(p - t) - relu(-p - t) -> (p, t, nodes): soft thresholding as LISTA code writes it (relu
+    also as max(., 0) or F.threshold). It is sign(p)*max(|p| - t, 0) for every p (onnxruntime's Relu
+    and Max keep NaN, and inf passes one side) as long as t >= 0; for t < 0 both sides are positive
+    near 0 and the difference is 2p, so t must be a constant known not to be negative."""
+    terms, nodes = alg.terms(value)
+    if sorted(s for s, _ in terms) != [-1, 1]:
+        return None
+    (_, pos), (_, neg) = sorted(terms, reverse=True)
+    sides = [_clamp(alg, pos), _clamp(alg, neg)]
+    if None in sides or any(side[2] == "clip" for side in sides):
+        return None
+    split = _signed_minus_t(alg, sides[0][0]), _signed_minus_t(alg, sides[1][0])
+    if None in split or split[0][0] != 1 or split[1][0] != -1 or split[0][1] != split[1][1]:
+        return None
+    (_, p, t, t_nodes), (_, _, t2, t2_nodes) = split
+    t_const, t2_const = alg.scalar(t), alg.scalar(t2)
+    if t != t2 and (t_const is None or t_const != t2_const):
+        return None
+    if t_const is None:
+        raise NoMatch("relu(p - t) - relu(-p - t) is the shrink only for t >= 0, and t is a runtime value")
+    require(t_const >= 0, f"relu(p - t) - relu(-p - t) with t = {t_const:g}: for t < 0 it is 2p near 0, not the shrink")
+    return p, t, nodes | sides[0][1] | sides[1][1] | t_nodes | t2_nodes
+
+
+def _signed_minus_t(alg: Algebra, d: str) -> tuple[int, str, str, set[int]] | None:
+    """(s, p, t, nodes) when d = s*p - t with s = +-1: p - t, -p - t as Neg(p) - t or -(p + t)."""
+    neg = alg.unary(d, "Neg")  # -(p + t)
+    if neg is not None:
+        terms, nodes = alg.terms(neg[0])
+        if sorted(s for s, _ in terms) != [1, 1]:
+            return None
+        (_, a), (_, t) = terms
+        if alg.scalar(a) is not None:
+            a, t = t, a
+        return -1, a, t, nodes | {neg[1]}
+    terms, nodes = alg.terms(d)
+    if len(terms) != 2:
+        return None
+    for (s1, a), (s2, t) in (terms, terms[::-1]):
+        if s2 != -1:
+            continue
+        negated = alg.unary(a, "Neg")
+        if s1 == 1 and negated is not None:
+            return -1, negated[0], t, nodes | {negated[1]}
+        return s1, a, t, nodes
+    return None
 
 
 def _refuse_two_where_shrink(alg: Algebra, value: str) -> None:
@@ -441,5 +529,5 @@ def _const_or_value(alg: Algebra, t):
 
 
 # Add only so that TorchScript's two-Where softshrink without scaling (l2 = 0) is reported, Sub for an
-# unscaled clamp residual
+# unscaled clamp residual or difference of ReLUs
 PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add", "Sub"}), match)

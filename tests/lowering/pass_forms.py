@@ -191,6 +191,15 @@ def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling
     if shrink == "softshrink":
         s = g.op("Where", g.op("Greater", g.op("Abs", p), t), g.op("Sub", p, g.op("Mul", g.op("Sign", p), t)),
                  g.op("Mul", p, g.const(0.0, cd)))
+    elif shrink in ("relu-diff", "relu-diff-max", "relu-diff-neg-sum"):  # relu(p - t) - relu(-p - t)
+        minus_p = g.op("Neg", g.op("Add", p, t)) if shrink == "relu-diff-neg-sum" else g.op("Sub", g.op("Neg", p), t)
+        if shrink == "relu-diff-max":
+            s = g.op("Sub", g.op("Max", g.op("Sub", p, t), g.const(0.0, cd)), g.op("Max", minus_p, g.const(0.0, cd)))
+        else:
+            s = g.op("Sub", g.op("Relu", g.op("Sub", p, t)), g.op("Relu", minus_p))
+    elif shrink in ("masked", "masked-ge"):  # (p - t*sign(p)) * Cast(|p| > t)
+        mask = g.op("Cast", g.op("Greater" if shrink == "masked" else "GreaterOrEqual", g.op("Abs", p), t), to=cd)
+        s = g.op("Mul", g.op("Sub", p, g.op("Mul", t, g.op("Sign", p))), mask)
     elif shrink in ("residual", "residual-minmax", "residual-maxmin"):  # p - clip(p, -t, t)
         nt = g.const(-lr * l1, cd) if scalars == "const" else g.op("Neg", t)
         if shrink == "residual-minmax":

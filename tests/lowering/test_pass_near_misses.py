@@ -272,3 +272,49 @@ def test_masks_that_are_not_complements_are_not_a_select(case: str) -> None:
     g.output(y)
     fused, report = _fuse(g.model())
     assert not fused_nodes(fused) and not report.fusions
+
+
+def test_masked_softshrink_with_the_complementary_mask_is_not_a_shrink() -> None:
+    g = G()
+    var, delta = g.input("var"), g.input("delta")
+    t = g.const(0.005)
+    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
+    mask = g.op("Cast", g.op("LessOrEqual", g.op("Abs", p), t), to=F)
+    y = g.op("Div", g.op("Mul", g.op("Sub", p, g.op("Mul", t, g.op("Sign", p))), mask), g.const(1.02))
+    g.output(y)
+    fused, report = _fuse(g.model())
+    assert not fused_nodes(fused) and not report.fusions
+
+
+def test_masked_softshrink_shifting_by_another_threshold_is_refused() -> None:
+    g = G()
+    var, delta = g.input("var"), g.input("delta")
+    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
+    mask = g.op("Cast", g.op("Greater", g.op("Abs", p), g.const(0.005)), to=F)
+    y = g.op("Div", g.op("Mul", g.op("Sub", p, g.op("Mul", g.const(0.006), g.op("Sign", p))), mask), g.const(1.02))
+    g.output(y)
+    _assert_rejected(g.model(), PGD, "softshrink shifts p by 0.006")
+
+
+def test_relu_difference_with_a_runtime_threshold_is_refused() -> None:
+    _assert_rejected(pgd(shrink="relu-diff", scalars="raw"), PGD, "t is a runtime value")
+
+
+def test_relu_difference_with_a_negative_threshold_is_refused() -> None:
+    _assert_rejected(pgd(shrink="relu-diff", l1=-0.05), PGD, "for t < 0 it is 2p near 0")
+
+
+@pytest.mark.parametrize("case", ["other-threshold", "same-sign"])
+def test_relu_differences_that_are_not_a_shrink(case: str) -> None:
+    g = G()
+    var, delta = g.input("var"), g.input("delta")
+    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
+    t = g.const(0.005)
+    if case == "other-threshold":
+        minus = g.op("Sub", g.op("Neg", p), g.const(0.006))
+    else:
+        minus = g.op("Sub", p, t)
+    y = g.op("Div", g.op("Sub", g.op("Relu", g.op("Sub", p, t)), g.op("Relu", minus)), g.const(1.02))
+    g.output(y)
+    fused, report = _fuse(g.model())
+    assert not fused_nodes(fused) and not report.fusions
