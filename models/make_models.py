@@ -980,6 +980,11 @@ def probe2_cases() -> list[Case]:
     return c
 
 
+def sign_min_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    x = p - t
+    return x.sign() * torch.minimum(x.abs() / 0.5, torch.ones_like(x)) * go
+
+
 def soft_threshold_fn(form: str) -> Callable[..., torch.Tensor]:
     """The prox update with its soft threshold written without sign(p)*max(.): as a masked
     softshrink or as a difference of ReLUs."""
@@ -1037,13 +1042,18 @@ class ProxModule(torch.nn.Module):
         return _prox_update(w, g, lr, l1, l2)
 
 
+class BiasProxModule(ProxModule):
+    """The bias's update as a class of its own: two instances of one class become functions named
+    in set order (ProxModule, ProxModule.1), which changes from run to run."""
+
+
 class ModularStep(torch.nn.Module):
     """A box-head step whose SmoothL1 gradient and prox updates are submodules, which the
     TorchScript exporter's export_modules_as_functions turns into model-local functions."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.sl1, self.prox_w, self.prox_b = SL1GradModule("mean", 0.5), ProxModule(), ProxModule()
+        self.sl1, self.prox_w, self.prox_b = SL1GradModule("mean", 0.5), ProxModule(), BiasProxModule()
 
     def forward(self, x: torch.Tensor, target: torch.Tensor, W: torch.Tensor, b: torch.Tensor,
                 lr: torch.Tensor, l1: torch.Tensor, l2: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -1055,16 +1065,15 @@ def probe3_cases() -> list[Case]:
     """Patterns inside model-local functions (2026-12-04); own generator, so the cases before keep
     their inputs."""
     gen = torch.Generator().manual_seed(3204)
-    modules = {"export_modules_as_functions": {SL1GradModule, ProxModule}}
+    modules = {"export_modules_as_functions": {SL1GradModule, ProxModule, BiasProxModule}}
     cases = [Case(fx("mixed_modular_step_functions_ts.onnx"), ModularStep(), step_args(gen), "torchscript", "mixed",
                  [sl1("/sl1/SL1GradModule_output_0", 0.5, "mean", "/Add_output_0", "target", 1.0),
                   prox("W_new", "raw", "W", "/MatMul_1_output_0", "lr", "l1", "l2"),
                   prox("b_new", "raw", "b", "/ReduceSum_output_0", "lr", "l1", "l2")],
                  "TorchScript with export_modules_as_functions: the main graph calls model-local functions "
                  "SL1GradModule (Where(Less(Abs(d),0.5), Div(Mul(c,d),0.5), Mul(c,Sign(d))), c = 1/64) and "
-                 "ProxModule twice (the second call's function, ProxModule.1, takes Mul(lr,l1) and "
-                 "Add(Mul(lr,l2),1) from the first call's extra outputs: the exporter deduplicates across "
-                 "modules). The pass inlines the calls to see inside. The exporter ignores output_names with module "
+                 "ProxModule and BiasProxModule (the second takes Mul(lr,l1) and Add(Mul(lr,l2),1) from the "
+                 "first call's extra outputs: the exporter deduplicates across modules). The pass inlines the calls to see inside. The exporter ignores output_names with module "
                  "functions (it numbers the outputs, differently from run to run): make_models names them.",
                  opset=17, outputs=["W_new", "b_new"],
                  ts_kwargs=modules)]
@@ -1101,6 +1110,12 @@ def probe3_cases() -> list[Case]:
             cases.append(Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), soft_threshold_fn(form),
                               prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const],
                               f"{note}, with Python-float hyperparameters, then / k.", outputs=["var_out"]))
+    for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
+        cases.append(Case(fx(f"sl1_hand_sign_min_sum_b05_f32_{suffix}.onnx"), sign_min_fn,
+                          sl1_args("sum", torch.float32, gen), exporter, "smooth_l1_grad",
+                          [sl1("grad", 0.5, "sum", "p", "t", "go")],
+                          "sign(x) * torch.minimum(|x|/0.5, torch.ones_like(x)) * go: the gradient's magnitude "
+                          "capped at 1 (the 1 is a full tensor of ones from ones_like).", outputs=["grad"]))
     return cases
 
 

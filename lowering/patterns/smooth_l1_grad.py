@@ -12,6 +12,7 @@ the algebraic views):
   nested    Where(x < -beta, -K*dout, Where(x > beta, K*dout, K/beta * x * dout))   Huber style
   clip      Clip(x/beta, -1, 1) * K * dout, also Min(Max(.)) or Max(Min(.)) with bounds -1 and 1,
             and Clip(x, -delta, delta) * K * dout, the Huber gradient (beta = delta, scale delta)
+  ratio     sign(x) * min(|x|/beta, 1) * K * dout   the magnitude capped at 1
   capped    sign(x) * (w + select(|x| <= d, n*c*min(|x|, d) - w, 0))   tf.compat.v1.losses.huber_loss
 K is norm * scale: 1/numel(predict) for mean (a constant equal to it, or Size/ReduceProd(Shape)
 computed at runtime), 1 for sum/none, and Huber's delta where the graph is huber_loss_backward.
@@ -49,11 +50,12 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type in ("Mul", "Div"):
+        found = None
         if alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_symmetric_clamp):
-            return _match_clip(alg, out)
-        if alg.reaches(out, _MIN_OPS, _TO_MIN, 7, _caps_abs):
-            return _match_capped(alg, out)
-        return None
+            found = _match_clip(alg, out) or _match_capped_ratio(alg, out)
+        if found is None and alg.reaches(out, _MIN_OPS, _TO_MIN, 7, _caps_abs):
+            found = _match_capped(alg, out)
+        return found
     if node.op_type == "Where":
         # every select form compares |x| or x = predict - label itself
         cmp = alg.compare(node.input[0])
@@ -204,8 +206,11 @@ def _may_end_symmetric_clamp(index: GraphIndex, node: Node) -> bool:
     follow)."""
     if node.op_type == "Clip":
         return True
-    bound = index.scalar(node.input[1]) if len(node.input) == 2 else None
-    return bound is not None and bound * _BOUND_SIGN[node.op_type] > 0
+    c = index.const(node.input[1]) if len(node.input) == 2 else None
+    if c is None or c.size == 0:
+        return False
+    flat = c.reshape(-1)  # ones_like(x) from the dynamo exporter is a full tensor of ones
+    return bool((flat == flat[0]).all()) and float(flat[0]) * _BOUND_SIGN[node.op_type] > 0
 
 
 def _symmetric_clamp(alg: Algebra, value: str) -> tuple[str, float, set[int]] | None:
@@ -250,6 +255,28 @@ def _match_clip(alg: Algebra, out: str) -> Match | None:
         rest = mono.without(name)
         rest.coef *= bound
         return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes, arithmetic=False)
+    return None
+
+
+def _match_capped_ratio(alg: Algebra, out: str) -> Match | None:
+    """K * dout * sign(x) * min(|x|/beta, 1): the gradient's magnitude capped at 1. It is x/beta
+    inside (|x|/beta*sign(x) is x/beta exactly) and sign(x) outside, inf and NaN included (Min keeps
+    NaN); beta must be a constant > 0, since with beta = 0 it is 0/0 = NaN at x = 0."""
+    mono = alg.monomial(out)
+    for name, exp in mono.factors.items():
+        found = alg.producer(name, "Min") if exp == 1 else None
+        if found is None or len(found[1].input) != 2 or _uniform_value(alg, found[1].input[1], found[1].input[0]) != 1.0:
+            continue
+        ratio = alg.monomial(found[1].input[0])
+        abs_x = alg.unary(next(iter(ratio.factors)), "Abs") if list(ratio.factors.values()) == [1] else None
+        rest = None if abs_x is None else mono.without(name)
+        sign = None if rest is None else _sign_factor(alg, rest, abs_x[0])
+        if sign is None:
+            continue
+        require(ratio.coef > 0 and np.isfinite(ratio.coef), f"min(|x| * {ratio.coef:g}, 1) caps x at a non-positive beta")
+        nodes = mono.nodes | ratio.nodes | sign[1] | {found[0], abs_x[1]}
+        return _finish(alg, f"{FAMILY}/capped-ratio", out, abs_x[0], rest.without(sign[0]), 1.0 / ratio.coef, nodes,
+                       arithmetic=False)
     return None
 
 

@@ -135,6 +135,9 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
         else:
             cl = g.op("Clip", q, min=-1.0, max=1.0)
         y = g.op("Mul", cl, gk)
+    elif form in ("sign-min", "sign-min-ones-like"):  # sign(x) * min(|x|/beta, 1) * g
+        one = g.const(1.0, cd, shape=shape if form == "sign-min-ones-like" else ())
+        y = g.op("Mul", g.op("Mul", g.op("Sign", x), g.op("Min", g.op("Div", g.op("Abs", x), b), one)), gk)
     elif form in ("clip-delta", "minmax-delta"):  # the Huber gradient clamp(x, -delta, delta), delta = beta
         nb = g.const(-beta, cd)
         cl = g.op("Clip", x, nb, b) if form == "clip-delta" else g.op("Max", g.op("Min", x, b), nb)

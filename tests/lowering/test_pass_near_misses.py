@@ -318,3 +318,14 @@ def test_relu_differences_that_are_not_a_shrink(case: str) -> None:
     g.output(y)
     fused, report = _fuse(g.model())
     assert not fused_nodes(fused) and not report.fusions
+
+
+@pytest.mark.parametrize("cap, beta", [(2.0, 0.5), (1.0, 0.0)])
+def test_sign_times_a_capped_ratio_other_than_min_ratio_1_is_not_fused(cap: float, beta: float) -> None:
+    g = G()
+    p, l, go = g.input("predict"), g.input("label"), g.input("dout", shape=())
+    x = g.op("Sub", p, l)
+    y = g.op("Mul", g.op("Mul", g.op("Sign", x), g.op("Min", g.op("Div", g.op("Abs", x), g.const(beta)), g.const(cap))), go)
+    g.output(y)
+    fused, report = _fuse(g.model())
+    assert not fused_nodes(fused) and not report.fusions
