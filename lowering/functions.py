@@ -16,6 +16,7 @@ from dataclasses import replace
 import onnx
 import onnx.inliner
 
+from .errors import LoweringError
 from .fused_ops import DOMAIN
 from .graph import node_label
 from .report import FusionReport, Rejection
@@ -117,7 +118,10 @@ def fuse_through_functions(model: onnx.ModelProto, run: Run) -> tuple[onnx.Model
     tagged = _inline(model, keys, tagged=True) if keys else None
     if tagged is None:
         return run(model)
-    first = run(tagged)[1]
+    try:
+        first = run(tagged)[1]
+    except LoweringError:  # whatever the inlined graph trips on, the model as it is may still fuse
+        return run(model)
     origin = _origins(tagged)
 
     def near_misses_outside(selection: list[Key]) -> list[Rejection]:

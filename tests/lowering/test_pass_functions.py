@@ -175,3 +175,23 @@ def test_an_export_with_every_module_a_function_fuses_and_keeps_the_backbone(see
              "lr": np.array(rng.uniform(0.05, 0.2), np.float32), "l1": np.array(rng.uniform(0.005, 0.05), np.float32),
              "l2": np.array(rng.uniform(0.01, 0.1), np.float32)}
     assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
+
+
+def test_a_failure_on_the_inlined_graph_falls_back_to_the_model_as_it_is() -> None:
+    from lowering.errors import LoweringError
+    from lowering.functions import fuse_through_functions
+    from lowering.fuse import _fuse_proto
+    from lowering.patterns import DEFAULT_PATTERNS
+
+    model = _model("grad = local.SL1(p, t, go)", SL1_FN)
+    seen = []
+
+    def run(m: onnx.ModelProto):
+        seen.append(len(m.graph.node))
+        if len(m.graph.node) > 1:  # the inlined graph
+            raise LoweringError("internal error: planted")
+        return _fuse_proto(m, DEFAULT_PATTERNS, True)
+
+    fused, report = fuse_through_functions(model, run)
+    assert seen == [9, 1] and not report.fusions
+    assert [n.op_type for n in fused.graph.node] == ["SL1"]
