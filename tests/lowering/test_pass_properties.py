@@ -83,3 +83,35 @@ def test_embedded_patterns_fuse_and_keep_numerics(steps, seed: int) -> None:
     feeds = make_feeds(model, np.random.default_rng(seed), nonfinite=True)
     for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
         assert_same(before, after)
+
+
+def _outlined(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same computation with the whole graph moved into a model-local function that the main
+    graph calls once (as TorchScript's export_modules_as_functions does with the top module);
+    initializers become Constant nodes, which function bodies must use."""
+    graph = model.graph
+    body = [onnx.helper.make_node("Constant", [], [t.name], value=t) for t in graph.initializer] + list(graph.node)
+    function = onnx.helper.make_function("local", "Body", [i.name for i in graph.input], [o.name for o in graph.output],
+                                         body, list(model.opset_import))
+    call = onnx.helper.make_node("Body", [i.name for i in graph.input], [o.name for o in graph.output], domain="local")
+    main = onnx.helper.make_graph([call], "outlined", list(graph.input), list(graph.output))
+    opsets = list(model.opset_import) + [onnx.helper.make_opsetid("local", 1)]
+    return onnx.helper.make_model(main, opset_imports=opsets, functions=[function], ir_version=model.ir_version)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(step, min_size=1, max_size=8), st.integers(0, 2**32 - 1))
+def test_patterns_inside_a_local_function_fuse_and_keep_numerics(steps, seed: int) -> None:
+    model, expected = _build(steps)
+    outlined = _outlined(model)
+    onnx.checker.check_model(outlined, full_check=True)
+    fused, report = lowering.fuse(outlined)
+    onnx.checker.check_model(fused, full_check=True)
+    counts = {SL1: 0, PGD: 0}
+    for n in fused_nodes(fused):
+        counts[n.op_type] += 1
+    assert counts == expected, report.summary()
+    assert report.inlined_functions == (["local.Body"] if any(expected.values()) else [])
+    feeds = make_feeds(outlined, np.random.default_rng(seed), nonfinite=True)
+    for before, after in zip(run_ort(outlined, feeds), run_ort(fused, feeds)):
+        assert_same(before, after)
