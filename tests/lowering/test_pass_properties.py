@@ -16,9 +16,11 @@ from pass_numerics import assert_same, fused_nodes, make_feeds, run_ort
 import lowering
 
 UNRELATED = ["Add", "Mul", "Sub", "Relu", "Abs", "Neg", "Max", "Sign", "Tanh"]
-SL1_FORMS = ["where", "where_le", "where_ge", "tf2onnx", "clip", "huber"]
+SL1_FORMS = ["where", "where_le", "where_ge", "tf2onnx", "clip", "huber", "clip-delta", "sign-min", "mask_ge",
+             "mask_one_minus"]
 PGD_KINDS = [dict(), dict(clamp="relu"), dict(clamp="clip"), dict(update="add_neg"), dict(shrink="softshrink"),
-             dict(scalars="raw"), dict(scalars="folded"), dict(scaling="none")]
+             dict(scalars="raw"), dict(scalars="folded"), dict(scaling="none"), dict(shrink="residual"),
+             dict(shrink="masked", scalars="raw"), dict(shrink="relu-diff")]
 
 step = st.one_of(
     st.tuples(st.just("op"), st.sampled_from(UNRELATED), st.integers(0, 10**6), st.integers(0, 10**6)),
@@ -42,7 +44,8 @@ def _build(steps) -> tuple[onnx.ModelProto, dict[str, int]]:
         if kind == "sl1":
             beta = 0.3 + 0.1 * k  # distinct constants: instances never merge through CSE
             dout = "full" if b == "none" else ()
-            inst = sl1(form=a, beta=beta, reduction=b, order=c if a != "clip" else 0, dout_shape=dout)
+            inst = sl1(form=a, beta=beta, reduction=b, order=c if a.startswith("where") or a == "tf2onnx" else 0,
+                       dout_shape=dout)
             names = splice(g, inst, {"predict": pick(k), "label": pick(k + 1)}, prefix)
             expected[SL1] += 1
         elif kind == "pgd":
