@@ -3,10 +3,11 @@
 t is alpha*l1 and k is 1 + alpha*l2 (TensorFlow ApplyProximalGradientDescent). Forms accepted:
   clamp     Max(|p| - t, 0) | Relu(|p| - t) | Clip(|p| - t, min=0) (input or, before opset 11, attribute)
             | Where(d <= 0, 0, d) (F.threshold) | min(max(d, 0), dtype max) (tf.clip_by_value)
-  shrink    sign(p) * clamp,  or softshrink Where(|p| > t, p - sign(p)*t, p*0) (0 for p*0 under
-            tf2onnx's arithmetic select) or (p - t*sign(p)) * Cast(|p| > t) (a float mask), or
-            relu(p - t) - relu(-p - t) (LISTA) with a constant t >= 0,  or the clamp residual p - clip(p, -t, t) (ISTA's soft
-            threshold) with a constant t >= 0; sign(p) also computed in float32 for a float16 p
+  shrink    sign(p) * clamp (sign(p) also computed in float32 for a float16 p),
+            softshrink Where(|p| > t, p - sign(p)*t, p*0) (0 for p*0 under tf2onnx's arithmetic
+            select) or (p - t*sign(p)) * Cast(|p| > t) (a float mask),
+            relu(p - t) - relu(-p - t) (LISTA) with a constant t >= 0,
+            the clamp residual p - clip(p, -t, t) (ISTA) with a constant t >= 0
   scaling   / k,  * (1/k) as a runtime reciprocal,  * constant,  or none (l2 = 0 folded away)
   update    var - alpha*delta,  var + delta*(-alpha),  Sub(var, Mul(delta, lr)) in any operand order
   scalars   constants (already folded into t and k), runtime alpha/l1/l2 visible as alpha*l1 and
