@@ -173,6 +173,19 @@ def hand_clip_grad(beta: float, huber: bool = False) -> Fn:
 
 # Proximal updates: out = sign(p) * max(|p| - lr*l1, 0) / (1 + lr*l2), p = var - lr*delta.
 
+def hand_mask_grad(form: str) -> Fn:
+    """The SmoothL1 gradient (sum, beta 0.5) without tf.where: "two" float masks, "one_minus" a mask
+    and 1 - mask, or "sign_min" sign(x) * min(|x|/beta, 1)."""
+    def fn(go: tf.Tensor, p: tf.Tensor, t: tf.Tensor) -> dict[str, tf.Tensor]:
+        x = p - t
+        if form == "sign_min":
+            return {"grad": tf.sign(x) * tf.minimum(tf.abs(x) / 0.5, 1.0) * go}
+        small = tf.cast(tf.abs(x) < 0.5, x.dtype)
+        large = tf.cast(tf.abs(x) >= 0.5, x.dtype) if form == "two" else 1 - small
+        return {"grad": (small * x / 0.5 + large * tf.sign(x)) * go}
+    return fn
+
+
 def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", scalars: str = "const",
                 return_p: bool = False) -> Fn:
     """The update in several spellings.
@@ -372,6 +385,14 @@ def sl1_cases() -> list[Case]:
                   "smooth_l1_grad", [sl1(2.0, "sum", "go", scale=2.0)],
                   "The Huber gradient tf.clip_by_value(x, -2, 2) * go: Mul(Max(Min(Sub(p,t), 2), -2), go), a "
                   "SmoothL1 gradient with beta = delta = 2 scaled by 2."))
+    for masks, note in (("two", "Cast(Less(|x|,0.5)) and Cast(GreaterOrEqual(|x|,0.5))"),
+                        ("one_minus", "m = Cast(Less(|x|,0.5)) and Sub(1, m)")):
+        c.append(Case(f"sl1_hand_masks_{masks}_sum_b05_f32_op13.onnx", hand_mask_grad(masks), sl1_signature(), 13,
+                      "smooth_l1_grad", [sl1(0.5, "sum", "go")],
+                      f"The select written with float masks by hand, {note}: an arithmetic select."))
+    c.append(Case("sl1_hand_sign_min_sum_b05_f32_op13.onnx", hand_mask_grad("sign_min"), sl1_signature(), 13,
+                  "smooth_l1_grad", [sl1(0.5, "sum", "go")],
+                  "tf.sign(x) * tf.minimum(|x|/0.5, 1) * go: the gradient's magnitude capped at 1 (x/0.5 as Mul(x, 2))."))
     return c
 
 
