@@ -100,6 +100,16 @@ def _origins(inlined: onnx.ModelProto) -> dict[str, Key]:
     return out
 
 
+def _drop_origins(model: onnx.ModelProto) -> None:
+    """Removes the origin marks of a tagged inlining from the main graph's nodes."""
+    for n in model.graph.node:
+        kept = [(p.key, p.value) for p in n.metadata_props if p.key != _ORIGIN]
+        if len(kept) != len(n.metadata_props):
+            del n.metadata_props[:]
+            for key, value in kept:
+                n.metadata_props.add(key=key, value=value)
+
+
 def _name(key: Key) -> str:
     return f"{key[0]}.{key[1]}" if key[0] else key[1]
 
@@ -113,13 +123,14 @@ def fuse_through_functions(model: onnx.ModelProto, run: Run) -> tuple[onnx.Model
     3. Some: only those functions (and the ones whose calls lead to them) are inlined, untagged,
        and `run` on that is the result. Should it fuse less than step 1 did (it cannot, short of
        a fusion that needed a function step 1 took for no node), every candidate is inlined.
+       When those are all the candidates, step 1's result without its marks is the result.
     """
     keys = candidates(model)
     tagged = _inline(model, keys, tagged=True) if keys else None
     if tagged is None:
         return run(model)
     try:
-        first = run(tagged)[1]
+        first_model, first = run(tagged)
     except LoweringError:  # whatever the inlined graph trips on, the model as it is may still fuse
         return run(model)
     origin = _origins(tagged)
@@ -132,6 +143,10 @@ def fuse_through_functions(model: onnx.ModelProto, run: Run) -> tuple[onnx.Model
     took = {origin[label] for f in first.fusions for label in f.replaced_nodes if label in origin}
     if took:
         chosen = [key for key in keys if key in _with_callers(took, keys, _local(model))]
+        if chosen == keys:  # step 1 inlined exactly these: its result, without the marks, is the answer
+            _drop_origins(first_model)
+            first.inlined_functions = [_name(key) for key in keys]
+            return first_model, first
         for selection in (chosen, keys):
             inlined = _inline(model, selection, tagged=False)
             if inlined is None:

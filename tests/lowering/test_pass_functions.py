@@ -195,3 +195,18 @@ def test_a_failure_on_the_inlined_graph_falls_back_to_the_model_as_it_is() -> No
     fused, report = fuse_through_functions(model, run)
     assert seen == [9, 1] and not report.fusions
     assert [n.op_type for n in fused.graph.node] == ["SL1"]
+
+
+def test_when_every_candidate_fused_the_result_is_that_of_a_plain_inlining() -> None:
+    import onnx.inliner
+
+    from lowering.fuse import _fuse_proto
+    from lowering.patterns import DEFAULT_PATTERNS
+
+    outer = _function("Outer", "p, t, go", "y", "\n    y = local.SL1(p, t, go)\n")
+    model = _model("grad = local.Outer(p, t, go)", outer, SL1_FN)
+    fused, report = fuse(model)
+    plain = onnx.inliner.inline_selected_functions(model, candidates(model), exclude=False)
+    expected, _ = _fuse_proto(plain, DEFAULT_PATTERNS, True)
+    assert fused.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+    assert sorted(report.inlined_functions) == ["local.Outer", "local.SL1"]
