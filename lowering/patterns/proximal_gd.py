@@ -27,7 +27,7 @@ from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is
                    shapes_differ, single_factor, zero_branch, zero_nodes)
 
 FAMILY = "proximal_gd"
-_SHRINK_OPS = frozenset({"Sign", "Where"})
+_SIGN_OPS, _WHERE_OPS = frozenset({"Sign"}), frozenset({"Where"})
 # the scaling ops between the shrink and the anchor, and the Cast back from a float32 Sign
 _TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast"})
 # a shrink that ends in an Add: tf2onnx's arithmetic select (from its Cast masks) or TorchScript's
@@ -43,7 +43,8 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         if alg.reaches(out, _SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part):
             _refuse_two_where_shrink(alg, out)
         return None
-    if not (alg.reaches(out, _SHRINK_OPS, _TO_SHRINK, 4)
+    if not (alg.reaches(out, _SIGN_OPS, _TO_SHRINK, 4)
+            or alg.reaches(out, _WHERE_OPS, _TO_SHRINK, 4, _may_be_softshrink)
             or alg.reaches(out, _SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part)
             or alg.reaches(out, _SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink)):
         return None
@@ -81,6 +82,17 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         attrs["shrink_max"] = float(_finfo_max(index.elem_type(clamp_input)))
     return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, dtype, inputs, attrs,
                  interior=interior - boundary, boundary=boundary)
+
+
+def _may_be_softshrink(index: GraphIndex, node: Node) -> bool:
+    """A Where that selects on a comparison with |p| (or its float32 widening), or on a Not:
+    where a softshrink can start (most Wheres of a graph select on something else)."""
+    cond = index.node_of(node.input[0]) if len(node.input) == 3 else None
+    if cond is None or cond.op_type == "Not":
+        return cond is not None
+    if cond.op_type not in ("Greater", "LessOrEqual", "Less", "GreaterOrEqual"):
+        return False
+    return any((side := index.node_of(v)) is not None and side.op_type in ("Abs", "Cast") for v in cond.input)
 
 
 def _select_part(index: GraphIndex, node: Node) -> bool:
