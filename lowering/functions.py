@@ -110,6 +110,14 @@ def _drop_origins(model: onnx.ModelProto) -> None:
                 n.metadata_props.add(key=key, value=value)
 
 
+def _inlined_report(report: FusionReport, model: onnx.ModelProto, keys: list[Key]) -> FusionReport:
+    """The report of a pass over an inlined model, told what was inlined; its node counts start
+    from the model's own main graph."""
+    report.inlined_functions = [_name(key) for key in keys]
+    report.nodes_inlined, report.nodes_before = report.nodes_before, len(model.graph.node)
+    return report
+
+
 def _name(key: Key) -> str:
     return f"{key[0]}.{key[1]}" if key[0] else key[1]
 
@@ -145,17 +153,15 @@ def fuse_through_functions(model: onnx.ModelProto, run: Run) -> tuple[onnx.Model
         chosen = [key for key in keys if key in _with_callers(took, keys, _local(model))]
         if chosen == keys:  # step 1 inlined exactly these: its result, without the marks, is the answer
             _drop_origins(first_model)
-            first.inlined_functions = [_name(key) for key in keys]
-            return first_model, first
+            return first_model, _inlined_report(first, model, keys)
         for selection in (chosen, keys):
             inlined = _inline(model, selection, tagged=False)
             if inlined is None:
                 break
             fused, report = run(inlined)
             if len(report.fusions) >= len(first.fusions) or selection == keys:
-                report.inlined_functions = [_name(key) for key in selection]
                 report.rejections += near_misses_outside(selection)
-                return fused, report
+                return fused, _inlined_report(report, model, selection)
     fused, report = run(model)
     report.rejections += near_misses_outside([])
     return fused, report

@@ -36,6 +36,7 @@ class FusionReport:
     nodes_before: int = 0
     nodes_after: int = 0
     inlined_functions: list[str] = field(default_factory=list)  # local functions whose calls were inlined to fuse
+    nodes_inlined: int = 0  # main-graph nodes after that inlining (nodes_before counts the model's own)
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -57,7 +58,8 @@ class FusionReport:
         lines = [f"{self.nodes_before} nodes -> {self.nodes_after} nodes; "
                  f"{len(self.fusions)} fused, {len(self.rejections)} near-matches not fused"]
         if self.inlined_functions:
-            lines.append(f"  inlined  the calls of local functions {', '.join(self.inlined_functions)} to fuse inside them")
+            lines.append(f"  inlined  the calls of local functions {', '.join(self.inlined_functions)} to fuse inside them "
+                         f"({self.nodes_before} -> {self.nodes_inlined} nodes before fusing)")
         for f in self.fusions[:limit]:
             attrs = ", ".join(f"{k}={v}" for k, v in f.attributes.items())
             lines.append(f"  fused    {f.node}: {f.op_type}({attrs}) [{f.dtype}] "
