@@ -62,8 +62,19 @@ def shape_text(index: GraphIndex, value: str) -> str:
 
 
 def shapes_differ(index: GraphIndex, a: str, b: str, what: str) -> str:
-    """The reason for refusing two values whose shapes are not known to be equal."""
-    return f"{what} shapes differ or are unknown ({shape_text(index, a)}, {shape_text(index, b)})"
+    """The reason for refusing two values whose shapes are not known to be equal. Where they differ
+    only in dims with different symbolic names (tf2onnx names every unknown dim on its own), the
+    reason says how to give those dims one size."""
+    reason = f"{what} shapes differ or are unknown ({shape_text(index, a)}, {shape_text(index, b)})"
+    ta, tb = index.type_of(a), index.type_of(b)
+    if ta is None or tb is None or ta.shape is None or tb.shape is None or len(ta.shape) != len(tb.shape):
+        return reason
+    pairs = [(x, y) for x, y in zip(ta.shape, tb.shape) if x != y]
+    if not pairs or not all(isinstance(x, str) and isinstance(y, str) for x, y in pairs):
+        return reason
+    names = sorted({name for pair in pairs for name in pair})
+    return (f"{reason}; if {', '.join(names)} are one size at runtime, fix them, e.g. python -m "
+            f"onnxruntime.tools.make_dynamic_shape_fixed --dim_param {names[0]} --dim_value N IN OUT, once per dim")
 
 
 def is_single_element(index: GraphIndex, value: str) -> bool:

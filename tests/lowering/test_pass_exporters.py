@@ -156,3 +156,17 @@ def test_scaling_after_the_select_joins_the_fusion(fixture: str) -> None:
     fusion, = report.fusions
     assert [n.op_type for n in fused.graph.node] == [SMOOTH_L1_GRAD]
     assert fusion.attributes["reduction"] == "mean" and fusion.inputs[2] == "go"
+
+
+def test_distinct_unknown_dims_get_a_hint_that_works() -> None:
+    from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed
+
+    model = onnx.load(str(ROOT / "tests/fixtures/tf2onnx/nm_prox_tensor_maximum_f32_dynamic_op13.onnx"))
+    _, report = lowering.fuse(model)
+    reason, = [r.reason for r in report.rejections if "shapes differ" in r.reason]
+    assert "if unk__0, unk__1 are one size at runtime, fix them, e.g. python -m " \
+           "onnxruntime.tools.make_dynamic_shape_fixed --dim_param unk__0 --dim_value N" in reason
+    for name in ("unk__0", "unk__1"):  # what the hint says, through the tool's own function
+        make_dim_param_fixed(model.graph, name, 7)
+    fused, report = lowering.fuse(model)
+    assert [f.op_type for f in report.fusions] == [PROXIMAL_GD]
