@@ -10,6 +10,7 @@ pattern asks for the algebraic shape of a value:
                   (tf2onnx's Cast(Not(c)), or masks written by hand), and for the sum
                   u*select(c, A, 0) + v*select(c, 0, B) a Keras loss's gradient is;
   compare(v)   -> (lhs, relation, rhs) for Less/LessOrEqual/Greater/GreaterOrEqual and Not(...);
+  clamp(v)     -> (y, lo, hi) for Clip(y, lo, hi), Min(Max(y, lo), hi) and Max(Min(y, hi), lo);
   uncast(v)    -> the float16/bfloat16 value a Cast-to-float32 widened, if any;
   unary_narrowed(v, op) -> op's input, also through Cast<T>(op(Cast<float32>(x: T)));
   numel_of(v)  -> the tensor whose element count v computes at runtime (Size, ReduceProd(Shape)).
@@ -22,12 +23,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Union
 
 import onnx
 
 from .graph import EXACT_WIDENING, GraphIndex, Node, attr
 
 MAX_WALK = 24  # nodes one view may walk: patterns are small, this bounds the work per anchor
+Bound = Union[str, float, None]  # a clamp bound: a value name, an attribute's float, or left out
 
 
 @dataclass
@@ -350,6 +353,28 @@ class Algebra:
             relation = _NEGATED[relation]
         return Comparison(node.input[0], relation, node.input[1], {i} | info["nodes"])
 
+    def clamp(self, value: str) -> tuple[str, Bound, Bound, set[int]] | None:
+        """(y, lo, hi, nodes) when value = clamp(y, lo, hi): Clip, Min(Max(y, lo), hi) (the dynamo
+        exporter's torch.clamp before its optimizer makes it a Clip) or Max(Min(y, hi), lo)
+        (tf.clip_by_value through tf2onnx). The nestings agree everywhere, NaN included
+        (onnxruntime's Min and Max propagate it); bound_value() reads a bound as a number."""
+        found = self.producer(value, "Clip", "Min", "Max")
+        if found is None:
+            return None
+        i, node = found
+        if node.op_type == "Clip":
+            return (node.input[0], *clip_bounds(node), {i})
+        inner = self.producer(node.input[0], "Max" if node.op_type == "Min" else "Min")
+        if len(node.input) != 2 or inner is None or len(inner[1].input) != 2:
+            return None
+        outer_bound, inner_bound = node.input[1], inner[1].input[1]
+        lo, hi = (inner_bound, outer_bound) if node.op_type == "Min" else (outer_bound, inner_bound)
+        return inner[1].input[0], lo, hi, {i, inner[0]}
+
+    def bound_value(self, bound: Bound) -> float | None:
+        """A clamp bound as a number: an attribute's float as it is, a value through scalar()."""
+        return self.scalar(bound) if isinstance(bound, str) else bound
+
     def unary(self, value: str, op: str) -> tuple[str, int] | None:
         """(input, node) when value = op(input)."""
         found = self.producer(value, op)
@@ -474,6 +499,14 @@ class Algebra:
         lo = lo + rank if lo < 0 else lo
         hi = rank if end is None else (end + rank if end < 0 else min(end, rank))
         return node.input[0], list(range(lo, hi))
+
+
+def clip_bounds(node: Node | onnx.NodeProto) -> tuple[Bound, Bound]:
+    """Clip's (min, max): value names when they are inputs (opset 11 on), floats from the
+    attributes before that, None for a bound left out."""
+    lo = node.input[1] if len(node.input) > 1 and node.input[1] else attr(node, "min")
+    hi = node.input[2] if len(node.input) > 2 and node.input[2] else attr(node, "max")
+    return lo, hi
 
 
 def _is_zero(mono: Monomial) -> bool:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..algebra import Algebra, Monomial
+from ..algebra import Algebra, Monomial, clip_bounds
 from ..fused_ops import PROXIMAL_GD
-from ..graph import GraphIndex, Node, attr
+from ..graph import GraphIndex, Node
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
                    shapes_differ, single_factor, zero_branch, zero_nodes)
 
@@ -33,7 +33,7 @@ _TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast"})
 # a shrink that ends in an Add: tf2onnx's arithmetic select (from its Cast masks) or TorchScript's
 # two-Where softshrink (from its Wheres with a 0 branch)
 _SUM_SHRINK_OPS, _TO_SUM_SHRINK = frozenset({"Cast", "Where"}), _TO_SHRINK | {"Add"}
-_BOUNDS_OPS = frozenset({"Clip", "Min", "Max"})  # clip(p, -t, t) as exporters write it
+_BOUNDS_OPS = frozenset({"Clip", "Min", "Max"})  # clip(p, -t, t) as exporters write it (Algebra.clamp)
 
 
 def match(alg: Algebra, anchor: int) -> Match | None:
@@ -180,10 +180,8 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
                 return capped[1].input[0], {i, capped[0]} | zero, "clip"
             return d, {i} | zero, "max"
         return None
-    lo = alg.scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "min")
-    hi = alg.scalar(node.input[2]) if len(node.input) > 2 and node.input[2] else attr(node, "max")
-    has_max = (len(node.input) > 2 and node.input[2]) or attr(node, "max") is not None
-    if lo != 0.0 or (has_max and hi != _finfo_max(alg.index.elem_type(node.input[0]))):
+    lo, hi = clip_bounds(node)
+    if alg.bound_value(lo) != 0.0 or (hi is not None and alg.bound_value(hi) != _finfo_max(alg.index.elem_type(node.input[0]))):
         return None
     return node.input[0], {i}, "clip"
 
@@ -330,11 +328,11 @@ def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, se
         return None
     i, node = found
     p, clamped = node.input
-    bounds = _clamp_bounds(alg, clamped, p)
-    if bounds is None:
+    bounds = alg.clamp(clamped)
+    if bounds is None or bounds[0] != p:
         return None
-    (lo, hi), nodes = bounds
-    lo_c, hi_c = (v if not isinstance(v, str) else alg.scalar(v) for v in (lo, hi))
+    _, lo, hi, nodes = bounds
+    lo_c, hi_c = alg.bound_value(lo), alg.bound_value(hi)
     if lo_c is None or hi_c is None:
         negated = alg.unary(lo, "Neg") if isinstance(lo, str) else None
         if negated is not None and negated[0] == hi:
@@ -344,34 +342,6 @@ def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, se
         return None
     require(hi_c >= 0, f"p - clip(p, {lo_c:g}, {hi_c:g}): with a negative t the clamp returns a bound, not the shrink")
     return p, (hi if isinstance(hi, str) else np.array(hi, np.float32)), nodes | {i}
-
-
-def _clamp_bounds(alg: Algebra, value: str, p: str):
-    """((lo, hi), nodes) when value = clip(p, lo, hi) as Clip (bounds as inputs or, before opset
-    11, attributes) or Min(Max(p, lo), hi) or Max(Min(p, hi), lo); a bound is a value name or,
-    from an attribute, a float."""
-    found = alg.producer(value, *_BOUNDS_OPS)
-    if found is None:
-        return None
-    i, node = found
-    if node.op_type == "Clip":
-        if node.input[0] != p:
-            return None
-        if len(node.input) > 1 or attr(node, "min") is not None or attr(node, "max") is not None:
-            lo = node.input[1] if len(node.input) > 1 and node.input[1] else attr(node, "min")
-            hi = node.input[2] if len(node.input) > 2 and node.input[2] else attr(node, "max")
-            if lo is not None and hi is not None:
-                return (lo, hi), {i}
-        return None
-    if len(node.input) != 2:
-        return None
-    inner_op = "Max" if node.op_type == "Min" else "Min"
-    inner = alg.producer(node.input[0], inner_op)
-    if inner is None or len(inner[1].input) != 2 or inner[1].input[0] != p:
-        return None
-    outer_bound, inner_bound = node.input[1], inner[1].input[1]
-    lo, hi = (inner_bound, outer_bound) if node.op_type == "Min" else (outer_bound, inner_bound)
-    return (lo, hi), {i, inner[0]}
 
 
 def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int]] | None:

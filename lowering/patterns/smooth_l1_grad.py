@@ -26,7 +26,7 @@ import onnx
 
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
-from ..graph import GraphIndex, Node, attr
+from ..graph import GraphIndex, Node
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
                    shapes_differ, single_factor, within_shape, zero_branch)
 
@@ -192,14 +192,6 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
     return _finish(alg, form, out, x, rest, beta, nodes, arithmetic=sel.arithmetic or inner_sel.arithmetic)
 
 
-def _clip_bounds(alg: Algebra, node: onnx.NodeProto) -> tuple[float | None, float | None]:
-    if len(node.input) > 1 or attr(node, "min") is not None or attr(node, "max") is not None:
-        lo = alg.scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else attr(node, "min")
-        hi = alg.scalar(node.input[2]) if len(node.input) > 2 and node.input[2] else attr(node, "max")
-        return lo, hi
-    return None, None
-
-
 def _may_end_symmetric_clamp(index: GraphIndex, node: Node) -> bool:
     """Clip, Min with a positive constant or Max with a negative one: where clamp(y, -c, c) can end
     (most Max nodes of a training graph are ReLU-like clamps at 0, which the pre-check need not
@@ -214,26 +206,13 @@ def _may_end_symmetric_clamp(index: GraphIndex, node: Node) -> bool:
 
 
 def _symmetric_clamp(alg: Algebra, value: str) -> tuple[str, float, set[int]] | None:
-    """(y, c, nodes) when value = clamp(y, -c, c) with a constant c > 0: Clip, Min(Max(y, -c), c)
-    (the dynamo exporter's torch.clamp before its optimizer turns it into Clip) or Max(Min(y, c), -c)
-    (tf.clip_by_value through tf2onnx). Both nestings agree everywhere, NaN included (onnxruntime's
-    Min and Max propagate it)."""
-    found = alg.producer(value, "Clip", "Min", "Max")
+    """(y, c, nodes) when value = clamp(y, -c, c) with a constant c > 0 (Algebra.clamp)."""
+    found = alg.clamp(value)
     if found is None:
         return None
-    i, node = found
-    if node.op_type == "Clip":
-        lo, hi = _clip_bounds(alg, node)
-        return (node.input[0], hi, {i}) if hi is not None and hi > 0 and lo == -hi else None
-    if len(node.input) != 2:
-        return None
-    outer = alg.scalar(node.input[1])
-    inner = alg.producer(node.input[0], "Max" if node.op_type == "Min" else "Min")
-    if outer is None or outer * _BOUND_SIGN[node.op_type] <= 0 or inner is None or len(inner[1].input) != 2:
-        return None
-    if alg.scalar(inner[1].input[1]) != -outer:
-        return None
-    return inner[1].input[0], abs(outer), {i, inner[0]}
+    y, lo, hi, nodes = found
+    lo, hi = alg.bound_value(lo), alg.bound_value(hi)
+    return (y, hi, nodes) if hi is not None and hi > 0 and lo == -hi else None
 
 
 def _match_clip(alg: Algebra, out: str) -> Match | None:
