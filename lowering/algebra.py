@@ -323,11 +323,11 @@ class Algebra:
         # proportional to the two products, however deep a chain of sums runs
         for name, exp in a.factors.items():
             sa = self._arithmetic_select(name, masked_terms=False) if exp == 1 else None
-            if sa is None or not _is_zero(sa.when_false):
+            if sa is None or not is_zero(sa.when_false):
                 continue
             for other, exp2 in b.factors.items():
                 sb = self._arithmetic_select(other, masked_terms=False) if exp2 == 1 and other != name else None
-                if sb is None or sb.cond != sa.cond or not _is_zero(sb.when_true):
+                if sb is None or sb.cond != sa.cond or not is_zero(sb.when_true):
                     continue
                 return (sa.cond, product(a.without(name), sa.when_true), product(b.without(other), sb.when_false),
                         sa.nodes | sb.nodes)
@@ -509,7 +509,8 @@ def clip_bounds(node: Node | onnx.NodeProto) -> tuple[Bound, Bound]:
     return lo, hi
 
 
-def _is_zero(mono: Monomial) -> bool:
+def is_zero(mono: Monomial) -> bool:
+    """mono is the constant 0."""
     return mono.coef == 0.0 and not mono.factors
 
 

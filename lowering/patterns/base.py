@@ -9,7 +9,7 @@ from typing import Callable, Union
 import numpy as np
 import onnx
 
-from ..algebra import Algebra, Monomial
+from ..algebra import Algebra, Monomial, is_zero
 from ..graph import FLOAT_TYPES, GraphIndex, attr, tensor_value
 
 Input = Union[str, np.ndarray]  # an existing value, or a new constant the fusion must create
@@ -186,7 +186,7 @@ def within_shape(index: GraphIndex, shape_of: tuple[int, ...] | str | None, like
 def zero_branch(alg: Algebra, mono: Monomial) -> set[int] | None:
     """The nodes computing a select branch that is all zeros (a 0 folded into the coefficient,
     or a zeros tensor), else None."""
-    if mono.coef == 0.0 and not mono.factors:
+    if is_zero(mono):
         return set(mono.nodes)
     zero = single_factor(mono)
     return None if zero is None else zero_nodes(alg, zero)

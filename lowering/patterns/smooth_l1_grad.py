@@ -198,11 +198,9 @@ def _may_end_symmetric_clamp(index: GraphIndex, node: Node) -> bool:
     follow)."""
     if node.op_type == "Clip":
         return True
-    c = index.const(node.input[1]) if len(node.input) == 2 else None
-    if c is None or c.size == 0:
-        return False
-    flat = c.reshape(-1)  # ones_like(x) from the dynamo exporter is a full tensor of ones
-    return bool((flat == flat[0]).all()) and float(flat[0]) * _BOUND_SIGN[node.op_type] > 0
+    # ones_like(x) from the dynamo exporter is a full tensor of ones
+    bound = _uniform_constant(index, node.input[1]) if len(node.input) == 2 else None
+    return bound is not None and bound * _BOUND_SIGN[node.op_type] > 0
 
 
 def _symmetric_clamp(alg: Algebra, value: str) -> tuple[str, float, set[int]] | None:
@@ -310,14 +308,20 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
     return None
 
 
-def _uniform_value(alg: Algebra, name: str, like: str) -> float | None:
+def _uniform_constant(index: GraphIndex, name: str) -> float | None:
     """The value of a constant that holds one value everywhere (tf2onnx writes scalars broadcast
-    to full shape), when broadcasting it leaves `like`'s shape as it is."""
-    c = alg.index.const(name)
-    if c is None or c.size == 0 or not within_shape(alg.index, c.shape, like):
+    to full shape, the dynamo exporter ones_like as a full tensor)."""
+    c = index.const(name)
+    if c is None or c.size == 0:
         return None
     flat = c.reshape(-1)
     return float(flat[0]) if (flat == flat[0]).all() else None
+
+
+def _uniform_value(alg: Algebra, name: str, like: str) -> float | None:
+    """_uniform_constant, when broadcasting the constant leaves `like`'s shape as it is."""
+    value = _uniform_constant(alg.index, name)
+    return value if value is not None and within_shape(alg.index, alg.index.const(name).shape, like) else None
 
 
 def _fold_uniform(alg: Algebra, mono: Monomial, like: str) -> Monomial:
