@@ -225,75 +225,71 @@ def test_clamp_residual_with_a_negative_threshold_is_refused() -> None:
     _assert_rejected(pgd(shrink="residual", l1=-0.05), PGD, "with a negative t the clamp returns a bound")
 
 
-def test_clamp_residual_with_asymmetric_bounds_is_not_a_shrink() -> None:
+def _prox_around(shrink) -> onnx.ModelProto:
+    """p = var - 0.1*delta, shrink(g, p) as the shrink, divided by 1.02."""
     g = G()
     var, delta = g.input("var"), g.input("delta")
     p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
-    y = g.op("Div", g.op("Sub", p, g.op("Clip", p, g.const(-0.01), g.const(0.02))), g.const(1.02))
-    g.output(y)
-    fused, report = _fuse(g.model())
+    g.output(g.op("Div", shrink(g, p), g.const(1.02)))
+    return g.model()
+
+
+def _sl1_around(grad) -> onnx.ModelProto:
+    """x = predict - label and a scalar dout, grad(g, x, dout) as the gradient."""
+    g = G()
+    p, l, go = g.input("predict"), g.input("label"), g.input("dout", shape=())
+    g.output(grad(g, g.op("Sub", p, l), go))
+    return g.model()
+
+
+def _assert_nothing_fused(model: onnx.ModelProto) -> None:
+    fused, report = _fuse(model)
     assert not fused_nodes(fused) and not report.fusions
+
+
+def test_clamp_residual_with_asymmetric_bounds_is_not_a_shrink() -> None:
+    _assert_nothing_fused(_prox_around(lambda g, p: g.op("Sub", p, g.op("Clip", p, g.const(-0.01), g.const(0.02)))))
 
 
 def test_residual_of_a_clamp_of_another_value_is_not_a_shrink() -> None:
-    g = G()
-    var, delta, other = g.input("var"), g.input("delta"), g.input("other")
-    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
-    y = g.op("Div", g.op("Sub", p, g.op("Clip", other, g.const(-0.005), g.const(0.005))), g.const(1.02))
-    g.output(y)
-    fused, report = _fuse(g.model())
-    assert not fused_nodes(fused) and not report.fusions
+    _assert_nothing_fused(_prox_around(
+        lambda g, p: g.op("Sub", p, g.op("Clip", g.input("other"), g.const(-0.005), g.const(0.005)))))
 
 
 def test_asymmetric_clamp_of_x_is_not_a_smooth_l1_gradient() -> None:
-    g = G()
-    p, l, go = g.input("predict"), g.input("label"), g.input("dout", shape=())
-    y = g.op("Mul", g.op("Clip", g.op("Sub", p, l), g.const(-1.0), g.const(2.0)), go)
-    g.output(y)
-    fused, report = _fuse(g.model())
-    assert not fused_nodes(fused) and not report.fusions
+    _assert_nothing_fused(_sl1_around(lambda g, x, go: g.op("Mul", g.op("Clip", x, g.const(-1.0), g.const(2.0)), go)))
 
 
 @pytest.mark.parametrize("case", ["other-threshold", "same-relation", "two-minus-mask"])
 def test_masks_that_are_not_complements_are_not_a_select(case: str) -> None:
-    g = G()
-    p, l, go = g.input("predict"), g.input("label"), g.input("dout", shape=())
-    x = g.op("Sub", p, l)
-    a = g.op("Abs", x)
-    m = g.op("Cast", g.op("Less", a, g.const(0.5)), to=F)
-    if case == "other-threshold":
-        other = g.op("Cast", g.op("GreaterOrEqual", a, g.const(0.6)), to=F)
-    elif case == "same-relation":
-        other = g.op("Cast", g.op("Less", a, g.const(0.5)), to=F)
-    else:
-        other = g.op("Sub", g.const(2.0), m)
-    lin = g.op("Div", g.op("Mul", go, x), g.const(0.5))
-    y = g.op("Add", g.op("Mul", m, lin), g.op("Mul", g.op("Mul", go, g.op("Sign", x)), other))
-    g.output(y)
-    fused, report = _fuse(g.model())
-    assert not fused_nodes(fused) and not report.fusions
+    def grad(g: G, x: str, go: str) -> str:
+        a = g.op("Abs", x)
+        m = g.op("Cast", g.op("Less", a, g.const(0.5)), to=F)
+        if case == "other-threshold":
+            other = g.op("Cast", g.op("GreaterOrEqual", a, g.const(0.6)), to=F)
+        elif case == "same-relation":
+            other = g.op("Cast", g.op("Less", a, g.const(0.5)), to=F)
+        else:
+            other = g.op("Sub", g.const(2.0), m)
+        lin = g.op("Div", g.op("Mul", go, x), g.const(0.5))
+        return g.op("Add", g.op("Mul", m, lin), g.op("Mul", g.op("Mul", go, g.op("Sign", x)), other))
+
+    _assert_nothing_fused(_sl1_around(grad))
+
+
+def _masked_softshrink(g: G, p: str, compare: str, threshold: float, shift: float) -> str:
+    """(p - shift*sign(p)) * Cast(compare(|p|, threshold))."""
+    mask = g.op("Cast", g.op(compare, g.op("Abs", p), g.const(threshold)), to=F)
+    return g.op("Mul", g.op("Sub", p, g.op("Mul", g.const(shift), g.op("Sign", p))), mask)
 
 
 def test_masked_softshrink_with_the_complementary_mask_is_not_a_shrink() -> None:
-    g = G()
-    var, delta = g.input("var"), g.input("delta")
-    t = g.const(0.005)
-    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
-    mask = g.op("Cast", g.op("LessOrEqual", g.op("Abs", p), t), to=F)
-    y = g.op("Div", g.op("Mul", g.op("Sub", p, g.op("Mul", t, g.op("Sign", p))), mask), g.const(1.02))
-    g.output(y)
-    fused, report = _fuse(g.model())
-    assert not fused_nodes(fused) and not report.fusions
+    _assert_nothing_fused(_prox_around(lambda g, p: _masked_softshrink(g, p, "LessOrEqual", 0.005, 0.005)))
 
 
 def test_masked_softshrink_shifting_by_another_threshold_is_refused() -> None:
-    g = G()
-    var, delta = g.input("var"), g.input("delta")
-    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
-    mask = g.op("Cast", g.op("Greater", g.op("Abs", p), g.const(0.005)), to=F)
-    y = g.op("Div", g.op("Mul", g.op("Sub", p, g.op("Mul", g.const(0.006), g.op("Sign", p))), mask), g.const(1.02))
-    g.output(y)
-    _assert_rejected(g.model(), PGD, "softshrink shifts p by 0.006")
+    model = _prox_around(lambda g, p: _masked_softshrink(g, p, "Greater", 0.005, 0.006))
+    _assert_rejected(model, PGD, "softshrink shifts p by 0.006")
 
 
 def test_relu_difference_with_a_runtime_threshold_is_refused() -> None:
@@ -306,26 +302,18 @@ def test_relu_difference_with_a_negative_threshold_is_refused() -> None:
 
 @pytest.mark.parametrize("case", ["other-threshold", "same-sign"])
 def test_relu_differences_that_are_not_a_shrink(case: str) -> None:
-    g = G()
-    var, delta = g.input("var"), g.input("delta")
-    p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
-    t = g.const(0.005)
-    if case == "other-threshold":
-        minus = g.op("Sub", g.op("Neg", p), g.const(0.006))
-    else:
-        minus = g.op("Sub", p, t)
-    y = g.op("Div", g.op("Sub", g.op("Relu", g.op("Sub", p, t)), g.op("Relu", minus)), g.const(1.02))
-    g.output(y)
-    fused, report = _fuse(g.model())
-    assert not fused_nodes(fused) and not report.fusions
+    def shrink(g: G, p: str) -> str:
+        t = g.const(0.005)
+        minus = g.op("Sub", g.op("Neg", p), g.const(0.006)) if case == "other-threshold" else g.op("Sub", p, t)
+        return g.op("Sub", g.op("Relu", g.op("Sub", p, t)), g.op("Relu", minus))
+
+    _assert_nothing_fused(_prox_around(shrink))
 
 
 @pytest.mark.parametrize("cap, beta", [(2.0, 0.5), (1.0, 0.0)])
 def test_sign_times_a_capped_ratio_other_than_min_ratio_1_is_not_fused(cap: float, beta: float) -> None:
-    g = G()
-    p, l, go = g.input("predict"), g.input("label"), g.input("dout", shape=())
-    x = g.op("Sub", p, l)
-    y = g.op("Mul", g.op("Mul", g.op("Sign", x), g.op("Min", g.op("Div", g.op("Abs", x), g.const(beta)), g.const(cap))), go)
-    g.output(y)
-    fused, report = _fuse(g.model())
-    assert not fused_nodes(fused) and not report.fusions
+    def grad(g: G, x: str, go: str) -> str:
+        capped = g.op("Min", g.op("Div", g.op("Abs", x), g.const(beta)), g.const(cap))
+        return g.op("Mul", g.op("Mul", g.op("Sign", x), capped), go)
+
+    _assert_nothing_fused(_sl1_around(grad))
