@@ -129,9 +129,9 @@ def fuse_through_functions(model: onnx.ModelProto, run: Run) -> tuple[onnx.Model
        shows which functions' nodes the fusions take.
     2. None: `run` on the model as it is; the near misses inside functions join its report.
     3. Some: only those functions (and the ones whose calls lead to them) are inlined, untagged,
-       and `run` on that is the result. Should it fuse less than step 1 did (it cannot, short of
-       a fusion that needed a function step 1 took for no node), every candidate is inlined.
-       When those are all the candidates, step 1's result without its marks is the result.
+       and `run` on that is the result. When those are all the candidates, or should it fuse less
+       than step 1 did (it cannot, short of a fusion that needed a function step 1 took for no
+       node), step 1's result without its marks is the result.
     """
     keys = candidates(model)
     tagged = _inline(model, keys, tagged=True) if keys else None
@@ -149,19 +149,17 @@ def fuse_through_functions(model: onnx.ModelProto, run: Run) -> tuple[onnx.Model
                 for r in first.rejections if r.anchor in origin and origin[r.anchor] not in selection]
 
     took = {origin[label] for f in first.fusions for label in f.replaced_nodes if label in origin}
-    if took:
-        chosen = [key for key in keys if key in _with_callers(took, keys, _local(model))]
-        if chosen == keys:  # step 1 inlined exactly these: its result, without the marks, is the answer
-            _drop_origins(first_model)
-            return first_model, _inlined_report(first, model, keys)
-        for selection in (chosen, keys):
-            inlined = _inline(model, selection, tagged=False)
-            if inlined is None:
-                break
-            fused, report = run(inlined)
-            if len(report.fusions) >= len(first.fusions) or selection == keys:
-                report.rejections += near_misses_outside(selection)
-                return fused, _inlined_report(report, model, selection)
-    fused, report = run(model)
-    report.rejections += near_misses_outside([])
-    return fused, report
+    if not took:
+        fused, report = run(model)
+        report.rejections += near_misses_outside([])
+        return fused, report
+    chosen = [key for key in keys if key in _with_callers(took, keys, _local(model))]
+    inlined = _inline(model, chosen, tagged=False) if chosen != keys else None
+    if inlined is not None:
+        fused, report = run(inlined)
+        if len(report.fusions) >= len(first.fusions):
+            report.rejections += near_misses_outside(chosen)
+            return fused, _inlined_report(report, model, chosen)
+    # every candidate inlined, as step 1 did: its result without the marks is the answer
+    _drop_origins(first_model)
+    return first_model, _inlined_report(first, model, keys)
