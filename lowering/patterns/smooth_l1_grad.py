@@ -52,7 +52,8 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     if node.op_type in ("Mul", "Div"):
         found = None
         if alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_symmetric_clamp):
-            found = _match_clip(alg, out) or _match_capped_ratio(alg, out)
+            mono = alg.monomial(out)  # both forms are a product with the clamp as one factor
+            found = _match_clip(alg, out, mono) or _match_capped_ratio(alg, out, mono)
         if found is None and alg.reaches(out, _MIN_OPS, _TO_MIN, 7, _caps_abs):
             found = _match_capped(alg, out)
         return found
@@ -213,10 +214,10 @@ def _symmetric_clamp(alg: Algebra, value: str) -> tuple[str, float, set[int]] | 
     return (y, hi, nodes) if hi is not None and hi > 0 and lo == -hi else None
 
 
-def _match_clip(alg: Algebra, out: str) -> Match | None:
-    """K * dout * clamp(s*x, -c, c), which is K*c * dout * clamp(x/beta, -1, 1) with beta = c/s: the
-    SmoothL1 gradient as clamp(x/beta, -1, 1), and the Huber gradient as clamp(x, -delta, delta)."""
-    mono = alg.monomial(out)
+def _match_clip(alg: Algebra, out: str, mono: Monomial) -> Match | None:
+    """mono (out's product view) = K * dout * clamp(s*x, -c, c), which is K*c * dout *
+    clamp(x/beta, -1, 1) with beta = c/s: the SmoothL1 gradient as clamp(x/beta, -1, 1), and the
+    Huber gradient as clamp(x, -delta, delta)."""
     for name, exp in mono.factors.items():
         found = _symmetric_clamp(alg, name) if exp == 1 else None
         if found is None:
@@ -235,11 +236,11 @@ def _match_clip(alg: Algebra, out: str) -> Match | None:
     return None
 
 
-def _match_capped_ratio(alg: Algebra, out: str) -> Match | None:
-    """K * dout * sign(x) * min(|x|/beta, 1): the gradient's magnitude capped at 1. It is x/beta
-    inside (|x|/beta*sign(x) is x/beta exactly) and sign(x) outside, inf and NaN included (Min keeps
-    NaN); beta must be a constant > 0, since with beta = 0 it is 0/0 = NaN at x = 0."""
-    mono = alg.monomial(out)
+def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
+    """mono (out's product view) = K * dout * sign(x) * min(|x|/beta, 1): the gradient's magnitude
+    capped at 1. It is x/beta inside (|x|/beta*sign(x) is x/beta exactly) and sign(x) outside, inf
+    and NaN included (Min keeps NaN); beta must be a constant > 0, since with beta = 0 it is 0/0 =
+    NaN at x = 0."""
     for name, exp in mono.factors.items():
         found = alg.producer(name, "Min") if exp == 1 else None
         if found is None or len(found[1].input) != 2 or _uniform_value(alg, found[1].input[1], found[1].input[0]) != 1.0:
