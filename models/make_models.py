@@ -187,11 +187,14 @@ def functorch_sl1(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
 # Proximal updates.
 
 def prox_fn(clamp: str = "clamp", step: str = "sub", scale: str = "div", scalars: str = "const",
-            upcast: bool = False, sign: str = "sign") -> Callable[..., torch.Tensor]:
+            upcast: bool = False, sign: str = "sign", shrink: str = "sign") -> Callable[..., torch.Tensor]:
     """out = sign(p) * max(|p| - lr*l1, 0) / (1 + lr*l2), p = var - lr*delta, in several spellings.
 
     scalars: "const" (Python floats, folded by the exporter), "tensor" (lr, l1, l2 inputs),
     "folded" (threshold, divisor inputs), "folded_recip" (threshold, inv_divisor inputs).
+    shrink: "sign" (sign(p) * clamp), or without sign(p): "residual" (ISTA's p - clamp(p, -t, t)),
+    "residual_minmax" (the same with minimum/maximum), "relu_difference" (LISTA's relu(p - t) -
+    relu(-p - t)), "masked" ((p - t*sign(p)) * (|p| > t).float()).
     """
     def fn(var: torch.Tensor, delta: torch.Tensor, *s: torch.Tensor) -> torch.Tensor:
         v, d = (var.float(), delta.float()) if upcast else (var, delta)
@@ -208,22 +211,25 @@ def prox_fn(clamp: str = "clamp", step: str = "sub", scale: str = "div", scalars
             p = v.add(d, alpha=-lr)
         else:
             p = v + d * (-lr)
-        shrunk = p.abs() - thr
-        if clamp == "clamp":
-            shrunk = torch.clamp(shrunk, min=0)
-        elif clamp == "clamp_min":
-            shrunk = torch.clamp_min(shrunk, 0.0)
-        elif clamp == "maximum":
-            shrunk = torch.maximum(shrunk, torch.zeros_like(p))
-        elif clamp == "relu":
-            shrunk = torch.relu(shrunk)
-        elif clamp == "threshold":
-            shrunk = F.threshold(shrunk, 0.0, 0.0)
-        elif clamp == "where_gt":
-            shrunk = torch.where(shrunk > 0, shrunk, 0.0)
-        elif clamp == "abs":
-            shrunk = shrunk.abs()
-        out = (torch.sgn(p) if sign == "sgn" else torch.sign(p)) * shrunk
+        if shrink != "sign":
+            out = _soft_threshold(p, thr, shrink)
+        else:
+            shrunk = p.abs() - thr
+            if clamp == "clamp":
+                shrunk = torch.clamp(shrunk, min=0)
+            elif clamp == "clamp_min":
+                shrunk = torch.clamp_min(shrunk, 0.0)
+            elif clamp == "maximum":
+                shrunk = torch.maximum(shrunk, torch.zeros_like(p))
+            elif clamp == "relu":
+                shrunk = torch.relu(shrunk)
+            elif clamp == "threshold":
+                shrunk = F.threshold(shrunk, 0.0, 0.0)
+            elif clamp == "where_gt":
+                shrunk = torch.where(shrunk > 0, shrunk, 0.0)
+            elif clamp == "abs":
+                shrunk = shrunk.abs()
+            out = (torch.sgn(p) if sign == "sgn" else torch.sign(p)) * shrunk
         if scalars == "folded_recip":
             out = out * div
         elif scale == "div":
@@ -232,6 +238,15 @@ def prox_fn(clamp: str = "clamp", step: str = "sub", scale: str = "div", scalars
             out = out * (1.0 / div)
         return out.to(var.dtype) if upcast else out
     return fn
+
+
+def _soft_threshold(p: torch.Tensor, t: torch.Tensor | float, shrink: str) -> torch.Tensor:
+    """sign(p) * max(|p| - t, 0) written without sign(p) * clamp (prox_fn's other shrinks)."""
+    if shrink == "masked":
+        return (p - t * p.sign()) * (p.abs() > t).float()
+    if shrink == "relu_difference":
+        return torch.relu(p - t) - torch.relu(-p - t)
+    return p - (torch.minimum(torch.maximum(p, -t), t) if shrink == "residual_minmax" else torch.clamp(p, -t, t))
 
 
 def softshrink_fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
@@ -985,20 +1000,6 @@ def sign_min_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Ten
     return x.sign() * torch.minimum(x.abs() / 0.5, torch.ones_like(x)) * go
 
 
-def soft_threshold_fn(form: str) -> Callable[..., torch.Tensor]:
-    """The prox update with its soft threshold written without sign(p)*max(.): as a masked
-    softshrink or as a difference of ReLUs."""
-    def fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        p = var - LR * delta
-        t = LR * L1
-        if form == "masked":
-            shrunk = (p - t * p.sign()) * (p.abs() > t).float()
-        else:
-            shrunk = torch.relu(p - t) - torch.relu(-p - t)
-        return shrunk / (1 + LR * L2)
-    return fn
-
-
 def mask_sl1_fn(masks: str) -> Callable[..., torch.Tensor]:
     """The SmoothL1 gradient (sum, beta 0.5) with the select written as float masks."""
     def fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -1013,17 +1014,6 @@ def huber_clamp_fn(delta: float) -> Callable[..., torch.Tensor]:
     """The Huber loss gradient as users write it: clamp(x, -delta, delta) * go, mean-reduced."""
     def fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return torch.clamp(p - t, -delta, delta) * go / p.numel()
-    return fn
-
-
-def clamp_residual_fn(scalars: str, minmax: bool = False) -> Callable[..., torch.Tensor]:
-    """ISTA's soft threshold, p - clamp(p, -t, t), then / (1 + lr*l2)."""
-    def fn(var: torch.Tensor, delta: torch.Tensor, *s: torch.Tensor) -> torch.Tensor:
-        lr, l1, l2 = s if scalars == "tensor" else (LR, L1, L2)
-        p = var - lr * delta
-        t = lr * l1
-        clamped = torch.minimum(torch.maximum(p, -t), t) if minmax else torch.clamp(p, -t, t)
-        return (p - clamped) / (1 + lr * l2)
     return fn
 
 
@@ -1079,11 +1069,12 @@ def probe3_cases() -> list[Case]:
                  ts_kwargs=modules)]
     const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
     for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
-        cases.append(Case(fx(f"prox_const_clamp_residual_f32_{suffix}.onnx"), clamp_residual_fn("const"),
+        cases.append(Case(fx(f"prox_const_clamp_residual_f32_{suffix}.onnx"), prox_fn(shrink="residual"),
                           prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const],
                           "ISTA's soft threshold p - clamp(p, -t, t) with a constant t, then / k: Clip(p, -t, t) "
                           "with constant bounds.", outputs=["var_out"]))
-    for name, fn in (("clamp", clamp_residual_fn("tensor")), ("minmax", clamp_residual_fn("tensor", minmax=True))):
+    for name, fn in (("clamp", prox_fn(shrink="residual", scalars="tensor")),
+                     ("minmax", prox_fn(shrink="residual_minmax", scalars="tensor"))):
         cases.append(Case(fx(f"nm_prox_tensor_{name}_residual_f32_dynopt.onnx"), fn,
                           prox_args("tensor", torch.float32, gen), "dynamo-optimized", "near_miss", [],
                           "Near miss: p - clamp(p, -t, t) with t = lr*l1 at runtime: equal to the shrink only for "
@@ -1107,7 +1098,7 @@ def probe3_cases() -> list[Case]:
     for form, note in (("masked", "(p - t*sign(p)) * (|p| > t).float(): softshrink with a float mask"),
                        ("relu_difference", "relu(p - t) - relu(-p - t), LISTA's soft threshold")):
         for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
-            cases.append(Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), soft_threshold_fn(form),
+            cases.append(Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), prox_fn(shrink=form),
                               prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const],
                               f"{note}, with Python-float hyperparameters, then / k.", outputs=["var_out"]))
     for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
