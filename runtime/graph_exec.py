@@ -63,9 +63,8 @@ def _node_reads(node: onnx.NodeProto) -> list[str]:
 def _segment_model(model: onnx.ModelProto, nodes: list[onnx.NodeProto], env: Mapping[str, np.ndarray],
                    outputs: list[str]) -> onnx.ModelProto:
     produced = {o for n in nodes for o in n.output if o}
-    reads: list[str] = []
-    for n in nodes:
-        reads += [r for r in _node_reads(n) if r not in produced and r not in reads]
+    # once each, also when one node reads a value twice (Slice(x, c, c, c), Mul(x, x))
+    reads = list(dict.fromkeys(r for n in nodes for r in _node_reads(n) if r not in produced))
     missing = [r for r in reads if r not in env]
     if missing:
         raise GraphExecError(f"value {missing[0]!r} is used before it is computed")

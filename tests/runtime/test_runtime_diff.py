@@ -105,6 +105,21 @@ def test_mixed_graph_runs_standard_nodes_around_fused_ones(build, diff_args, cap
     assert "neg_out" in capsys.readouterr().out
 
 
+def test_a_node_reading_one_value_twice_runs(build, diff_args, capsys):
+    # dynamo writes Slice(t, c, c, c); the segment model must declare c once
+    model = build.smooth_l1_model(shape=(3, 200))
+    g = model.graph
+    g.node.insert(0, onnx.helper.make_node("Mul", ["dout_raw", "dout_raw"], ["dout"]))
+    g.input[2].name = "dout_raw"
+    g.node.append(onnx.helper.make_node("Add", ["out", "out"], ["twice"]))
+    g.output.append(onnx.helper.make_tensor_value_info("twice", T.FLOAT, [3, 200]))
+    fused, report = lowering.fuse(model)
+    assert report.fusions
+    assert run_verify(model, fused, "ascend950", diff_args("--seed", "4")) == 0
+    assert run_verify(model, model, "ascend950", diff_args("--seed", "4")) == 0  # nothing fused: one segment
+    assert "twice" in capsys.readouterr().out
+
+
 def test_inputs_from_npz_and_shape_options(build, diff_args, tmp_path, capsys):
     model = build.smooth_l1_model(shape=(4, 5), dynamic=True)
     fused, _ = lowering.fuse(model)
