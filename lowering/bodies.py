@@ -9,19 +9,13 @@ body is that template with its constants filled in.
 
 from __future__ import annotations
 
-import struct
-
 import onnx
 
 from . import verify
 from .errors import LoweringError
 from .fused_ops import DOMAIN, OP_SPECS
-from .graph import GraphIndex, Node
+from .graph import GraphIndex, Node, array_key, tensor_key
 from .normalize import ATTRIBUTE_FREE
-
-# numpy's dtype string and struct's format of the scalars GraphIndex.scalar reads without numpy
-_PACKED = {onnx.TensorProto.FLOAT: ("<f4", "<f"), onnx.TensorProto.DOUBLE: ("<f8", "<d")}
-
 
 def _attribute_key(node: Node) -> tuple[bytes, ...]:
     if node.op_type in ATTRIBUTE_FREE and not node.domain:
@@ -84,19 +78,16 @@ class FunctionBodies:
         return overload
 
     def _value_key(self, name: str) -> tuple:
-        """A constant's dtype, shape and bytes: equal keys, identical tensors (-0.0 is not 0.0)."""
         key = self._values.get(name)
         if key is None:
             init = self.index.initializers.get(name)
-            packed = _PACKED.get(init.data_type) if init is not None else None
-            scalar = self.index.scalar(name) if packed is not None else None
-            if scalar is not None:  # already read by the matcher; no second numpy conversion
-                key = (packed[0], tuple(init.dims), struct.pack(packed[1], scalar))
+            if init is not None:
+                key = tensor_key(init)
             else:
                 value = self.index.const(name)
                 if value is None:
                     raise LoweringError(f"internal error: a fused node reads {name}, which is neither an input nor a constant")
-                key = (value.dtype.str, value.shape, value.tobytes())
+                key = array_key(value)
             self._values[name] = key
         return key
 

@@ -113,6 +113,24 @@ def scalar_of_tensor(t: onnx.TensorProto) -> float | None:
     return struct.unpack(fmt, raw)[0] if len(raw) == size else None
 
 
+_NATIVE_SCALARS = {onnx.TensorProto.FLOAT: ("float32", "=f"), onnx.TensorProto.DOUBLE: ("float64", "=d")}
+
+
+def array_key(value: np.ndarray) -> tuple:
+    """A constant's dtype, shape and bytes: equal keys, identical tensors (-0.0 is not 0.0)."""
+    return (value.dtype.name, value.shape, value.tobytes())
+
+
+def tensor_key(t: onnx.TensorProto) -> tuple:
+    """array_key of an initializer; a float scalar's without numpy."""
+    native = _NATIVE_SCALARS.get(t.data_type)
+    if native is not None:
+        scalar = scalar_of_tensor(t)
+        if scalar is not None:  # its dims are [] or [1]
+            return (native[0], (1,) if len(t.dims) else (), struct.pack(native[1], scalar))
+    return array_key(tensor_value(t))
+
+
 def constant_node_value(node: Node | onnx.NodeProto) -> np.ndarray | None:
     """The value of a Constant node, for every attribute form a Constant can carry."""
     for attr in node.attribute:

@@ -7,7 +7,9 @@ order reaches the fixed point in linear time:
   - static Shape/Size of values whose shape is fully known,
   - Identity, x*1, x/1 and exact Cast round trips (f16->f32->f16) removed,
   - canonical operand order: constants second in commutative ops and comparisons,
-  - common subexpression elimination.
+  - common subexpression elimination, constants included: equal small constants (initializers,
+    Constant nodes, folded values) become one, so that the copies of an expression exporters
+    write once per use (each with its own constants) merge.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from .graph import (EXACT_WIDENING, SUBGRAPH_OPS, GraphInfo, Node, ValueType, attr, captured_names, constant_node_value,
-                    may_have_subgraphs, scalar_of_tensor, tensor_value)
+from .graph import (EXACT_WIDENING, SUBGRAPH_OPS, GraphInfo, Node, ValueType, array_key, attr, captured_names,
+                    constant_node_value, may_have_subgraphs, scalar_of_tensor, tensor_key, tensor_value)
 
 FOLD_LIMIT = 64  # largest constant (elements) folding may create: scalars and small vectors only
 COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Equal", "And", "Or", "Xor", "Sum", "Mean"}
@@ -129,6 +131,10 @@ class _Normalizer:
         self.stats = NormalizeStats()
         # names must stay where a graph output or a subgraph refers to them by name
         self.pinned = info.graph_outputs | captured_names(nodes)
+        self._by_value: dict[tuple, str] = {}  # array_key -> the first small constant with that value
+        for name, init in info.initializers.items():
+            if name not in info.graph_inputs and math.prod(init.dims) <= FOLD_LIMIT:
+                self._merge_equal(name, tensor_key(init))
 
     def resolve(self, name: str) -> str:
         while name in self.alias:
@@ -174,6 +180,14 @@ class _Normalizer:
         value = self.const(name)
         return None if value is None else onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
 
+    def _merge_equal(self, name: str, key: tuple) -> bool:
+        """Makes `name` an alias of an earlier constant with the same value, if there is one."""
+        first = self._by_value.setdefault(key, name)
+        if first == name or not self.replace_value(name, first):
+            return False
+        self.stats.counts["equal constants merged"] += 1
+        return True
+
     def replace_value(self, old: str, new: str) -> bool:
         """Make every use of `old` use `new`; refused for pinned names."""
         if old in self.pinned:
@@ -218,8 +232,11 @@ class _Normalizer:
         op = node.op_type
         if op == "Constant" and len(node.output) == 1:
             value = constant_node_value(node)
-            if value is not None:
-                self.consts[node.output[0]] = value
+            if value is None:
+                return True
+            if value.size <= FOLD_LIMIT and self._merge_equal(node.output[0], array_key(value)):
+                return False
+            self.consts[node.output[0]] = value
             return True
         if op in _FOLDABLE_OPS and self._fold_constant(node):
             return False
@@ -235,8 +252,9 @@ class _Normalizer:
         name = node.output[0]
         if name in self.pinned:
             return False
-        self.consts[name] = self.folded[name] = value
         self.stats.counts["constants folded"] += 1
+        if not self._merge_equal(name, array_key(value)):
+            self.consts[name] = self.folded[name] = value
         return True
 
     def _fold_constant(self, node: Node) -> bool:

@@ -1110,6 +1110,47 @@ def probe3_cases() -> list[Case]:
     return cases
 
 
+def repeated_step_fn(step: str) -> Callable[..., torch.Tensor]:
+    """The update with p = var - lr*delta written out at each of its two uses: dynamo without its
+    optimizer repeats p's nodes, each copy with constants of its own (CastLike'd literals for
+    torch.sub's alpha, one lifted tensor per torch.tensor for addcmul's value)."""
+    def p(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        if step == "sub_alpha":
+            return torch.sub(var, delta, alpha=LR)
+        return torch.addcmul(var, delta, torch.tensor(-LR))
+
+    def fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        return torch.sign(p(var, delta)) * torch.relu(p(var, delta).abs() - LR * L1) / (1 + LR * L2)
+    return fn
+
+
+def sliced_sl1_fn(go: torch.Tensor, head: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The SmoothL1 gradient of the box columns head[:, :4] of a head's output, sliced at each use."""
+    def x() -> torch.Tensor:
+        return head[:, :4] - t
+    return torch.where(x().abs() < 0.5, x() / 0.5, x().sign()) * go / t.numel()
+
+
+def probe4_cases() -> list[Case]:
+    """Expressions repeated per use, whose copies merge only once their equal constants do
+    (2026-12-04); own generator, so the cases before keep their inputs."""
+    gen = torch.Generator().manual_seed(4204)
+    const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
+    cases = [Case(fx(f"prox_const_{step}_repeated_f32_dyn.onnx"), repeated_step_fn(step),
+                  prox_args("const", torch.float32, gen), "dynamo", "proximal_gd", [const], note, outputs=["var_out"])
+             for step, note in (
+                 ("sub_alpha", "sign(p) * relu(|p| - t) / k with p = torch.sub(var, delta, alpha=lr) at each use: "
+                               "two Sub(var, Mul(delta, CastLike(lr))) chains, each with its own CastLike."),
+                 ("addcmul", "The same with p = torch.addcmul(var, delta, torch.tensor(-lr)) at each use: two "
+                             "chains, each reading its own lifted tensor -lr."))]
+    args = {"go": torch.ones(()), "head": randn(16, 6, gen=gen), "t": randn(16, 4, gen=gen)}
+    cases.append(Case(fx("sl1_hand_where_sliced_mean_b05_f32_dyn.onnx"), sliced_sl1_fn, args, "dynamo",
+                      "smooth_l1_grad", [sl1("grad", 0.5, "mean", "slice_1", "t", "go")],
+                      "Where(|x| < 0.5, x/0.5, sign(x)) * go / numel with x = head[:, :4] - t written at each use: "
+                      "three Slices, each with its own Reshape(Cast(Constant)) index chains.", outputs=["grad"]))
+    return cases
+
+
 class ModularNet(torch.nn.Module):
     """ModularStep behind a Linear + ReLU backbone, exported with export_modules_as_functions=True:
     every module, the top one too, becomes a model-local function."""
@@ -1237,7 +1278,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(2024)
-    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases() + probe3_cases()
+    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases() + probe3_cases() + probe4_cases()
     if opts.only:
         cases = [c for c in cases if opts.only in c.file]
     check_entry = load_checker()
