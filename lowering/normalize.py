@@ -5,7 +5,8 @@ order reaches the fixed point in linear time:
   - constant folding of small (scalar-like) subexpressions, Constant nodes and initializers alike
     (never an initializer that is also a graph input: the user may override it),
   - static Shape/Size of values whose shape is fully known,
-  - Identity, x*1, x/1 and exact Cast round trips (f16->f32->f16) removed,
+  - CastLike with a known target type made a Cast; Identity, same-type casts, x*1, x/1, exact Cast
+    round trips (f16->f32->f16) and Gather(Reshape(s, [-1]), 0) of a 0-D s removed,
   - canonical operand order: constants second in commutative ops and comparisons,
   - common subexpression elimination, constants included: equal small constants (initializers,
     Constant nodes, folded values) become one, so that the copies of an expression exporters
@@ -41,10 +42,11 @@ ATTRIBUTE_FREE = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Abs", "Neg", "Sign", "Reciprocal",
     "Sqrt", "Exp", "Log", "Relu", "Tanh", "Sigmoid", "Floor", "Ceil", "Erf", "Where", "Not", "And", "Or",
     "Xor", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "Identity", "Size", "IsNaN"})
-_PRODUCERS_LOOKED_AT = frozenset({"Cast"}) | EXACT_UNARY  # by the cast round-trip and narrowing rules
+# by the cast round-trip, narrowing and scalar-extraction rules
+_PRODUCERS_LOOKED_AT = frozenset({"Cast", "Reshape"}) | EXACT_UNARY
 # rules that apply whatever the inputs are; the others need a constant input
 _ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike"}) | SUBGRAPH_OPS
-_CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT  # exact in every float type, so widening around them is a no-op
+_CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div", "Gather"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT  # exact in every float type, so widening around them is a no-op
 # bfloat16 through ml_dtypes, which rounds every result to nearest even as ONNX's Cast and onnxruntime do
 _FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")} | {
     np.dtype(ml_dtypes.bfloat16)}
@@ -242,7 +244,11 @@ class _Normalizer:
             return False
         if op in ("Size", "Shape") and self._fold_shape(node):
             return False
+        if op == "CastLike":
+            op = self._cast_like_to_cast(node)
         if op in ("Identity", "Cast", "Mul", "Div") and self._drop_noop(node):
+            return False
+        if op == "Gather" and self._drop_scalar_extraction(node):
             return False
         if op in COMMUTATIVE or op in FLIPPED_COMPARE:
             self._canonical_order(node)
@@ -282,14 +288,16 @@ class _Normalizer:
         return result is not None and self._store_constant(node, np.asarray(result))
 
     def _fold_shape(self, node: Node) -> bool:
-        if len(node.input) != 1 or node.attribute:
+        if len(node.input) != 1 or any(a.name not in ("start", "end") for a in node.attribute):
             return False
         vt: ValueType | None = self.types.get(node.input[0])
         if vt is None or vt.numel is None:
             return False
         if node.op_type == "Size":
             return self._store_constant(node, np.array(vt.numel, np.int64))
-        return self._store_constant(node, np.array(vt.shape, np.int64))
+        # Shape's start/end clamp like a Python slice (opset 15; dynamo writes start=0)
+        dims = vt.shape[attr(node, "start", 0):attr(node, "end")]
+        return self._store_constant(node, np.array(dims, np.int64))
 
     def _drop_noop(self, node: Node) -> bool:
         op = node.op_type
@@ -316,6 +324,34 @@ class _Normalizer:
             if one is not None and self._same_type_after(x, one, node):
                 return self._forward(node, x, "multiplications/divisions by 1 removed")
         return False
+
+    def _cast_like_to_cast(self, node: Node) -> str:
+        """CastLike(x, like) is Cast(x, to=T(like)) once T is known (dynamo casts runtime scalars
+        to their partner's type with it, mostly a no-op), so the Cast rules apply to it."""
+        target = self.elem_type(node.input[1]) if len(node.input) == 2 else None
+        if target is None:
+            return node.op_type
+        saturate = [a for a in node.attribute if a.name == "saturate"]
+        node.rewrite(op_type="Cast", inputs=node.input[:1],
+                     attributes=[onnx.helper.make_attribute("to", target), *saturate])
+        return "Cast"
+
+    def _drop_scalar_extraction(self, node: Node) -> bool:
+        """Gather(Reshape(s, [-1]), 0) of a 0-D s is s: how dynamo reads a 0-D tensor given where
+        a number is expected (torch.add(var, delta, alpha=-lr) with a tensor lr)."""
+        if len(node.input) != 2 or attr(node, "axis") not in (None, 0):
+            return False
+        index = self.const(node.input[1])
+        if index is None or index.shape != () or int(index) not in (0, -1):
+            return False
+        reshape = self.producer.get(node.input[0])
+        if reshape is None or reshape.op_type != "Reshape" or len(reshape.input) != 2:
+            return False
+        shape = self.const(reshape.input[1])
+        scalar = self.types.get(reshape.input[0])
+        if shape is None or shape.tolist() not in ([-1], [1]) or scalar is None or scalar.shape != ():
+            return False
+        return self._forward(node, reshape.input[0], "scalar extractions removed")
 
     def _narrow_exact_unary(self, node: Node, inner: Node | None, to: int) -> None:
         """Cast<T>(U(Cast<W>(x: T))) -> U(x) for the exact ops U = Abs, Neg, Relu: exporters widen

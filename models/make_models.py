@@ -851,11 +851,26 @@ def export(case: Case) -> onnx.ModelProto:
     ordered = sorted((onnx.FunctionProto.FromString(f.SerializeToString()) for f in model.functions),
                      key=lambda f: (f.domain, f.name, f.overload))
     for f in ordered:
-        for k, node in enumerate(f.node):
-            node.name = f"{node.op_type}_{k}"
+        _canonical_names(f)
     del model.functions[:]
     model.functions.extend(ordered)
     return model
+
+
+def _canonical_names(f: onnx.FunctionProto) -> None:
+    """Names a function's nodes and values by position: TorchScript names them after values of the
+    graph it deduplicated them from, which change from run to run."""
+    names = {name: f"in{k}" for k, name in enumerate(f.input)}
+    for k, node in enumerate(f.node):
+        node.name = f"{node.op_type}_{k}"
+        for j, out in enumerate(node.output):
+            if out:
+                names[out] = f"{node.op_type}_{k}_out{j}"
+    for node in f.node:
+        node.input[:] = [names.get(n, n) for n in node.input]
+        node.output[:] = [names.get(n, n) for n in node.output]
+    f.input[:] = [names[n] for n in f.input]
+    f.output[:] = [names[n] for n in f.output]
 
 
 def _rename_outputs(model: onnx.ModelProto, names: list[str]) -> None:
@@ -1143,6 +1158,23 @@ def probe4_cases() -> list[Case]:
                                "two Sub(var, Mul(delta, CastLike(lr))) chains, each with its own CastLike."),
                  ("addcmul", "The same with p = torch.addcmul(var, delta, torch.tensor(-lr)) at each use: two "
                              "chains, each reading its own lifted tensor -lr."))]
+    raw = prox("var_out", "raw", "var", "delta", "lr", "l1", "l2")
+    for exporter, suffix in (("dynamo-optimized", "dynopt"), ("dynamo", "dyn"), ("torchscript", "ts")):
+        cases.append(Case(fx(f"prox_tensor_addalpha_f32_{suffix}.onnx"), prox_fn(step="add_alpha", scalars="tensor"),
+                          prox_args("tensor", torch.float32, gen), exporter, "proximal_gd", [raw],
+                          "p = var.add(delta, alpha=-lr) with a tensor lr: dynamo reads the number from the tensor "
+                          "with Gather(Reshape(Neg(lr), [-1]), 0), which is Neg(lr) for a 0-D lr.", outputs=["var_out"]))
+    cases.append(Case(fx("nm_prox_tensor_clamp_residual_f32_dyn.onnx"), prox_fn(shrink="residual", scalars="tensor"),
+                      prox_args("tensor", torch.float32, gen), "dynamo", "near_miss", [],
+                      "Near miss: p - clamp(p, -t, t) with t = lr*l1 at runtime, not optimized: the bounds are "
+                      "CastLike(Neg(t), p) and CastLike(t, p), casts to the type they have.", outputs=["var_out"],
+                      not_fused=[{**raw, "reason": "t is a runtime value"}]))
+    for dtype in (torch.float32, torch.float16):
+        name = TORCH_TO_NAME[dtype]
+        cases.append(Case(fx(f"sl1_hand_sign_min_sum_b05_{name.replace('float', 'f')}_dyn.onnx"), sign_min_fn,
+                          sl1_args("sum", dtype, gen), "dynamo", "smooth_l1_grad", [sl1("grad", 0.5, "sum", "p", "t", "go")],
+                          "sign(x) * torch.minimum(|x|/0.5, torch.ones_like(x)) * go, not optimized: ones_like is "
+                          "Expand(CastLike(1, x), Shape(x, start=0)).", dtype=name, outputs=["grad"]))
     args = {"go": torch.ones(()), "head": randn(16, 6, gen=gen), "t": randn(16, 4, gen=gen)}
     cases.append(Case(fx("sl1_hand_where_sliced_mean_b05_f32_dyn.onnx"), sliced_sl1_fn, args, "dynamo",
                       "smooth_l1_grad", [sl1("grad", 0.5, "mean", "slice_1", "t", "go")],

@@ -127,28 +127,29 @@ def single_factor(mono: Monomial) -> str | None:
     return name if exp == 1 else None
 
 
-def zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] | None:
-    """Nodes computing value when it is all zeros: none for a constant, ConstantOfShape(shape)
-    or Expand(0, shape) for torch.zeros_like, shape = Shape(s) or its folded constant; None when
-    value is not known to be zero or, given `like`, when it could broadcast `like` to a larger shape."""
+def fill(alg: Algebra, value: str, like: str | None = None) -> tuple[float, set[int]] | None:
+    """(v, nodes) when value holds one number v everywhere: a constant (no nodes), or
+    ConstantOfShape(shape) or Expand(v, shape) for torch.zeros_like/ones_like, shape = Shape(s) or
+    its folded constant. None otherwise or, given `like`, when it could broadcast `like` to a
+    larger shape."""
     index = alg.index
-    zero = index.const(value)
+    const = index.const(value)
     nodes: set[int] = set()
-    shape_of: tuple[int, ...] | str | None = None  # what the zeros' shape is known to be
-    if zero is not None:
-        shape_of = zero.shape
+    shape_of: tuple[int, ...] | str | None = None  # what the fill's shape is known to be
+    if const is not None:
+        shape_of = const.shape
     else:
         found = alg.producer(value, "ConstantOfShape", "Expand")
         if found is None:
             return None
         i, node = found
         if node.op_type == "Expand":
-            zero = index.const(node.input[0]) if len(node.input) == 2 else None
-            if zero is None or zero.ndim:
+            const = index.const(node.input[0]) if len(node.input) == 2 else None
+            if const is None or const.ndim:
                 return None
         else:
-            fill = attr(node, "value")
-            zero = np.zeros(1) if fill is None else tensor_value(fill)
+            given = attr(node, "value")
+            const = np.zeros(1) if given is None else tensor_value(given)
         nodes.add(i)
         dims = index.const(node.input[-1])
         if dims is not None:
@@ -157,12 +158,20 @@ def zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] | 
             nodes.add(shape[0])
             if not attr(shape[1], "start") and attr(shape[1], "end") is None:
                 shape_of = shape[1].input[0]
-    all_zero = zero.item() == 0 if zero.size == 1 else zero.size > 0 and not np.any(zero != 0)
-    if not all_zero:
+    if const.size == 0:
+        return None
+    flat = const.reshape(-1)
+    if not (flat == flat[0]).all():
         return None
     if like is not None and not within_shape(index, shape_of, like):
         return None
-    return nodes
+    return float(flat[0]), nodes
+
+
+def zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] | None:
+    """fill's nodes when value is all zeros (-0.0 included)."""
+    found = fill(alg, value, like)
+    return found[1] if found is not None and found[0] == 0.0 else None
 
 
 def within_shape(index: GraphIndex, shape_of: tuple[int, ...] | str | None, like: str) -> bool:

@@ -26,9 +26,9 @@ import onnx
 
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
-from ..graph import GraphIndex, Node
-from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
-                   shapes_differ, single_factor, within_shape, zero_branch)
+from ..graph import GraphIndex, Node, attr, tensor_value
+from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, float_dtype, is_single_element, require,
+                   same_shape, shapes_differ, single_factor, zero_branch)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -199,9 +199,16 @@ def _may_end_symmetric_clamp(index: GraphIndex, node: Node) -> bool:
     follow)."""
     if node.op_type == "Clip":
         return True
-    # ones_like(x) from the dynamo exporter is a full tensor of ones
-    bound = _uniform_constant(index, node.input[1]) if len(node.input) == 2 else None
-    return bound is not None and bound * _BOUND_SIGN[node.op_type] > 0
+    if len(node.input) != 2:
+        return False
+    # ones_like(x) from the dynamo exporter: a full tensor of ones, or Expand(1, Shape(x)) unoptimized
+    value, fill_node = _uniform_constant(index, node.input[1]), index.node_of(node.input[1])
+    if fill_node is not None and fill_node.op_type == "Expand":
+        value = _uniform_constant(index, fill_node.input[0])
+    elif fill_node is not None and fill_node.op_type == "ConstantOfShape":
+        given = attr(fill_node, "value")
+        value = 0.0 if given is None else float(tensor_value(given).reshape(-1)[0])
+    return value is not None and value * _BOUND_SIGN[node.op_type] > 0
 
 
 def _symmetric_clamp(alg: Algebra, value: str) -> tuple[str, float, set[int]] | None:
@@ -243,7 +250,8 @@ def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
     NaN at x = 0."""
     for name, exp in mono.factors.items():
         found = alg.producer(name, "Min") if exp == 1 else None
-        if found is None or len(found[1].input) != 2 or _uniform_value(alg, found[1].input[1], found[1].input[0]) != 1.0:
+        one = fill(alg, found[1].input[1], like=found[1].input[0]) if found and len(found[1].input) == 2 else None
+        if one is None or one[0] != 1.0:
             continue
         ratio = alg.monomial(found[1].input[0])
         abs_x = alg.unary(next(iter(ratio.factors)), "Abs") if list(ratio.factors.values()) == [1] else None
@@ -252,7 +260,7 @@ def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
         if sign is None:
             continue
         require(ratio.coef > 0 and np.isfinite(ratio.coef), f"min(|x| * {ratio.coef:g}, 1) caps x at a non-positive beta")
-        nodes = mono.nodes | ratio.nodes | sign[1] | {found[0], abs_x[1]}
+        nodes = mono.nodes | ratio.nodes | sign[1] | one[1] | {found[0], abs_x[1]}
         return _finish(alg, f"{FAMILY}/capped-ratio", out, abs_x[0], rest.without(sign[0]), 1.0 / ratio.coef, nodes,
                        arithmetic=False)
     return None
@@ -320,9 +328,10 @@ def _uniform_constant(index: GraphIndex, name: str) -> float | None:
 
 
 def _uniform_value(alg: Algebra, name: str, like: str) -> float | None:
-    """_uniform_constant, when broadcasting the constant leaves `like`'s shape as it is."""
-    value = _uniform_constant(alg.index, name)
-    return value if value is not None and within_shape(alg.index, alg.index.const(name).shape, like) else None
+    """A constant's one value, when broadcasting it leaves `like`'s shape as it is (a constant's
+    only: the callers fold it into a coefficient and take no nodes along)."""
+    found = fill(alg, name, like) if alg.index.const(name) is not None else None
+    return None if found is None else found[0]
 
 
 def _fold_uniform(alg: Algebra, mono: Monomial, like: str) -> Monomial:
