@@ -1175,6 +1175,16 @@ def probe4_cases() -> list[Case]:
                           sl1_args("sum", dtype, gen), "dynamo", "smooth_l1_grad", [sl1("grad", 0.5, "sum", "p", "t", "go")],
                           "sign(x) * torch.minimum(|x|/0.5, torch.ones_like(x)) * go, not optimized: ones_like is "
                           "Expand(CastLike(1, x), Shape(x, start=0)).", dtype=name, outputs=["grad"]))
+    # only the optimized export: unoptimized, the constants are float32 literals cast to float16 at
+    # runtime, and onnxruntime, whose CPU provider runs float16 Add/Sub/Mul/Div in float32, drops that
+    # Cast with its own cast back, so its reference computes with the unrounded literal
+    for exporter, suffix in (("dynamo-optimized", "dynopt"),):
+        cases.append(Case(fx(f"prox_const_threshold_f16_{suffix}.onnx"), prox_fn(clamp="threshold"),
+                          prox_args("const", torch.float16, gen), exporter, "proximal_gd",
+                          [prox("var_out", "folded", "var", "delta", stored(LR, "float16"), stored(LR * L1, "float16"),
+                                stored(1 + LR * L2, "float16"))],
+                          "F.threshold(|p| - t, 0, 0) on float16: the Where runs in float32 between a widening Cast "
+                          "and a Cast back, which is max(d, 0) exactly.", dtype="float16", outputs=["var_out"]))
     args = {"go": torch.ones(()), "head": randn(16, 6, gen=gen), "t": randn(16, 4, gen=gen)}
     cases.append(Case(fx("sl1_hand_where_sliced_mean_b05_f32_dyn.onnx"), sliced_sl1_fn, args, "dynamo",
                       "smooth_l1_grad", [sl1("grad", 0.5, "mean", "slice_1", "t", "go")],

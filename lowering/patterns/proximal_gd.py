@@ -22,7 +22,7 @@ import onnx
 
 from ..algebra import Algebra, Monomial, clip_bounds
 from ..fused_ops import PROXIMAL_GD
-from ..graph import GraphIndex, Node
+from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
                    shapes_differ, single_factor, zero_branch, zero_nodes)
 
@@ -157,10 +157,12 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
     value) in any nesting (tf.clip_by_value(d, 0, dtype.max) through tf2onnx): that is Clip
     without max, form "clip", whose only difference from Max, inf -> largest finite, the fused
     node keeps as its shrink_max attribute."""
-    found = alg.producer(value, "Max", "Relu", "Clip", "Where", "Min")
+    found = alg.producer(value, "Max", "Relu", "Clip", "Where", "Min", "Cast")
     if found is None:
         return None
     i, node = found
+    if node.op_type == "Cast":
+        return _narrowed_clamp(alg, i, node)
     if node.op_type == "Relu":
         return node.input[0], {i}, "relu"
     if node.op_type == "Where":
@@ -184,6 +186,19 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
     if alg.bound_value(lo) != 0.0 or (hi is not None and alg.bound_value(hi) != _finfo_max(alg.index.elem_type(node.input[0]))):
         return None
     return node.input[0], {i}, "clip"
+
+
+def _narrowed_clamp(alg: Algebra, i: int, cast) -> tuple[str, set[int], str] | None:
+    """Cast<T>(max(Cast<float32>(d: T), 0)): a float16/bfloat16 d clamped in float32 and cast back
+    (F.threshold from the dynamo exporter), which is max(d, 0) exactly. So is the "clip" form
+    there: the wider type's largest value, where it sends inf, rounds back to inf."""
+    inner = _clamp(alg, cast.input[0])
+    if inner is None:
+        return None
+    d = alg.widened(inner[0])
+    if d == inner[0] or alg.index.elem_type(d) != attr(cast, "to"):
+        return None
+    return d, inner[1] | {i} | alg.widening_casts(inner[0]), "max" if inner[2] == "clip" else inner[2]
 
 
 def _caps_at_finite_max(alg: Algebra, node) -> bool:

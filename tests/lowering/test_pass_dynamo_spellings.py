@@ -154,3 +154,33 @@ def test_shape_with_start_and_end_folds_to_the_slice_of_dims(start, end, dims) -
     assert [n.op_type for n in normalized.nodes] == ["Expand"]
     (value,) = normalized.folded.values()
     assert value.dtype == np.int64 and value.tolist() == dims
+
+
+def _prox_clamped_in_float32(clamp: str) -> onnx.ModelProto:
+    """A float16 update whose clamp runs in float32 and is cast back: F.threshold on float16 as
+    dynamo writes it, Cast<f16>(Where(Cast<f32>(d) <= 0, 0, Cast<f32>(d)))."""
+    g = G()
+    var, delta = g.input("var", dtype=H), g.input("delta", dtype=H)
+    p = g.op("Sub", var, g.op("Mul", delta, g.const(0.1, dtype=H)))
+    d32 = g.op("Cast", g.op("Sub", g.op("Abs", p), g.const(0.005, dtype=H)), to=onnx.TensorProto.FLOAT)
+    if clamp == "where":
+        zero = g.const(0.0)
+        clamped = g.op("Where", g.op("LessOrEqual", d32, zero), zero, d32)
+    elif clamp == "relu":
+        clamped = g.op("Relu", d32)
+    else:  # tf.clip_by_value(d, 0, float32 max): its max rounds to inf in float16
+        clamped = g.op("Clip", d32, g.const(0.0), g.const(float(np.finfo(np.float32).max)))
+    shrunk = g.op("Mul", g.op("Sign", p), g.op("Cast", clamped, to=H))
+    g.output(g.op("Div", shrunk, g.const(1.001, dtype=H)), dtype=H)
+    return g.model()
+
+
+@pytest.mark.parametrize("clamp,form", [("where", "where"), ("relu", "relu"), ("clip", "max")])
+def test_a_clamp_run_in_float32_and_cast_back_fuses(clamp, form) -> None:
+    # Clip(d, 0, float32 max) sends inf to 3.4e38, which the cast back rounds to inf: max(d, 0)
+    model = _prox_clamped_in_float32(clamp)
+    fused, report = _fused(model)
+    assert [(f.op_type, f.dtype, f.pattern) for f in report.fusions] == [(PGD, "float16", f"proximal_gd/{form}")]
+    assert [n.op_type for n in fused.graph.node] == [PGD]
+    feeds = make_feeds(model, np.random.default_rng(), edges=(0.005,), nonfinite=True)
+    assert_runs_as_fused(model, fused, feeds)
