@@ -57,6 +57,17 @@ class Select:
     arithmetic: bool  # tf2onnx form: non-finite values in the branch not taken poison the result
 
 
+@dataclass(frozen=True)
+class Reach:
+    """A cheap pre-check: an op in `targets` (a node `accept` takes, if given) within `depth`
+    producers of a value, walking only through ops in `through`."""
+
+    targets: frozenset[str]
+    through: frozenset[str]
+    depth: int
+    accept: Callable[[GraphIndex, Node], bool] | None = None
+
+
 @dataclass
 class Comparison:
     lhs: str
@@ -76,7 +87,7 @@ class Algebra:
         self.index = index
         self.taken: set[int] = set()
         self.seen: set[int] = set()  # nodes looked at since the caller last cleared it
-        self._distances: dict[tuple, dict[str, int]] = {}
+        self._distances: dict[tuple[Reach, ...], set[str] | dict[str, int]] = {}
 
     def producer(self, value: str, *ops: str) -> tuple[int, onnx.NodeProto] | None:
         i = self.index.producer.get(value)
@@ -88,17 +99,23 @@ class Algebra:
             return None
         return i, node
 
-    def reaches(self, value: str, targets: frozenset[str], through: frozenset[str], depth: int,
-                accept: Callable[[GraphIndex, Node], bool] | None = None) -> bool:
-        """Cheap pre-check before a full view: is an op in `targets` (a node `accept` takes, if
-        given) within `depth` producers of value, walking only through ops in `through`? Most
-        anchors fail it. The distances come from one forward sweep per question, which ignores
-        fusions already made and so can only let through an anchor the full view then refuses."""
-        key = (targets, through, depth, accept)
-        table = self._distances.get(key)
+    def reaches(self, value: str, reach: Reach) -> bool:
+        """Most anchors fail this pre-check before a full view. The distances come from one forward
+        sweep per Reach, which ignores fusions already made and so can only let through an anchor
+        the full view then refuses."""
+        return value in self.reached((reach,))
+
+    def reached(self, reaches: tuple[Reach, ...]) -> set[str] | dict[str, int]:
+        """The values any of `reaches` holds for, computed once per tuple."""
+        table = self._distances.get(reaches)
         if table is None:
-            table = self._distances[key] = self._sweep(targets, through, depth, accept)
-        return value in table
+            if len(reaches) == 1:
+                (r,) = reaches
+                table = self._sweep(r.targets, r.through, r.depth, r.accept)
+            else:
+                table = set().union(*(self.reached((r,)) for r in reaches))
+            self._distances[reaches] = table
+        return table
 
     def _sweep(self, targets: frozenset[str], through: frozenset[str], depth: int,
                accept: Callable[[GraphIndex, Node], bool] | None) -> dict[str, int]:

@@ -81,6 +81,9 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
         if i in alg.taken or i in dead or node.domain not in ("", "ai.onnx"):
             continue
         for pattern in by_op[node.op_type]:
+            pre = pattern.prefilter.get(node.op_type)
+            if pre is not None and node.output[0] not in alg.reached(pre):
+                continue
             alg.seen = {i}
             try:
                 found = pattern.match(alg, i)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Callable, Union
 
 import numpy as np
 import onnx
 
-from ..algebra import Algebra, Monomial, is_zero
+from ..algebra import Algebra, Monomial, Reach, is_zero
 from ..graph import FLOAT_TYPES, GraphIndex, attr, tensor_value
 
 Input = Union[str, np.ndarray]  # an existing value, or a new constant the fusion must create
@@ -38,6 +39,9 @@ class Pattern:
     name: str
     anchors: frozenset[str]  # op types a match may end at
     match: Callable[[Algebra, int], Union[Match, None]]
+    # per anchor op, the pre-check its match starts with: the pass offers an anchor only when one
+    # of them holds, which spares a call per anchor for the many that fail it
+    prefilter: Mapping[str, tuple[Reach, ...]] = field(default_factory=dict, hash=False, compare=False)
 
 
 def require(condition: bool, reason: str) -> None:

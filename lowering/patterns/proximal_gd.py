@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..algebra import Algebra, Monomial, clip_bounds
+from ..algebra import Algebra, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
@@ -40,13 +40,10 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type == "Add":  # only an unscaled two-Where softshrink ends at an Add
-        if alg.reaches(out, _SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part):
+        if alg.reaches(out, _TWO_WHERE_SUM):
             _refuse_two_where_shrink(alg, out)
         return None
-    if not (alg.reaches(out, _SIGN_OPS, _TO_SHRINK, 4)
-            or alg.reaches(out, _WHERE_OPS, _TO_SHRINK, 4, _may_be_softshrink)
-            or alg.reaches(out, _SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part)
-            or alg.reaches(out, _SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink)):
+    if out not in alg.reached(_SHRINK_ENDS):
         return None
     mono = alg.monomial(out)
     shrink = _find_shrink(alg, mono)
@@ -528,4 +525,10 @@ def _const_or_value(alg: Algebra, t):
 
 # Add only so that TorchScript's two-Where softshrink without scaling (l2 = 0) is reported, Sub for an
 # unscaled clamp residual or difference of ReLUs
-PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add", "Sub"}), match)
+# where a shrink ends, a few scaling ops below an anchor (here: the accept tests come first)
+_TWO_WHERE_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part)
+_SHRINK_ENDS = (Reach(_SIGN_OPS, _TO_SHRINK, 4), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_softshrink),
+                Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part),
+                Reach(_SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink))
+PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add", "Sub"}), match,
+                  prefilter={"Add": (_TWO_WHERE_SUM,), **dict.fromkeys(("Mul", "Div", "Where", "Sub"), _SHRINK_ENDS)})

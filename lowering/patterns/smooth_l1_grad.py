@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Select, product
+from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr, tensor_value
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, float_dtype, is_single_element, require,
@@ -51,10 +51,10 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     out = node.output[0]
     if node.op_type in ("Mul", "Div"):
         found = None
-        if alg.reaches(out, _CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_symmetric_clamp):
+        if alg.reaches(out, _CLAMP_END):
             mono = alg.monomial(out)  # both forms are a product with the clamp as one factor
             found = _match_clip(alg, out, mono) or _match_capped_ratio(alg, out, mono)
-        if found is None and alg.reaches(out, _MIN_OPS, _TO_MIN, 7, _caps_abs):
+        if found is None and alg.reaches(out, _HUBER_MIN):
             found = _match_capped(alg, out)
         return found
     if node.op_type == "Where":
@@ -63,7 +63,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         lhs = None if cmp is None else alg.widened(cmp.lhs)
         if lhs is None or (alg.unary(lhs, "Abs") is None and alg.producer(lhs, "Sub") is None):
             return None
-    if node.op_type in ("Add", "Sum") and not alg.reaches(out, _MASK_OPS, _TO_MASK, 6):
+    if node.op_type in ("Add", "Sum") and not alg.reaches(out, _MASK_END):
         return None
     sel = alg.select(out)
     if sel is None:
@@ -452,4 +452,10 @@ def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, 
     return ("sum" if single else "none"), float(k)
 
 
-PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match)
+# the pre-checks of the product and sum anchors (here: the accept tests come first)
+_CLAMP_END = Reach(_CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_symmetric_clamp)
+_HUBER_MIN = Reach(_MIN_OPS, _TO_MIN, 7, _caps_abs)
+_MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
+PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match,
+                  prefilter={"Mul": (_CLAMP_END, _HUBER_MIN), "Div": (_CLAMP_END, _HUBER_MIN),
+                             "Add": (_MASK_END,), "Sum": (_MASK_END,)})
