@@ -17,6 +17,7 @@ from .fused_ops import DOMAIN, OP_SPECS
 from .graph import GraphIndex, Node, array_key, tensor_key
 from .normalize import ATTRIBUTE_FREE
 
+
 def _attribute_key(node: Node) -> tuple[bytes, ...]:
     if node.op_type in ATTRIBUTE_FREE and not node.domain:
         return ()  # most matched nodes: no attribute container to read

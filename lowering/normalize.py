@@ -35,7 +35,7 @@ NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Random
 # ops _fold can evaluate: only these are worth looking up constants for
 _FOLDABLE_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Identity", "Neg", "Reciprocal", "Sqrt", "Abs",
                  "Cast", "CastLike"}
-EXACT_UNARY = {"Abs", "Neg", "Relu"}
+EXACT_UNARY = {"Abs", "Neg", "Relu"}  # exact in every float type, so widening around them is a no-op
 # standard ops without attributes from opset 9 on (the oldest the pass accepts): their CSE key is
 # op and inputs, without reading the node's attributes
 ATTRIBUTE_FREE = frozenset({
@@ -46,7 +46,7 @@ ATTRIBUTE_FREE = frozenset({
 _PRODUCERS_LOOKED_AT = frozenset({"Cast", "Reshape"}) | EXACT_UNARY
 # rules that apply whatever the inputs are; the others need a constant input
 _ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike"}) | SUBGRAPH_OPS
-_CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div", "Gather"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT  # exact in every float type, so widening around them is a no-op
+_CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div", "Gather"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT
 # bfloat16 through ml_dtypes, which rounds every result to nearest even as ONNX's Cast and onnxruntime do
 _FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")} | {
     np.dtype(ml_dtypes.bfloat16)}
