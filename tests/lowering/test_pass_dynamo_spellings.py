@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-from pass_numerics import assert_runs_as_fused, make_feeds
+from pass_numerics import assert_runs_as_fused, assert_same, fused_nodes, half_graph_bound_ok, make_feeds, run_ort
 
 import lowering
 from lowering.graph import GraphInfo, decode_nodes
@@ -21,6 +21,16 @@ def _fused(model: onnx.ModelProto):
     fused, report = lowering.fuse(model)
     onnx.checker.check_model(fused, full_check=True)
     return fused, report
+
+
+def _assert_half_update_runs_as_fused(model: onnx.ModelProto, fused: onnx.ModelProto, feeds) -> None:
+    """assert_runs_as_fused for a float16 update: against the float64 formula within the error the
+    graph's own float16 roundings allow (near |p| = t the relative error has no bound, and results
+    there fall among float16's subnormals)."""
+    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
+    assert_same(before, after)
+    ok, detail = half_graph_bound_ok(fused, fused_nodes(fused)[0], feeds, before)
+    assert ok, detail
 
 
 def _prox_tail(g: G, p: str, shrunk: str) -> None:
@@ -72,7 +82,7 @@ def test_castlike_widening_is_a_cast_so_the_cast_sandwich_is_absorbed() -> None:
     model = g.model()
     fused, report = _fused(model)
     assert [(f.op_type, f.dtype, f.inputs[0], f.inputs[-1]) for f in report.fusions] == [(PGD, "float16", "var", "delta")]
-    assert_runs_as_fused(model, fused, make_feeds(model, np.random.default_rng(), edges=(0.005,)))
+    _assert_half_update_runs_as_fused(model, fused, make_feeds(model, np.random.default_rng(), edges=(0.005,)))
 
 
 def _alpha_extracted(lr_shape: tuple[int, ...]) -> onnx.ModelProto:
@@ -183,4 +193,4 @@ def test_a_clamp_run_in_float32_and_cast_back_fuses(clamp, form) -> None:
     assert [(f.op_type, f.dtype, f.pattern) for f in report.fusions] == [(PGD, "float16", f"proximal_gd/{form}")]
     assert [n.op_type for n in fused.graph.node] == [PGD]
     feeds = make_feeds(model, np.random.default_rng(), edges=(0.005,), nonfinite=True)
-    assert_runs_as_fused(model, fused, feeds)
+    _assert_half_update_runs_as_fused(model, fused, feeds)
