@@ -1185,6 +1185,18 @@ def probe4_cases() -> list[Case]:
                                 stored(1 + LR * L2, "float16"))],
                           "F.threshold(|p| - t, 0, 0) on float16: the Where runs in float32 between a widening Cast "
                           "and a Cast back, which is max(d, 0) exactly.", dtype="float16", outputs=["var_out"]))
+    f32_mask = "a float32 mask times widened values"
+    cases.append(Case(fx("nm_sl1_hand_masks_two_sum_b05_f16_dynopt.onnx"), mask_sl1_fn("two"),
+                      sl1_args("sum", torch.float16, gen), "dynamo-optimized", "near_miss", [],
+                      "Near miss: (|x| < 0.5).float() * x / 0.5 + (|x| >= 0.5).float() * sign(x) on float16 p and t: "
+                      "the float32 masks make the gradient float32, but x was rounded to float16 first.",
+                      dtype="float16", outputs=["grad"],
+                      not_fused=[sl1("grad", 0.5, "sum", "p", "t", "go", reason=f32_mask)]))
+    cases.append(Case(fx("nm_prox_tensor_masked_f16_dynopt.onnx"), prox_fn(shrink="masked", scalars="tensor"),
+                      prox_args("tensor", torch.float16, gen), "dynamo-optimized", "near_miss", [],
+                      "Near miss: (p - t*sign(p)) * (|p| > t).float() on a float16 var: the float32 mask makes the "
+                      "update float32, but p - t*sign(p) was rounded to float16 first.", dtype="float16",
+                      outputs=["var_out"], not_fused=[{**raw, "reason": f32_mask}]))
     args = {"go": torch.ones(()), "head": randn(16, 6, gen=gen), "t": randn(16, 4, gen=gen)}
     cases.append(Case(fx("sl1_hand_where_sliced_mean_b05_f32_dyn.onnx"), sliced_sl1_fn, args, "dynamo",
                       "smooth_l1_grad", [sl1("grad", 0.5, "mean", "slice_1", "t", "go")],

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 
 from ..algebra import Algebra, Monomial, Reach, is_zero
-from ..graph import FLOAT_TYPES, GraphIndex, attr, tensor_value
+from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, attr, tensor_value
 
 Input = Union[str, np.ndarray]  # an existing value, or a new constant the fusion must create
 
@@ -42,6 +42,16 @@ class Pattern:
     # per anchor op, the pre-check its match starts with: the pass offers an anchor only when one
     # of them holds, which spares a call per anchor for the many that fail it
     prefilter: Mapping[str, tuple[Reach, ...]] = field(default_factory=dict, hash=False, compare=False)
+
+
+def refuse_float32_finish(alg: Algebra, x: str, what: str) -> None:
+    """Raises NoMatch for a float16/bfloat16 x whose result the graph finishes in float32 (a float32
+    mask, `(|x| < beta).float()`, times x's dtype values widened): the result is float32 but x was
+    rounded to its own dtype first, which no fused op computes."""
+    dtype = alg.index.elem_type(x)
+    if dtype in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
+        raise NoMatch(f"the result is float32 while {what} is {DTYPE_NAMES[dtype]} (a float32 mask times "
+                      "widened values): no fused op computes that")
 
 
 def require(condition: bool, reason: str) -> None:

@@ -23,8 +23,8 @@ import onnx
 from ..algebra import Algebra, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
-from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element, require, same_shape,
-                   shapes_differ, single_factor, zero_branch, zero_nodes)
+from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element,
+                   refuse_float32_finish, require, same_shape, shapes_differ, single_factor, zero_branch, zero_nodes)
 
 FAMILY = "proximal_gd"
 _SIGN_OPS, _WHERE_OPS = frozenset({"Sign"}), frozenset({"Where"})
@@ -314,6 +314,9 @@ def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, st
         shifted = _shifted_by_sign(alg, other, p, t) if exp == 1 and other != mask else None
         if shifted is not None:
             return p, t, other, {cast[0], absp[1]} | cmp.nodes | shifted | alg.widening_casts(cmp.lhs)
+        widened = alg.widened(other) if exp == 1 else other
+        if widened != other and _shifted_by_sign(alg, widened, p, alg.widened(t)) is not None:
+            refuse_float32_finish(alg, p, "p - t*sign(p)")
     return None
 
 

@@ -27,8 +27,8 @@ import onnx
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr, tensor_value
-from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, float_dtype, is_single_element, require,
-                   same_shape, shapes_differ, single_factor, zero_branch)
+from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, float_dtype, is_single_element,
+                   refuse_float32_finish, require, same_shape, shapes_differ, single_factor, zero_branch)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -122,6 +122,8 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     alg.expand_shared([inside, outside], sel.nodes | cmp.nodes, stop=frozenset({x}))
     sign = _sign_factor(alg, outside, x)
     if sign is None:
+        if any(_sign_factor(alg, Monomial(1.0, {alg.widened(f): 1}), x) for f in outside.factors):
+            refuse_float32_finish(alg, x, "x = predict - label")
         return None
     form = "arithmetic-select" if sel.arithmetic else "where"
     beta = alg.scalar(cmp.rhs)

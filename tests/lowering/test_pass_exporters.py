@@ -135,6 +135,12 @@ def test_half_graph_bound_catches_a_wrong_alpha(entry: dict) -> None:
     ("exporters/nm_prox_softshrink_ts.onnx", "sum of two Wheres", ("proximal_gd", "Div")),
     ("exporters/nm_prox_where_gt_f32_dynopt.onnx", "NaN in d gives 0", ("proximal_gd", "Div")),
     ("exporters/nm_prox_where_zeros_f32_dynopt.onnx", "softshrink with 0, not p*0", ("proximal_gd", "Div")),
+    # unoptimized, the bounds are CastLike(-t, p) and CastLike(t, p): casts to the type they have
+    ("exporters/nm_prox_tensor_clamp_residual_f32_dyn.onnx", "t is a runtime value", ("proximal_gd", "Div")),
+    # float32 masks on float16 values: float32 results from values rounded to float16
+    ("exporters/nm_sl1_hand_masks_two_sum_b05_f16_dynopt.onnx", "a float32 mask times widened values",
+     ("smooth_l1_grad", "Add")),
+    ("exporters/nm_prox_tensor_masked_f16_dynopt.onnx", "a float32 mask times widened values", ("proximal_gd", "Div")),
     # tf2onnx names each unknown dimension apart: nothing says the two inputs agree
     ("tf2onnx/nm_prox_tensor_maximum_f32_dynamic_op13.onnx",
      "var and delta shapes differ or are unknown (var: [unk__0, 16], delta: [unk__1, 16])", ("proximal_gd", "Div")),
