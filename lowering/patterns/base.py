@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 
 from ..algebra import Algebra, Monomial, Reach, is_zero
-from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, attr, tensor_value
+from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, Node, attr, tensor_value
 
 Input = Union[str, np.ndarray]  # an existing value, or a new constant the fusion must create
 
@@ -157,13 +157,9 @@ def fill(alg: Algebra, value: str, like: str | None = None) -> tuple[float, set[
         if found is None:
             return None
         i, node = found
-        if node.op_type == "Expand":
-            const = index.const(node.input[0]) if len(node.input) == 2 else None
-            if const is None or const.ndim:
-                return None
-        else:
-            given = attr(node, "value")
-            const = np.zeros(1) if given is None else tensor_value(given)
+        const = fill_value(index, node)
+        if const is None:
+            return None
         nodes.add(i)
         dims = index.const(node.input[-1])
         if dims is not None:
@@ -180,6 +176,16 @@ def fill(alg: Algebra, value: str, like: str | None = None) -> tuple[float, set[
     if like is not None and not within_shape(index, shape_of, like):
         return None
     return float(flat[0]), nodes
+
+
+def fill_value(index: GraphIndex, node: Node) -> np.ndarray | None:
+    """What an Expand(v, shape) or a ConstantOfShape(shape) node repeats: a constant 0-D v, or
+    ConstantOfShape's value (0 when it has none); None for an Expand of anything else."""
+    if node.op_type == "Expand":
+        value = index.const(node.input[0]) if len(node.input) == 2 else None
+        return value if value is not None and not value.ndim else None
+    given = attr(node, "value")
+    return np.zeros(1) if given is None else tensor_value(given)
 
 
 def zero_nodes(alg: Algebra, value: str, like: str | None = None) -> set[int] | None:

@@ -526,12 +526,12 @@ def _const_or_value(alg: Algebra, t):
     return t
 
 
-# Add only so that TorchScript's two-Where softshrink without scaling (l2 = 0) is reported, Sub for an
-# unscaled clamp residual or difference of ReLUs
 # where a shrink ends, a few scaling ops below an anchor (here: the accept tests come first)
 _TWO_WHERE_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part)
 _SHRINK_ENDS = (Reach(_SIGN_OPS, _TO_SHRINK, 4), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_softshrink),
                 Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part),
                 Reach(_SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink))
+# Add only so that TorchScript's two-Where softshrink without scaling (l2 = 0) is reported, Sub for an
+# unscaled clamp residual or difference of ReLUs
 PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add", "Sub"}), match,
                   prefilter={"Add": (_TWO_WHERE_SUM,), **dict.fromkeys(("Mul", "Div", "Where", "Sub"), _SHRINK_ENDS)})

@@ -26,8 +26,8 @@ import onnx
 
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
-from ..graph import GraphIndex, Node, attr, tensor_value
-from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, float_dtype, is_single_element,
+from ..graph import GraphIndex, Node
+from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, fill_value, float_dtype, is_single_element,
                    refuse_float32_finish, require, same_shape, shapes_differ, single_factor, zero_branch)
 
 FAMILY = "smooth_l1_grad"
@@ -205,11 +205,9 @@ def _may_end_symmetric_clamp(index: GraphIndex, node: Node) -> bool:
         return False
     # ones_like(x) from the dynamo exporter: a full tensor of ones, or Expand(1, Shape(x)) unoptimized
     value, fill_node = _uniform_constant(index, node.input[1]), index.node_of(node.input[1])
-    if fill_node is not None and fill_node.op_type == "Expand":
-        value = _uniform_constant(index, fill_node.input[0])
-    elif fill_node is not None and fill_node.op_type == "ConstantOfShape":
-        given = attr(fill_node, "value")
-        value = 0.0 if given is None else float(tensor_value(given).reshape(-1)[0])
+    if fill_node is not None and fill_node.op_type in ("Expand", "ConstantOfShape"):
+        repeated = fill_value(index, fill_node)
+        value = None if repeated is None else float(repeated.reshape(-1)[0])
     return value is not None and value * _BOUND_SIGN[node.op_type] > 0
 
 
