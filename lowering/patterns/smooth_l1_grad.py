@@ -122,8 +122,11 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     alg.expand_shared([inside, outside], sel.nodes | cmp.nodes, stop=frozenset({x}))
     sign = _sign_factor(alg, outside, x)
     if sign is None:
-        if any(_sign_factor(alg, Monomial(1.0, {alg.widened(f): 1}), x) for f in outside.factors):
-            refuse_float32_finish(alg, x, "x = predict - label")
+        # a float32 tail on a float16 x: the branch holds Cast<float32>(sign(x)), not sign(x)
+        for f in outside.factors:
+            widened = alg.widened(f)
+            if widened != f and (found := alg.unary_narrowed(widened, "Sign")) is not None and found[0] == x:
+                refuse_float32_finish(alg, x, "x = predict - label")
         return None
     form = "arithmetic-select" if sel.arithmetic else "where"
     beta = alg.scalar(cmp.rhs)
