@@ -6,7 +6,8 @@ order reaches the fixed point in linear time:
     (never an initializer that is also a graph input: the user may override it),
   - static Shape/Size of values whose shape is fully known,
   - CastLike with a known target type made a Cast; Identity, same-type casts, x*1, x/1, exact Cast
-    round trips (f16->f32->f16) and Gather(Reshape(s, [-1]), 0) of a 0-D s removed,
+    round trips (f16->f32->f16) and Gather(Reshape(s, [-1]), 0) of a 0-D s removed; exact ops
+    (Abs, Neg, Relu, Max, Min) computed in a wider type and cast back narrowed,
   - canonical operand order: constants second in commutative ops and comparisons,
   - common subexpression elimination, constants included: equal small constants (initializers,
     Constant nodes, folded values) become one, so that the copies of an expression exporters
@@ -36,6 +37,7 @@ NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "Random
 _FOLDABLE_OPS = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Identity", "Neg", "Reciprocal", "Sqrt", "Abs",
                  "Cast", "CastLike"}
 EXACT_UNARY = {"Abs", "Neg", "Relu"}  # exact in every float type, so widening around them is a no-op
+EXACT_SELECTING = {"Max", "Min"}  # return one of their inputs: exact in every float type too
 # standard ops without attributes from opset 9 on (the oldest the pass accepts): their CSE key is
 # op and inputs, without reading the node's attributes
 ATTRIBUTE_FREE = frozenset({
@@ -43,7 +45,7 @@ ATTRIBUTE_FREE = frozenset({
     "Sqrt", "Exp", "Log", "Relu", "Tanh", "Sigmoid", "Floor", "Ceil", "Erf", "Where", "Not", "And", "Or",
     "Xor", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "Identity", "Size", "IsNaN"})
 # by the cast round-trip, narrowing and scalar-extraction rules
-_PRODUCERS_LOOKED_AT = frozenset({"Cast", "Reshape"}) | EXACT_UNARY
+_PRODUCERS_LOOKED_AT = frozenset({"Cast", "Reshape"}) | EXACT_UNARY | EXACT_SELECTING
 # rules that apply whatever the inputs are; the others need a constant input
 _ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike"}) | SUBGRAPH_OPS
 _CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div", "Gather"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT
@@ -127,6 +129,8 @@ class _Normalizer:
         self.consts: dict[str, np.ndarray] = {}  # small constants known so far
         self._large: set[str] = set()  # initializers too big to fold
         self.folded: dict[str, np.ndarray] = {}
+        # folded exact widenings of constants -> the narrower constant they widened
+        self.widened_from: dict[str, str] = {}
         # producers of kept Casts and exact unary ops: the only producers the rules look at
         self.producer: dict[str, Node] = {}
         self.cse: dict[tuple, Node] = {}
@@ -273,10 +277,13 @@ class _Normalizer:
         values = [self.const(name) for name in node.input]
         if any(v.size > FOLD_LIMIT for v in values):  # a big Constant node
             return False
-        result = _fold(node.op_type, values, attr(node, "to") if node.op_type == "Cast" else None)
-        if result is None or result.size > FOLD_LIMIT:
+        to = attr(node, "to") if node.op_type == "Cast" else None
+        result = _fold(node.op_type, values, to)
+        if result is None or result.size > FOLD_LIMIT or not self._store_constant(node, np.asarray(result)):
             return False
-        return self._store_constant(node, np.asarray(result))
+        if to is not None and (self.elem_type(node.input[0]), to) in EXACT_WIDENING:
+            self.widened_from.setdefault(self.resolve(node.output[0]), node.input[0])
+        return True
 
     def _fold_cast_like(self, node: Node) -> bool:
         """CastLike(constant, x) is a constant of x's dtype (exporters use it for literals)."""
@@ -313,7 +320,7 @@ class _Normalizer:
                 origin = self.elem_type(inner.input[0])
                 if origin == to and (origin, attr(inner, "to")) in EXACT_WIDENING:
                     return self._forward(node, inner.input[0], "cast round trips removed")
-            self._narrow_exact_unary(node, inner, to)
+            self._narrow_exact(node, inner, to)
             return False
         if op in ("Mul", "Div") and len(node.input) == 2:
             x, c = node.input
@@ -353,19 +360,36 @@ class _Normalizer:
             return False
         return self._forward(node, reshape.input[0], "scalar extractions removed")
 
-    def _narrow_exact_unary(self, node: Node, inner: Node | None, to: int) -> None:
-        """Cast<T>(U(Cast<W>(x: T))) -> U(x) for the exact ops U = Abs, Neg, Relu: exporters widen
-        around Abs for float16, which hides |x| from the patterns."""
-        if inner is None or inner.op_type not in EXACT_UNARY or len(inner.input) != 1:
+    def _narrow_exact(self, node: Node, inner: Node | None, to: int) -> None:
+        """Cast<T>(U(Cast<W>(x: T), ...)) -> U(x, ...) for the exact ops U = Abs, Neg, Relu, Max,
+        Min: exporters widen around Abs for float16, and onnxconverter-common's float16 conversion
+        runs every Max and Min in float32 (its default op block list), which hides |x| and the
+        clamps from the patterns. An input may also be a constant widened from T, folded.
+        onnxruntime's float16 Max/Min differ from its float32 ones only in which zero they return
+        for a tie of +0 and -0."""
+        if inner is None or inner.domain not in ("", "ai.onnx") or not inner.input:
             return
-        widen = self.producer.get(inner.input[0])
-        if widen is None or widen.op_type != "Cast" or not widen.input:
+        if inner.op_type not in EXACT_SELECTING and (inner.op_type not in EXACT_UNARY or len(inner.input) != 1):
             return
-        source = widen.input[0]
-        if self.elem_type(source) != to or (to, attr(widen, "to")) not in EXACT_WIDENING:
-            return
-        node.rewrite(op_type=inner.op_type, inputs=(source,), attributes=[])
-        self.stats.counts["exact unary ops narrowed"] += 1
+        sources = []
+        for name in inner.input:
+            source = self._narrower(name, to)
+            if source is None:
+                return
+            sources.append(source)
+        node.rewrite(op_type=inner.op_type, inputs=tuple(sources), attributes=[])
+        self.stats.counts["exact ops narrowed"] += 1
+
+    def _narrower(self, name: str, to: int) -> str | None:
+        """The value of type `to` that name exactly widens, if any."""
+        widen = self.producer.get(name)
+        if widen is not None:
+            source = widen.input[0] if widen.op_type == "Cast" and widen.input else None
+            if source is None or (to, attr(widen, "to")) not in EXACT_WIDENING:
+                return None
+        else:
+            source = self.widened_from.get(name)
+        return source if source is not None and self.elem_type(source) == to else None
 
     def _same_type_after(self, x: str, one: np.ndarray, node: Node) -> bool:
         """x*1 is x only when the 1 neither broadcasts x to a higher rank nor changes its type."""

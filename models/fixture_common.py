@@ -1,4 +1,5 @@
-"""What the fixture generators (make_models.py for PyTorch, make_tf_models.py for tf2onnx) share,
+"""What the fixture generators (make_models.py for PyTorch, make_tf_models.py for tf2onnx,
+make_converted_models.py for onnxconverter-common) share,
 needing neither torch nor TensorFlow: the test suite's check of one manifest entry (they apply the
 very check the tests apply), and the manifest's text forms of a graph."""
 

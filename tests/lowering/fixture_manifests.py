@@ -1,6 +1,7 @@
 """The committed exporter-made fixtures: tests/fixtures/<exporter>/*.onnx, each folder with a
 manifest.json (exporters/: PyTorch, written by models/make_models.py; tf2onnx/: TensorFlow through
-tf2onnx, written by models/make_tf_models.py)."""
+tf2onnx, written by models/make_tf_models.py; fp16_converted/: PyTorch fixtures converted to
+float16 by onnxconverter-common, written by models/make_converted_models.py)."""
 
 from __future__ import annotations
 
