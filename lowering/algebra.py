@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Union
 
+import numpy as np
 import onnx
 
 from .graph import EXACT_WIDENING, GraphIndex, Node, attr
@@ -375,10 +376,12 @@ class Algebra:
         exporter's torch.clamp before its optimizer makes it a Clip) or Max(Min(y, hi), lo)
         (tf.clip_by_value through tf2onnx). The nestings agree everywhere, NaN included
         (onnxruntime's Min and Max propagate it); bound_value() reads a bound as a number."""
-        found = self.producer(value, "Clip", "Min", "Max")
+        found = self.producer(value, "Clip", "Min", "Max", "Cast")
         if found is None:
             return None
         i, node = found
+        if node.op_type == "Cast":
+            return self._narrowed_clamp(i, node)
         if node.op_type == "Clip":
             return (node.input[0], *clip_bounds(node), {i})
         inner = self.producer(node.input[0], "Max" if node.op_type == "Min" else "Min")
@@ -387,6 +390,31 @@ class Algebra:
         outer_bound, inner_bound = node.input[1], inner[1].input[1]
         lo, hi = (inner_bound, outer_bound) if node.op_type == "Min" else (outer_bound, inner_bound)
         return inner[1].input[0], lo, hi, {i, inner[0]}
+
+    def _narrowed_clamp(self, i: int, cast: Node) -> tuple[str, Bound, Bound, set[int]] | None:
+        """Cast<T>(clamp(Cast<W>(y: T), lo, hi)) as clamp(y, lo', hi'): onnxconverter-common runs
+        Min and Max in float32 between Casts. Rounding to T is monotonic and leaves y as it is, so
+        that is the clamp in T with the bounds rounded to T: a constant bound comes back as its
+        rounded number, a runtime one must be widened from T (it is then the bound)."""
+        inner = self.producer(cast.input[0], "Clip", "Min", "Max")
+        found = None if inner is None else self.clamp(cast.input[0])
+        to = attr(cast, "to")
+        if found is None or (narrow := self.widened(found[0])) == found[0] or self.index.elem_type(narrow) != to:
+            return None
+        y, lo, hi, nodes = found
+        bounds: list[Bound] = []
+        for bound in (lo, hi):
+            value = self.bound_value(bound)
+            if value is not None:
+                with np.errstate(over="ignore"):  # beyond T's range it rounds to inf, as Cast does
+                    bound = float(onnx.helper.tensor_dtype_to_np_dtype(to).type(value))
+            elif isinstance(bound, str):
+                bound, wide = self.widened(bound), bound
+                if bound == wide or self.index.elem_type(bound) != to:
+                    return None
+                nodes = nodes | self.widening_casts(wide)
+            bounds.append(bound)
+        return narrow, bounds[0], bounds[1], nodes | {i} | self.widening_casts(y)
 
     def bound_value(self, bound: Bound) -> float | None:
         """A clamp bound as a number: an attribute's float as it is, a value through scalar()."""

@@ -330,6 +330,9 @@ def _may_end_sub_shrink(index: GraphIndex, node: Node) -> bool:
     if len(node.input) != 2:
         return False
     ops = [index.nodes[i].op_type if (i := index.producer.get(v)) is not None else None for v in node.input]
+    if ops[1] == "Cast":  # a clamp run in float32 and cast back (Algebra.clamp)
+        cast = index.node_of(node.input[1])
+        ops[1] = (index.node_of(cast.input[0]) or cast).op_type
     return ops[1] in _BOUNDS_OPS or (ops[0] in _RELU_OPS and ops[1] in _RELU_OPS)
 
 

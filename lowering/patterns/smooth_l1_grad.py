@@ -26,7 +26,7 @@ import onnx
 
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, product
 from ..fused_ops import SMOOTH_L1_GRAD
-from ..graph import GraphIndex, Node
+from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, fill_value, float_dtype, is_single_element,
                    refuse_float32_finish, require, same_shape, shapes_differ, single_factor, zero_branch)
 
@@ -252,18 +252,26 @@ def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
     and NaN included (Min keeps NaN); beta must be a constant > 0, since with beta = 0 it is 0/0 =
     NaN at x = 0."""
     for name, exp in mono.factors.items():
-        found = alg.producer(name, "Min") if exp == 1 else None
+        found = alg.producer(name, "Min", "Cast") if exp == 1 else None
+        narrowed = set()
+        if found is not None and found[1].op_type == "Cast":  # min in float32, cast back (the 1 is exact)
+            cast, found = found, alg.producer(found[1].input[0], "Min")
+            narrowed = {cast[0]}
         one = fill(alg, found[1].input[1], like=found[1].input[0]) if found and len(found[1].input) == 2 else None
         if one is None or one[0] != 1.0:
             continue
-        ratio = alg.monomial(found[1].input[0])
+        narrow = alg.widened(found[1].input[0])
+        if narrowed and (narrow == found[1].input[0] or alg.index.elem_type(narrow) != attr(cast[1], "to")):
+            continue
+        narrowed |= alg.widening_casts(found[1].input[0])
+        ratio = alg.monomial(narrow)
         abs_x = alg.unary(next(iter(ratio.factors)), "Abs") if list(ratio.factors.values()) == [1] else None
         rest = None if abs_x is None else mono.without(name)
         sign = None if rest is None else _sign_factor(alg, rest, abs_x[0])
         if sign is None:
             continue
         require(ratio.coef > 0 and np.isfinite(ratio.coef), f"min(|x| * {ratio.coef:g}, 1) caps x at a non-positive beta")
-        nodes = mono.nodes | ratio.nodes | sign[1] | one[1] | {found[0], abs_x[1]}
+        nodes = mono.nodes | ratio.nodes | sign[1] | one[1] | narrowed | {found[0], abs_x[1]}
         return _finish(alg, f"{FAMILY}/capped-ratio", out, abs_x[0], rest.without(sign[0]), 1.0 / ratio.coef, nodes,
                        arithmetic=False)
     return None
@@ -456,7 +464,8 @@ def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, 
 
 
 # the pre-checks of the product and sum anchors (here: the accept tests come first)
-_CLAMP_END = Reach(_CLAMP_OPS, _PRODUCT_OPS, 3, _may_end_symmetric_clamp)
+# through a Cast too: a clamp run in float32 and cast back (Algebra.clamp)
+_CLAMP_END = Reach(_CLAMP_OPS, _PRODUCT_OPS | {"Cast"}, 4, _may_end_symmetric_clamp)
 _HUBER_MIN = Reach(_MIN_OPS, _TO_MIN, 7, _caps_abs)
 _MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
 PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match,

@@ -103,3 +103,57 @@ def test_a_cast_to_another_narrow_type_is_not_narrowed() -> None:
     g.output(_in_float32(g, "Max", a, b, to=onnx.TensorProto.BFLOAT16), onnx.TensorProto.BFLOAT16)
     _, report = _fused(g.model())
     assert "exact ops narrowed" not in report.normalization
+
+
+def _clip_in_float32(g: G, y: str, lo: str, hi: str) -> str:
+    """tf.clip_by_value converted: Max(Min(Cast<f32>(y), hi), lo) in float32, one Cast back, the
+    bounds left float32 (the converter keeps the constants of the ops it blocks)."""
+    return g.op("Cast", g.op("Max", g.op("Min", _widened(g, y), hi), lo), to=H)
+
+
+def test_smooth_l1_clip_in_float32_with_float32_bounds_fuses() -> None:
+    g = G()
+    p, t, go = g.input("predict", H), g.input("label", H), g.input("go", H)
+    ratio = g.op("Mul", g.op("Sub", p, t), g.const(2.0, H))
+    out = g.op("Mul", _clip_in_float32(g, ratio, g.const(-1.0), g.const(1.0)), go)
+    g.output(out, H)
+    model = g.model()
+    fused, report = _fused(model)
+    assert [(f.op_type, f.attributes["sigma"]) for f in report.fusions] == [(SL1, 0.5)]
+    rng = np.random.default_rng()
+    for nonfinite in (False, True):
+        assert_runs_as_fused(model, fused, make_feeds(model, rng, edges=(0.5,), nonfinite=nonfinite))
+
+
+def test_clamp_residual_bound_is_the_float16_value_the_graph_clamps_at() -> None:
+    """p - clip(p, -t, t) with t = 0.003 in float32: the float16 result is the clamp at t rounded
+    to float16, so that is the fused node's threshold."""
+    g = G()
+    var, delta = g.input("var", H), g.input("delta", H)
+    p = g.op("Sub", var, g.op("Mul", delta, g.const(0.1, H)))
+    residual = g.op("Sub", p, _clip_in_float32(g, p, g.const(-0.003), g.const(0.003)))
+    out = g.op("Mul", residual, g.const(0.99, H))
+    g.output(out, H)
+    model = g.model()
+    fused, report = _fused(model)
+    fusion, = report.fusions
+    assert fusion.op_type == PGD
+    threshold = next(t for t in fused.graph.initializer if t.name == fusion.inputs[2])
+    assert float(onnx.numpy_helper.to_array(threshold)) == float(np.float16(0.003)) != 0.003
+    # |p| == t is left out: onnxruntime's CPU provider runs that float16 Sub in float32 and drops the
+    # Cast back to float16 between them (onnxruntime#8787), so it subtracts the float32 t there
+    rng = np.random.default_rng()
+    for nonfinite in (False, True):
+        assert_runs_as_fused(model, fused, make_feeds(model, rng, nonfinite=nonfinite))
+
+
+def test_a_float32_runtime_bound_is_not_read_as_a_float16_one() -> None:
+    """clip(p, -t, t) in float32 with t a float32 input: the graph clamps at t rounded at run
+    time, which no input of the fused node holds."""
+    g = G()
+    var, delta, t = g.input("var", H), g.input("delta", H), g.input("t", F, shape=())
+    p = g.op("Sub", var, g.op("Mul", delta, g.const(0.1, H)))
+    residual = g.op("Sub", p, _clip_in_float32(g, p, g.op("Neg", t), t))
+    g.output(g.op("Mul", residual, g.const(0.99, H)), H)
+    _, report = _fused(g.model())
+    assert not report.fusions
