@@ -399,9 +399,11 @@ class Algebra:
         inner = self.producer(cast.input[0], "Clip", "Min", "Max")
         found = None if inner is None else self.clamp(cast.input[0])
         to = attr(cast, "to")
-        if found is None or (narrow := self.widened(found[0])) == found[0] or self.index.elem_type(narrow) != to:
+        narrow = None if found is None else self.narrowed(found[0], to)
+        if narrow is None:
             return None
-        y, lo, hi, nodes = found
+        _, lo, hi, nodes = found
+        nodes = nodes | narrow[1] | {i}
         bounds: list[Bound] = []
         for bound in (lo, hi):
             value = self.bound_value(bound)
@@ -409,12 +411,12 @@ class Algebra:
                 with np.errstate(over="ignore"):  # beyond T's range it rounds to inf, as Cast does
                     bound = float(onnx.helper.tensor_dtype_to_np_dtype(to).type(value))
             elif isinstance(bound, str):
-                bound, wide = self.widened(bound), bound
-                if bound == wide or self.index.elem_type(bound) != to:
+                narrow_bound = self.narrowed(bound, to)
+                if narrow_bound is None:
                     return None
-                nodes = nodes | self.widening_casts(wide)
+                bound, nodes = narrow_bound[0], nodes | narrow_bound[1]
             bounds.append(bound)
-        return narrow, bounds[0], bounds[1], nodes | {i} | self.widening_casts(y)
+        return narrow[0], bounds[0], bounds[1], nodes
 
     def bound_value(self, bound: Bound) -> float | None:
         """A clamp bound as a number: an attribute's float as it is, a value through scalar()."""
@@ -439,10 +441,8 @@ class Algebra:
         inner = None if cast is None else self.unary(cast[1].input[0], op)
         if inner is None:
             return None
-        x = self.widened(inner[0])
-        if x == inner[0] or self.index.elem_type(x) != attr(cast[1], "to"):
-            return None
-        return x, {cast[0], inner[1]} | self.widening_casts(inner[0])
+        narrow = self.narrowed(inner[0], attr(cast[1], "to"))
+        return None if narrow is None else (narrow[0], {cast[0], inner[1]} | narrow[1])
 
     def uncast(self, value: str) -> tuple[str, int, int] | None:
         """(source, cast node, source dtype) when value = Cast<float32>(source float16/bfloat16)."""
@@ -472,6 +472,14 @@ class Algebra:
             nodes.add(i)
             value = node.input[0]
         return nodes
+
+    def narrowed(self, value: str, to: int | None) -> tuple[str, set[int]] | None:
+        """(x, the widening Casts) when value exactly widens an x of dtype `to`, the type a Cast
+        back narrows to; None otherwise."""
+        x = self.widened(value)
+        if x == value or self.index.elem_type(x) != to:
+            return None
+        return x, self.widening_casts(value)
 
     def numel_of(self, value: str) -> tuple[str, set[int]] | None:
         """(tensor, nodes) when value computes numel(tensor) at runtime, possibly cast to float.

@@ -192,10 +192,10 @@ def _narrowed_clamp(alg: Algebra, i: int, cast) -> tuple[str, set[int], str] | N
     inner = _clamp(alg, cast.input[0])
     if inner is None:
         return None
-    d = alg.widened(inner[0])
-    if d == inner[0] or alg.index.elem_type(d) != attr(cast, "to"):
+    narrow = alg.narrowed(inner[0], attr(cast, "to"))
+    if narrow is None:
         return None
-    return d, inner[1] | {i} | alg.widening_casts(inner[0]), "max" if inner[2] == "clip" else inner[2]
+    return narrow[0], inner[1] | {i} | narrow[1], "max" if inner[2] == "clip" else inner[2]
 
 
 def _caps_at_finite_max(alg: Algebra, node) -> bool:

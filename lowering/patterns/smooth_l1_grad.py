@@ -253,25 +253,26 @@ def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
     NaN at x = 0."""
     for name, exp in mono.factors.items():
         found = alg.producer(name, "Min", "Cast") if exp == 1 else None
-        narrowed = set()
+        cast = None
         if found is not None and found[1].op_type == "Cast":  # min in float32, cast back (the 1 is exact)
             cast, found = found, alg.producer(found[1].input[0], "Min")
-            narrowed = {cast[0]}
         one = fill(alg, found[1].input[1], like=found[1].input[0]) if found and len(found[1].input) == 2 else None
         if one is None or one[0] != 1.0:
             continue
-        narrow = alg.widened(found[1].input[0])
-        if narrowed and (narrow == found[1].input[0] or alg.index.elem_type(narrow) != attr(cast[1], "to")):
-            continue
-        narrowed |= alg.widening_casts(found[1].input[0])
-        ratio = alg.monomial(narrow)
+        capped, casts = found[1].input[0], set()
+        if cast is not None:
+            narrow = alg.narrowed(capped, attr(cast[1], "to"))
+            if narrow is None:
+                continue
+            capped, casts = narrow[0], narrow[1] | {cast[0]}
+        ratio = alg.monomial(capped)
         abs_x = alg.unary(next(iter(ratio.factors)), "Abs") if list(ratio.factors.values()) == [1] else None
         rest = None if abs_x is None else mono.without(name)
         sign = None if rest is None else _sign_factor(alg, rest, abs_x[0])
         if sign is None:
             continue
         require(ratio.coef > 0 and np.isfinite(ratio.coef), f"min(|x| * {ratio.coef:g}, 1) caps x at a non-positive beta")
-        nodes = mono.nodes | ratio.nodes | sign[1] | one[1] | narrowed | {found[0], abs_x[1]}
+        nodes = mono.nodes | ratio.nodes | sign[1] | one[1] | casts | {found[0], abs_x[1]}
         return _finish(alg, f"{FAMILY}/capped-ratio", out, abs_x[0], rest.without(sign[0]), 1.0 / ratio.coef, nodes,
                        arithmetic=False)
     return None
