@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
+import ml_dtypes
 import numpy as np
 import onnx
 
@@ -98,6 +99,26 @@ def is_single_element(index: GraphIndex, value: str) -> bool:
 def float_dtype(index: GraphIndex, value: str) -> int | None:
     t = index.elem_type(value)
     return t if t in FLOAT_TYPES else None
+
+
+def same_threshold(dtype: int | None, compared: float, strict: bool, shift: float) -> bool:
+    """Whether taking the shifted branch p - sign(p)*shift where |p| > compared (strict) or
+    |p| >= compared is the shrink at threshold shift for every |p| of dtype: the shrink takes it
+    where |p| > shift, and at |p| == shift both give 0. A float16/bfloat16 graph may compare its
+    |p|, widened exactly, with the float32 threshold and shift by that threshold rounded to its
+    dtype (torch's softshrink on a half tensor); the two agree when no value of the dtype lies
+    between them."""
+    if compared == shift:
+        return True
+    half = {onnx.TensorProto.FLOAT16: np.float16, onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16}.get(dtype)
+    if half is None or not (math.isfinite(compared) and math.isfinite(shift)) or shift < 0:
+        return False
+    s, c, up = half(shift), half(compared), half(np.inf)
+    if float(s) != shift:
+        return False
+    reached = float(c) > compared if strict else float(c) >= compared
+    first = c if reached else np.nextafter(c, up)  # the least value of the dtype taking that branch
+    return float(first) in (shift, float(np.nextafter(s, up)))
 
 
 def close(a: float, b: float, rel: float = 1e-5) -> bool:

@@ -24,7 +24,8 @@ from ..algebra import Algebra, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element,
-                   refuse_float32_finish, require, same_shape, shapes_differ, single_factor, zero_branch, zero_nodes)
+                   refuse_float32_finish, require, same_shape, same_threshold, shapes_differ, single_factor, zero_branch,
+                   zero_nodes)
 
 FAMILY = "proximal_gd"
 _SIGN_OPS, _WHERE_OPS = frozenset({"Sign"}), frozenset({"Where"})
@@ -39,17 +40,18 @@ _BOUNDS_OPS = frozenset({"Clip", "Min", "Max"})  # clip(p, -t, t) as exporters w
 def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
-    if node.op_type == "Add":  # only an unscaled two-Where softshrink ends at an Add
+    if node.op_type == "Add":  # an unscaled relu(p - t) + min(p + t, 0), or a two-Where softshrink
         if alg.reaches(out, _TWO_WHERE_SUM):
             _refuse_two_where_shrink(alg, out)
-        return None
-    if out not in alg.reached(_SHRINK_ENDS):
+        if not alg.reaches(out, _RELU_SUM):
+            return None
+    elif out not in alg.reached(_SHRINK_ENDS):
         return None
     mono = alg.monomial(out)
     shrink = _find_shrink(alg, mono)
     if shrink is None:
         return None
-    p, t, rest, nodes, form, clamp_input = shrink
+    p, t, rest, nodes, form, clipped = shrink
     update = _update(alg, p)
     require(update is not None, "p is not var - alpha * delta with a scalar alpha")
     var, delta, alpha, update_nodes = update
@@ -74,9 +76,9 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         interior |= out_cast
         boundary |= in_casts
     attrs: dict[str, object] = {"scalar_form": scalar_form}
-    if form == "clip":
+    if clipped is not None:
         # Clip without max clamps at its dtype's largest finite value (ONNX spec), so inf maps there
-        attrs["shrink_max"] = float(_finfo_max(index.elem_type(clamp_input)))
+        attrs["shrink_max"] = float(_finfo_max(index.elem_type(clipped)))
     return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, dtype, inputs, attrs,
                  interior=interior - boundary, boundary=boundary)
 
@@ -100,7 +102,9 @@ def _select_part(index: GraphIndex, node: Node) -> bool:
 
 
 def _find_shrink(alg: Algebra, mono: Monomial):
-    """(p, threshold, remaining monomial, nodes, clamp form) for sign(p)*max(|p|-t, 0) or softshrink."""
+    """(p, threshold, remaining monomial, nodes, form, clipped) for sign(p)*max(|p|-t, 0) or
+    softshrink; clipped is the value whose dtype's largest finite value a Clip without max caps
+    the shrink at (None when nothing caps it)."""
     for name, exp in mono.factors.items():
         if exp != 1:
             continue
@@ -115,12 +119,15 @@ def _find_shrink(alg: Algebra, mono: Monomial):
             return p, t, mono.without(name), nodes, "clamp-residual", None
         difference = _relu_difference(alg, name)
         if difference is not None:
-            p, t, nodes = difference
-            return p, t, mono.without(name), nodes, "relu-difference", None
+            p, t, nodes, clipped = difference
+            return p, t, mono.without(name), nodes, "relu-difference", p if clipped else None
         masked = _masked_softshrink(alg, mono, name)
         if masked is not None:
             p, t, shifted, nodes = masked
-            return p, t, mono.without(name).without(shifted), nodes, "masked-softshrink", None
+            rest = mono.without(name)
+            for factor in shifted:
+                rest = rest.without(factor)
+            return p, t, rest, nodes, "masked-softshrink", None
         sign = alg.unary_narrowed(name, "Sign")
         if sign is None:
             continue
@@ -135,7 +142,7 @@ def _find_shrink(alg: Algebra, mono: Monomial):
                 continue
             t, nodes = split
             rest = mono.without(name).without(other)
-            return p, t, rest, nodes | sign[1] | clamp_nodes, form, d
+            return p, t, rest, nodes | sign[1] | clamp_nodes, form, d if form == "clip" else None
     return None
 
 
@@ -260,24 +267,29 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     p, t = absp[0], cmp.rhs
     zeros: set[int] = set()
     if inside.coef != 0.0 or dict(inside.factors) != {p: 1}:
-        # 0 instead of p*0: a Where sends NaN in p to that 0; tf2onnx's arithmetic select
-        # multiplies the other branch by a 0 mask instead, which keeps NaN as the fused op does
+        # 0 instead of p*0 is exact unless NaN in p selects it: a comparison with NaN is false,
+        # so a Where (its condition stripped of Nots) sends NaN to its false branch, which is the
+        # 0 for |p| > t and the shrink for |p| <= t; tf2onnx's arithmetic select multiplies the
+        # other branch by a 0 mask instead, which keeps NaN as the fused op does
         zeros = zero_branch(alg, inside)
         if zeros is None:
             return None
-        if not sel.arithmetic:
+        if not sel.arithmetic and cmp.relation == ">":
             raise NoMatch("softshrink with 0, not p*0, where |p| <= t: NaN in p gives 0 there and NaN in the fused op")
     moved = single_factor(outside)
     shifted = None if moved is None else _shifted_by_sign(alg, moved, p, t)
     if shifted is None:
         return None
-    nodes = (sel.nodes | cmp.nodes | {absp[1]} | inside.nodes | outside.nodes | shifted
+    nodes = (sel.nodes | cmp.nodes | {absp[1]} | inside.nodes | outside.nodes | shifted[0]
              | alg.widening_casts(cmp.lhs) | zeros)
-    return p, t, nodes
+    return p, shifted[1], nodes
 
 
-def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str) -> set[int] | None:
-    """The nodes of moved = p - t*sign(p), the branch |p| > t of a softshrink, else None."""
+def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str, strict: bool = True
+                     ) -> tuple[set[int], str | np.ndarray] | None:
+    """(nodes, threshold) when moved = p - t'*sign(p) is the branch of a softshrink taken where
+    |p| > t (strict) or |p| >= t; t' is t, or a constant the comparison with t cannot tell apart
+    from it in p's dtype (base.same_threshold), which is then the threshold; else None."""
     terms, tnodes = alg.terms(moved)
     if sorted(s for s, _ in terms) != [-1, 1] or (1, p) not in terms:
         return None
@@ -288,20 +300,27 @@ def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str) -> set[int] | Non
     expected = {sign: 1} if t_const is not None else {sign: 1, t: 1}
     if sign is None or dict(shift_mono.factors) != expected:
         return None
-    if shift_mono.coef != (1.0 if t_const is None else t_const):
-        # the shift and the compared threshold are different numbers (t rounded to float16 in one
-        # and not the other): the graph jumps there, and near |p| == t the fused op would not
-        # be within the precision standard of it
-        raise NoMatch(f"softshrink shifts p by {shift_mono.coef:.9g} but compares |p| with {t_const:.9g}"
-                      if t_const is not None else "softshrink shifts p by a constant times its threshold")
-    return tnodes | shift_mono.nodes | {alg.unary(sign, "Sign")[1]}
+    nodes = tnodes | shift_mono.nodes | {alg.unary(sign, "Sign")[1]}
+    if t_const is None:
+        if shift_mono.coef != 1.0:
+            raise NoMatch("softshrink shifts p by a constant times its threshold")
+        return nodes, t
+    if shift_mono.coef == t_const:
+        return nodes, t
+    if same_threshold(float_dtype(alg.index, p), t_const, strict, shift_mono.coef):
+        return nodes, np.array(shift_mono.coef, np.float32)
+    # the shift and the compared threshold are different numbers with values of p's dtype between
+    # them: the graph jumps there, and near |p| == t the fused op would not be within the
+    # precision standard of it
+    raise NoMatch(f"softshrink shifts p by {shift_mono.coef:.9g} but compares |p| with {t_const:.9g}")
 
 
-def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, str, str, set[int]] | None:
-    """(p, t, the shifted factor, nodes) when mono has the factors Cast(|p| > t) (or >=) and
-    p - t*sign(p): softshrink with a float mask. Equal to the shrink for every p and t: NaN in p
-    fails the comparison and 0*NaN is NaN, inf passes it, and where the mask is 0 the other factor
-    is finite; for t < 0 every p passes and p - t*sign(p) is sign(p)*(|p| - t) as well."""
+def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, str, list[str], set[int]] | None:
+    """(p, t, the shifted factors, nodes) when mono has the factors Cast(|p| > t) (or >=) and
+    p - t*sign(p), or sign(p) and |p| - t: softshrink with a float mask. Equal to the shrink for
+    every p and t: NaN in p fails the comparison and 0*NaN is NaN, inf passes it, and where the
+    mask is 0 the other factors are finite; for t < 0 every p passes and p - t*sign(p) is
+    sign(p)*(|p| - t) as well (the same rounding: |p| - t and p - sign(p)*t differ in sign only)."""
     cast = alg.producer(mask, "Cast")
     if cast is None or alg.index.elem_type(cast[1].input[0]) != onnx.TensorProto.BOOL:
         return None
@@ -309,14 +328,41 @@ def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, st
     absp = None if cmp is None or cmp.relation not in (">", ">=") else alg.unary(alg.widened(cmp.lhs), "Abs")
     if absp is None:
         return None
-    p, t = absp[0], cmp.rhs
+    p, t, strict = absp[0], cmp.rhs, cmp.relation == ">"
+    found = {cast[0], absp[1]} | cmp.nodes | alg.widening_casts(cmp.lhs)
+    split = _sign_times_abs_minus_t(alg, mono, mask, p, t, strict)
+    if split is not None:
+        return p, split[2], split[0], found | split[1]
     for other, exp in mono.factors.items():
-        shifted = _shifted_by_sign(alg, other, p, t) if exp == 1 and other != mask else None
+        shifted = _shifted_by_sign(alg, other, p, t, strict) if exp == 1 and other != mask else None
         if shifted is not None:
-            return p, t, other, {cast[0], absp[1]} | cmp.nodes | shifted | alg.widening_casts(cmp.lhs)
+            return p, shifted[1], [other], found | shifted[0]
         widened = alg.widened(other) if exp == 1 else other
         if widened != other and _shifted_by_sign(alg, widened, p, alg.widened(t)) is not None:
             refuse_float32_finish(alg, p, "p - t*sign(p)")
+    return None
+
+
+def _sign_times_abs_minus_t(alg: Algebra, mono: Monomial, mask: str, p: str, t: str, strict: bool
+                            ) -> tuple[list[str], set[int], str | np.ndarray] | None:
+    """([sign factor, |p| - t' factor], nodes, threshold) when mono has both, t' the compared t
+    or a constant the comparison cannot tell apart from it (base.same_threshold)."""
+    sign = next((name for name, exp in mono.factors.items()
+                 if exp == 1 and name != mask and (alg.unary(name, "Sign") or ("",))[0] == p), None)
+    if sign is None:
+        return None
+    nodes = {alg.unary(sign, "Sign")[1]}
+    t_const = alg.scalar(t)
+    for other, exp in mono.factors.items():
+        split = _abs_minus_t(alg, other, p) if exp == 1 and other not in (mask, sign) else None
+        if split is None:
+            continue
+        shift, shift_nodes = split
+        if isinstance(shift, str) and shift == t:
+            return [sign, other], nodes | shift_nodes, t
+        value = alg.scalar(shift) if isinstance(shift, str) else float(shift)
+        if value is not None and t_const is not None and same_threshold(float_dtype(alg.index, p), t_const, strict, value):
+            return [sign, other], nodes | shift_nodes, t if value == t_const else np.array(value, np.float32)
     return None
 
 
@@ -334,6 +380,14 @@ def _may_end_sub_shrink(index: GraphIndex, node: Node) -> bool:
         cast = index.node_of(node.input[1])
         ops[1] = (index.node_of(cast.input[0]) or cast).op_type
     return ops[1] in _BOUNDS_OPS or (ops[0] in _RELU_OPS and ops[1] in _RELU_OPS)
+
+
+def _may_end_relu_sum(index: GraphIndex, node: Node) -> bool:
+    """Add(relu(.), min(., 0)) in either order: where relu(p - t) + min(p + t, 0) ends."""
+    if len(node.input) != 2:
+        return False
+    ops = {index.nodes[i].op_type if (i := index.producer.get(v)) is not None else None for v in node.input}
+    return bool(ops & {"Min", "Clip"}) and bool(ops & (_RELU_OPS | {"Clip"}))
 
 
 def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int]] | None:
@@ -362,20 +416,40 @@ def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, se
     return p, (hi if isinstance(hi, str) else np.array(hi, np.float32)), nodes | {i}
 
 
-def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int]] | None:
-    """relu(p - t) - relu(-p - t) -> (p, t, nodes): soft thresholding as LISTA code writes it (relu
-    also as max(., 0) or F.threshold). It is sign(p)*max(|p| - t, 0) for every p (onnxruntime's Relu
-    and Max keep NaN, and inf passes one side) as long as t >= 0; for t < 0 both sides are positive
-    near 0 and the difference is 2p, so t must be a constant known not to be negative."""
+def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int], bool] | None:
+    """relu(p - t) - relu(-p - t) -> (p, t, nodes, clipped): soft thresholding as LISTA code writes
+    it (relu also as max(., 0), F.threshold or Clip(., 0)), or relu(p - t) + min(p + t, 0) (the
+    second clamp as Min(., 0) or Clip(., max=0)), which is the same since min(e, 0) = -relu(-e).
+    It is sign(p)*max(|p| - t, 0) for every p (onnxruntime's Relu, Max and Min keep NaN, and inf
+    passes one side) as long as t >= 0; for t < 0 both sides are nonzero near 0 and the result is
+    2p, so t must be a constant known not to be negative. Clip with a bound left out clamps at the
+    dtype's largest finite value (clipped), which both sides must then do, so that +-inf map to
+    +-that value."""
     terms, nodes = alg.terms(value)
-    if sorted(s for s, _ in terms) != [-1, 1]:
+    signs = sorted(s for s, _ in terms)
+    if signs == [-1, 1]:
+        (_, pos), (_, neg) = sorted(terms, reverse=True)
+        sides = [_clamp(alg, pos), _clamp(alg, neg)]
+        if None in sides:
+            return None
+        split = _signed_minus_t(alg, sides[0][0]), _signed_minus_t(alg, sides[1][0])
+    elif signs == [1, 1]:
+        sides = split = None
+        for (_, pos), (_, neg) in (terms, terms[::-1]):
+            low = _negative_part(alg, neg)
+            high = None if low is None else _clamp(alg, pos)
+            if high is not None:
+                sides = [high, low]
+                split = _signed_minus_t(alg, high[0]), _negated_plus_t(alg, low[0])
+                break
+        if sides is None:
+            return None
+    else:
         return None
-    (_, pos), (_, neg) = sorted(terms, reverse=True)
-    sides = [_clamp(alg, pos), _clamp(alg, neg)]
-    if None in sides or any(side[2] == "clip" for side in sides):
-        return None
-    split = _signed_minus_t(alg, sides[0][0]), _signed_minus_t(alg, sides[1][0])
     if None in split or split[0][0] != 1 or split[1][0] != -1 or split[0][1] != split[1][1]:
+        return None
+    clipped = [side[2] == "clip" for side in sides]
+    if clipped[0] != clipped[1]:
         return None
     (_, p, t, t_nodes), (_, _, t2, t2_nodes) = split
     t_const, t2_const = alg.scalar(t), alg.scalar(t2)
@@ -384,7 +458,39 @@ def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, s
     if t_const is None:
         raise NoMatch("relu(p - t) - relu(-p - t) is the shrink only for t >= 0, and t is a runtime value")
     require(t_const >= 0, f"relu(p - t) - relu(-p - t) with t = {t_const:g}: for t < 0 it is 2p near 0, not the shrink")
-    return p, t, nodes | sides[0][1] | sides[1][1] | t_nodes | t2_nodes
+    return p, t, nodes | sides[0][1] | sides[1][1] | t_nodes | t2_nodes, clipped[0]
+
+
+def _negative_part(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
+    """(e, nodes, form) when value = min(e, 0): Min against zeros, or Clip(e, max=0) with its
+    lower bound left out (form "clip": it clamps -inf at the dtype's lowest finite value)."""
+    found = alg.producer(value, "Min", "Clip")
+    if found is None:
+        return None
+    i, node = found
+    if node.op_type == "Clip":
+        lo, hi = clip_bounds(node)
+        if lo is not None or hi is None or alg.bound_value(hi) != 0.0:
+            return None
+        return node.input[0], {i}, "clip"
+    if len(node.input) != 2:
+        return None
+    for e, z in (node.input, node.input[::-1]):
+        zero = zero_nodes(alg, z, like=e)
+        if zero is not None:
+            return e, {i} | zero, "min"
+    return None
+
+
+def _negated_plus_t(alg: Algebra, e: str) -> tuple[int, str, str, set[int]] | None:
+    """(-1, p, t, nodes) when e = p + t, so that -e = -p - t as _signed_minus_t reads it."""
+    terms, nodes = alg.terms(e)
+    if sorted(s for s, _ in terms) != [1, 1]:
+        return None
+    (_, a), (_, t) = terms
+    if alg.scalar(a) is not None:
+        a, t = t, a
+    return -1, a, t, nodes
 
 
 def _signed_minus_t(alg: Algebra, d: str) -> tuple[int, str, str, set[int]] | None:
@@ -531,10 +637,12 @@ def _const_or_value(alg: Algebra, t):
 
 # where a shrink ends, a few scaling ops below an anchor (here: the accept tests come first)
 _TWO_WHERE_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part)
+_RELU_SUM = Reach(frozenset({"Add"}), _TO_SHRINK, 4, _may_end_relu_sum)
 _SHRINK_ENDS = (Reach(_SIGN_OPS, _TO_SHRINK, 4), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_softshrink),
                 Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part),
-                Reach(_SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink))
-# Add only so that TorchScript's two-Where softshrink without scaling (l2 = 0) is reported, Sub for an
-# unscaled clamp residual or difference of ReLUs
+                Reach(_SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink), _RELU_SUM)
+# Add for an unscaled relu(p - t) + min(p + t, 0) and so that TorchScript's two-Where softshrink
+# without scaling (l2 = 0) is reported, Sub for an unscaled clamp residual or difference of ReLUs
 PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add", "Sub"}), match,
-                  prefilter={"Add": (_TWO_WHERE_SUM,), **dict.fromkeys(("Mul", "Div", "Where", "Sub"), _SHRINK_ENDS)})
+                  prefilter={"Add": (_TWO_WHERE_SUM, _RELU_SUM),
+                             **dict.fromkeys(("Mul", "Div", "Where", "Sub"), _SHRINK_ENDS)})

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, product
+from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, clip_bounds, product
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, fill_value, float_dtype, is_single_element,
@@ -252,12 +252,12 @@ def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
     and NaN included (Min keeps NaN); beta must be a constant > 0, since with beta = 0 it is 0/0 =
     NaN at x = 0."""
     for name, exp in mono.factors.items():
-        found = alg.producer(name, "Min", "Cast") if exp == 1 else None
+        found = alg.producer(name, "Min", "Clip", "Cast") if exp == 1 else None
         cast = None
         if found is not None and found[1].op_type == "Cast":  # min in float32, cast back (the 1 is exact)
-            cast, found = found, alg.producer(found[1].input[0], "Min")
-        one = fill(alg, found[1].input[1], like=found[1].input[0]) if found and len(found[1].input) == 2 else None
-        if one is None or one[0] != 1.0:
+            cast, found = found, alg.producer(found[1].input[0], "Min", "Clip")
+        one = None if found is None else _capped_at_one(alg, found[1])
+        if one is None:
             continue
         capped, casts = found[1].input[0], set()
         if cast is not None:
@@ -276,6 +276,20 @@ def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
         return _finish(alg, f"{FAMILY}/capped-ratio", out, abs_x[0], rest.without(sign[0]), 1.0 / ratio.coef, nodes,
                        arithmetic=False)
     return None
+
+
+def _capped_at_one(alg: Algebra, node: Node) -> tuple[float, set[int]] | None:
+    """(1.0, nodes of the 1) when node is Min(r, 1) (the 1 possibly a full tensor of ones) or
+    Clip(r, lo, 1) (torch.clamp(r, max=1)) with lo left out or a constant <= 0: r = |x|/beta is
+    never below 0, and onnxruntime's Clip keeps NaN as its Min does."""
+    if node.op_type == "Min":
+        one = fill(alg, node.input[1], like=node.input[0]) if len(node.input) == 2 else None
+        return one if one is not None and one[0] == 1.0 else None
+    lo, hi = clip_bounds(node)
+    floor = alg.bound_value(lo)
+    if alg.bound_value(hi) != 1.0 or (lo is not None and (floor is None or not floor <= 0)):
+        return None
+    return 1.0, set()
 
 
 def _caps_abs(index: GraphIndex, node: Node) -> bool:

@@ -176,10 +176,10 @@ def test_softshrink_with_zeros_instead_of_p_times_0_is_refused_with_its_reason()
 
 
 def test_softshrink_shifting_by_another_threshold_is_refused_with_its_reason() -> None:
-    # float16 graph: compares |p| with 0.05 in float32 but shifts p by 0.05 rounded to float16;
-    # the graph jumps there, so near |p| == t the fused op would not be within the standard
+    # float16 graph: compares |p| with 0.05 in float32 but shifts p by 0.0625; for |p| between
+    # them the graph gives a negative magnitude, so near |p| == t it is no shrink
     times_zero = [_const("zero", 0.0, T.FLOAT16), h.make_node("Mul", ["p", "zero"], ["p0"])]
-    model = _softshrink(times_zero, "p0", _const("shift", 0.05, T.FLOAT16), T.FLOAT16)
+    model = _softshrink(times_zero, "p0", _const("shift", 0.0625, T.FLOAT16), T.FLOAT16)
     _, report = _fuse(model)
     assert not report.fusions
     assert any("shifts p by" in r.reason for r in report.rejections), report.summary()
@@ -187,3 +187,23 @@ def test_softshrink_shifting_by_another_threshold_is_refused_with_its_reason() -
     exact.graph.node[4].CopyFrom(_const("t", 0.0625))
     _, report = _fuse(exact)
     assert report.counts() == {"ApplyProximalGradientDescent": 1}, report.summary()
+
+
+def test_softshrink_shifting_by_the_threshold_rounded_to_float16_fuses() -> None:
+    # torch's softshrink on a half tensor: compares |p| (widened) with 0.05 in float32 and shifts
+    # by 0.05 rounded to float16 (0.049988); no float16 lies between the two, so the graph is the
+    # shrink at the rounded threshold, which the fused node takes
+    times_zero = [_const("zero", 0.0, T.FLOAT16), h.make_node("Mul", ["p", "zero"], ["p0"])]
+    model = _softshrink(times_zero, "p0", _const("shift", 0.05, T.FLOAT16), T.FLOAT16)
+    fused, report = _fuse(model)
+    assert report.counts() == {"ApplyProximalGradientDescent": 1}, report.summary()
+    node, = fused_nodes(fused)
+    feeds = _feeds(model, np.random.default_rng())
+    rounded = np.float16(0.05)
+    above = np.nextafter(rounded, np.float16(1))
+    feeds["var"][:8] = [rounded, -rounded, above, -above, np.nextafter(rounded, np.float16(0)), np.nan, np.inf, 0.0]
+    feeds["lr"] = np.float16(0.0)
+    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
+    assert_same(before, after)
+    ok, detail = precision_ok(after, golden_of(fused, node, feeds), np.float16)
+    assert ok, detail

@@ -1,0 +1,178 @@
+"""Forms found by exporting unseen user code (2026-12-04), written as the exporters wrote them.
+
+Each fuses (or is refused with a reason) as its semantics demand: the fused model computes what
+the unfused one does, NaN and inf included, and the fused node's contract formula agrees with it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+from pass_numerics import assert_same, fused_nodes, golden_of, precision_ok, run_ort
+
+import lowering
+
+N = 16
+PGD, SL1 = "ApplyProximalGradientDescent", "SmoothL1LossGradV2"
+
+
+def _const(name: str, value: float, shape: tuple[int, ...] = ()) -> onnx.NodeProto:
+    return h.make_node("Constant", [], [name], value=numpy_helper.from_array(np.full(shape, value, np.float32), name))
+
+
+def _prox(shrink: list, shrunk: str, t: float = 0.05, runtime_t: bool = False) -> onnx.ModelProto:
+    """shrink(p) / 1.25 with p = var - lr*delta; the test's nodes read p and t."""
+    nodes = [h.make_node("Mul", ["lr", "delta"], ["step"]), h.make_node("Sub", ["var", "step"], ["p"]), *shrink,
+             _const("k", 1.25), h.make_node("Div", [shrunk, "k"], ["var_out"])]
+    inputs = [("var", (N,)), ("delta", (N,)), ("lr", ())] + ([("t", ())] if runtime_t else [])
+    # an initializer, not a Constant node: the contract's formula reads the fused node's inputs
+    constants = [] if runtime_t else [numpy_helper.from_array(np.array(t, np.float32), "t")]
+    graph = h.make_graph(nodes, "probe3", [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs],
+                         [h.make_tensor_value_info("var_out", T.FLOAT, (N,))], constants)
+    return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def _edge_feeds(model: onnx.ModelProto, t: float) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng()
+    feeds = {vi.name: rng.standard_normal(tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)).astype(np.float32)
+             * np.float32(0.1) for vi in model.graph.input}
+    feeds["var"][:9] = [t, -t, 0.0, -0.0, np.nan, np.inf, -np.inf, np.nextafter(np.float32(t), 1), 1e30]
+    feeds["delta"][:9] = 0.0
+    feeds["lr"] = np.float32(0.3)
+    return feeds
+
+
+def _assert_fuses(model: onnx.ModelProto, op_type: str, feeds: dict[str, np.ndarray]) -> onnx.NodeProto:
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    assert report.counts() == {op_type: 1}, report.summary()
+    node, = fused_nodes(fused)
+    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
+    assert_same(before, after)
+    ok, detail = precision_ok(before, golden_of(fused, node, feeds), np.float32)
+    assert ok, detail
+    return node
+
+
+def _assert_not_fused(model: onnx.ModelProto, reason: str | None = None) -> None:
+    _, report = lowering.fuse(model)
+    assert not report.fusions, report.summary()
+    if reason is not None:
+        assert any(reason in r.reason for r in report.rejections), report.summary()
+
+
+def _zeros() -> onnx.NodeProto:
+    return _const("zero", 0.0)
+
+
+def test_softshrink_with_zeros_where_p_is_small_fuses() -> None:
+    # torch.where(|p| <= t, zeros, p - sign(p)*t): NaN fails the comparison and takes the shift
+    # branch, so it stays NaN as in the fused op (the mirrored Where(|p| > t, ..., 0) does not)
+    shrink = [h.make_node("Abs", ["p"], ["ap"]), h.make_node("LessOrEqual", ["ap", "t"], ["small"]),
+              h.make_node("Sign", ["p"], ["s"]), h.make_node("Mul", ["s", "t"], ["st"]),
+              h.make_node("Sub", ["p", "st"], ["moved"]), _const("zeros", 0.0, (N,)),
+              h.make_node("Where", ["small", "zeros", "moved"], ["shrunk"])]
+    model = _prox(shrink, "shrunk")
+    _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+
+
+def _relu_plus_min(first: str = "Relu", second: str = "Min") -> list:
+    """relu(p - t) + min(p + t, 0), each clamp in the spelling asked for."""
+    nodes = [h.make_node("Sub", ["p", "t"], ["d"]), h.make_node("Add", ["p", "t"], ["e"]), _zeros()]
+    if first == "Relu":
+        nodes.append(h.make_node("Relu", ["d"], ["hi"]))
+    else:
+        nodes.append(h.make_node("Clip", ["d", "zero"], ["hi"]))
+    if second == "Min":
+        nodes.append(h.make_node("Min", ["e", "zero"], ["lo"]))
+    else:
+        nodes.append(h.make_node("Clip", ["e", "", "zero"], ["lo"]))
+    return nodes + [h.make_node("Add", ["hi", "lo"], ["shrunk"])]
+
+
+def test_relu_plus_negative_part_fuses() -> None:
+    # torch.clamp(p - t, min=0) + torch.clamp(p + t, max=0): min(e, 0) is -relu(-e)
+    model = _prox(_relu_plus_min(), "shrunk")
+    node = _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+    assert not any(a.name == "shrink_max" for a in node.attribute)
+
+
+def test_relu_plus_negative_part_as_clips_keeps_the_clip_bound() -> None:
+    # TorchScript's clamp(min=0) / clamp(max=0): Clip with a bound left out maps inf to the
+    # largest finite value, which the fused node keeps as shrink_max
+    model = _prox(_relu_plus_min("Clip", "Clip"), "shrunk")
+    node = _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+    shrink_max = next(a.f for a in node.attribute if a.name == "shrink_max")
+    assert shrink_max == np.finfo(np.float32).max
+
+
+def test_relu_plus_negative_part_mixing_clip_and_min_is_not_fused() -> None:
+    # +inf would map to the largest finite value and -inf stay -inf: no one shrink_max says that
+    _assert_not_fused(_prox(_relu_plus_min("Clip", "Min"), "shrunk"))
+
+
+def test_relu_plus_negative_part_with_a_runtime_or_negative_threshold_is_refused() -> None:
+    _assert_not_fused(_prox(_relu_plus_min(), "shrunk", runtime_t=True), "t is a runtime value")
+    _assert_not_fused(_prox(_relu_plus_min(), "shrunk", t=-0.05), "for t < 0 it is 2p near 0")
+
+
+def test_relu_difference_of_clips_fuses() -> None:
+    # TorchScript's (p - t).clamp(min=0) - (-p - t).clamp(min=0)
+    shrink = [h.make_node("Sub", ["p", "t"], ["d"]), h.make_node("Neg", ["p"], ["np"]),
+              h.make_node("Sub", ["np", "t"], ["e"]), _zeros(),
+              h.make_node("Clip", ["d", "zero"], ["hi"]), h.make_node("Clip", ["e", "zero"], ["lo"]),
+              h.make_node("Sub", ["hi", "lo"], ["shrunk"])]
+    model = _prox(shrink, "shrunk")
+    node = _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+    assert any(a.name == "shrink_max" for a in node.attribute)
+
+
+def test_sign_times_shrunk_magnitude_times_a_float_mask_fuses() -> None:
+    # torch.sign(p) * (|p| - t) * (|p| > t).float()
+    shrink = [h.make_node("Abs", ["p"], ["ap"]), h.make_node("Sign", ["p"], ["s"]),
+              h.make_node("Sub", ["ap", "t"], ["d"]), h.make_node("Mul", ["s", "d"], ["sd"]),
+              h.make_node("Greater", ["ap", "t"], ["big"]), h.make_node("Cast", ["big"], ["mask"], to=T.FLOAT),
+              h.make_node("Mul", ["sd", "mask"], ["shrunk"])]
+    model = _prox(shrink, "shrunk")
+    _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+
+
+def test_sign_times_magnitude_shifted_by_another_threshold_is_not_fused() -> None:
+    shrink = [h.make_node("Abs", ["p"], ["ap"]), h.make_node("Sign", ["p"], ["s"]), _const("u", 0.06),
+              h.make_node("Sub", ["ap", "u"], ["d"]), h.make_node("Mul", ["s", "d"], ["sd"]),
+              h.make_node("Greater", ["ap", "t"], ["big"]), h.make_node("Cast", ["big"], ["mask"], to=T.FLOAT),
+              h.make_node("Mul", ["sd", "mask"], ["shrunk"])]
+    _assert_not_fused(_prox(shrink, "shrunk"))
+
+
+def _capped_ratio(clip_inputs: list[str], extra: list) -> onnx.ModelProto:
+    """sign(x) * Clip(|x|/0.5, ...) * go with x = p - t."""
+    nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Sign", ["x"], ["s"]),
+             h.make_node("Abs", ["x"], ["ax"]), _const("beta", 0.5), h.make_node("Div", ["ax", "beta"], ["r"]),
+             _const("one", 1.0), *extra, h.make_node("Clip", ["r", *clip_inputs], ["capped"]),
+             h.make_node("Mul", ["s", "capped"], ["g"]), h.make_node("Mul", ["g", "go"], ["grad"])]
+    inputs = [("p", (N,)), ("t", (N,)), ("go", ())]
+    graph = h.make_graph(nodes, "probe3", [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs],
+                         [h.make_tensor_value_info("grad", T.FLOAT, (N,))])
+    return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def test_capped_ratio_as_clamp_max_fuses() -> None:
+    # torch.clamp(|x|/beta, max=1): Clip(r, '', 1), also with a lower bound that cannot bind
+    for clip_inputs, extra in (([" ", "one"], []), (["zero", "one"], [_zeros()])):
+        clip_inputs = ["" if n == " " else n for n in clip_inputs]
+        model = _capped_ratio(clip_inputs, extra)
+        rng = np.random.default_rng()
+        feeds = {"p": rng.standard_normal(N).astype(np.float32), "t": rng.standard_normal(N).astype(np.float32),
+                 "go": np.float32(rng.standard_normal())}
+        feeds["p"][:6] = [0.5, -0.5, 0.0, np.nan, np.inf, -np.inf]
+        feeds["t"][:6] = 0.0
+        node = _assert_fuses(model, SL1, feeds)
+        assert next(a.f for a in node.attribute if a.name == "sigma") == 0.5
+
+
+def test_capped_ratio_with_a_binding_lower_bound_is_not_fused() -> None:
+    _assert_not_fused(_capped_ratio(["half", "one"], [_const("half", 0.5)]))
