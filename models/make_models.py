@@ -1230,6 +1230,64 @@ class ModularNet(torch.nn.Module):
 FUNCTION_FIXTURES = Path("tests/fixtures/functions")
 
 
+def probe5_fn(form: str) -> Callable[..., torch.Tensor]:
+    """Shrinks found by exporting unseen user code (2026-12-04), then / k (Python-float scalars)."""
+    def fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        p, t = var - LR * delta, LR * L1
+        if form == "where_small":
+            out = torch.where(p.abs() <= t, torch.zeros_like(p), p - torch.sign(p) * t)
+        elif form == "clamp_plus":
+            out = torch.clamp(p - t, min=0) + torch.clamp(p + t, max=0)
+        elif form == "clamp_difference":
+            out = torch.clamp(p - t, min=0) - torch.clamp(-p - t, min=0)
+        elif form == "sign_abs_mask":
+            out = torch.sign(p) * (p.abs() - t) * (p.abs() > t).to(p.dtype)
+        else:
+            out = F.softshrink(p, t)
+        return out / (1 + LR * L2)
+    return fn
+
+
+def sign_clampmax_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    x = p - t
+    return x.sign() * torch.clamp(x.abs() / 0.5, max=1.0) * go / x.numel()
+
+
+def probe5_cases() -> list[Case]:
+    """Forms found by exporting unseen user code (2026-12-04); own generator."""
+    gen = torch.Generator().manual_seed(5205)
+    const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
+    cases = []
+    for form, exporters, note in (
+            ("where_small", (("dynamo-optimized", "dynopt"),),
+             "torch.where(|p| <= t, zeros_like(p), p - sign(p)*t): NaN fails the comparison and takes the shift."),
+            ("clamp_plus", (("dynamo-optimized", "dynopt"), ("torchscript", "ts")),
+             "clamp(p - t, min=0) + clamp(p + t, max=0): Max/Min against 0 (dynamo), Clip with a bound left out "
+             "(TorchScript, so inf maps to the largest float32)."),
+            ("clamp_difference", (("torchscript", "ts"),),
+             "clamp(p - t, min=0) - clamp(-p - t, min=0): a difference of ReLUs written as Clips."),
+            ("sign_abs_mask", (("dynamo-optimized", "dynopt"),),
+             "sign(p) * (|p| - t) * (|p| > t).float(): softshrink with a float mask, the shift as sign times magnitude.")):
+        for exporter, suffix in exporters:
+            cases.append(Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), probe5_fn(form),
+                              prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const], note,
+                              outputs=["var_out"]))
+    half = prox("var_out", "folded_reciprocal", "var", "delta", stored(LR, "float16"), stored(LR * L1, "float16"),
+                stored(1 / stored(1 + LR * L2, "float16")))
+    cases.append(Case(fx("prox_const_softshrink_f16_dynopt.onnx"), probe5_fn("softshrink"),
+                      prox_args("const", torch.float16, gen), "dynamo-optimized", "proximal_gd", [half],
+                      "F.softshrink on a float16 p: compares |p| widened to float32 with t = 0.001 in float32 and "
+                      "shifts by t rounded to float16 (0.0010004); no float16 lies between, so it is the shrink at "
+                      "the rounded t.", dtype="float16", outputs=["var_out"]))
+    for exporter, suffix in (("dynamo", "dyn"), ("torchscript", "ts")):
+        cases.append(Case(fx(f"sl1_hand_sign_clampmax_mean_b05_f32_{suffix}.onnx"), sign_clampmax_fn,
+                          sl1_args("mean", torch.float32, gen), exporter, "smooth_l1_grad",
+                          [sl1("grad", 0.5, "mean", "p", "t", "go")],
+                          "sign(x) * torch.clamp(|x|/0.5, max=1) * go / numel: Clip(r, '', 1), the magnitude "
+                          "capped at 1.", outputs=["grad"]))
+    return cases
+
+
 def function_fixture_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(3205)
     args = {"x": randn(16, 8, gen=gen), "target": randn(16, 4, gen=gen), "W": randn(8, 4, scale=0.5, gen=gen),
@@ -1332,7 +1390,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(2024)
-    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases() + probe3_cases() + probe4_cases()
+    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases() + probe3_cases() + probe4_cases() + probe5_cases()
     if opts.only:
         cases = [c for c in cases if opts.only in c.file]
     check_entry = load_checker()

@@ -176,3 +176,43 @@ def test_capped_ratio_as_clamp_max_fuses() -> None:
 
 def test_capped_ratio_with_a_binding_lower_bound_is_not_fused() -> None:
     _assert_not_fused(_capped_ratio(["half", "one"], [_const("half", 0.5)]))
+
+
+def test_two_updates_whose_step_normalization_merges_both_fuse() -> None:
+    # dynamo without its optimizer writes lr*delta once per update; merged into one Mul, the
+    # first fusion takes it and re-emits it for the second, which must read the copy (this
+    # ended in an internal error before)
+    nodes, outputs = [_const("t", 0.05), _const("k", 1.25), _const("zero", 0.0)], []
+    for v in ("var", "var2"):
+        nodes += [_const(f"lr_{v}", 0.1), h.make_node("Mul", ["delta", f"lr_{v}"], [f"step_{v}"]),
+                  h.make_node("Sub", [v, f"step_{v}"], [f"p_{v}"]), h.make_node("Abs", [f"p_{v}"], [f"a_{v}"]),
+                  h.make_node("Sub", [f"a_{v}", "t"], [f"d_{v}"]), h.make_node("Max", [f"d_{v}", "zero"], [f"m_{v}"]),
+                  h.make_node("Sign", [f"p_{v}"], [f"s_{v}"]), h.make_node("Mul", [f"s_{v}", f"m_{v}"], [f"sm_{v}"]),
+                  h.make_node("Div", [f"sm_{v}", "k"], [f"out_{v}"])]
+        outputs.append(h.make_tensor_value_info(f"out_{v}", T.FLOAT, (N,)))
+    graph = h.make_graph(nodes, "shared_step", [h.make_tensor_value_info(n, T.FLOAT, (N,)) for n in ("var", "var2", "delta")],
+                         outputs)
+    model = onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    assert report.counts() == {PGD: 2}, report.summary()
+    in_model = {n.name: list(n.input) for n in fused_nodes(fused)}
+    assert all(in_model[f.node] == f.inputs for f in report.fusions)
+    feeds = _edge_feeds(model, 0.05)
+    del feeds["lr"]
+    feeds["var2"] = -feeds["var"]
+    for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
+        assert_same(before, after)
+    for node, out in zip(fused_nodes(fused), run_ort(fused, feeds)):
+        ok, detail = precision_ok(out, golden_of(fused, node, {**feeds, **_intermediates(fused, feeds)}), np.float32)
+        assert ok, detail
+
+
+def _intermediates(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value the standard nodes of a fused model compute, for the fused nodes' formulas."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    names = [o for n in probe.graph.node if n.domain != "com.huawei.ascend" for o in n.output]
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    return dict(zip(names, run_ort(probe, feeds)))
