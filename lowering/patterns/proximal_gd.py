@@ -553,6 +553,9 @@ def _update(alg: Algebra, p: str):
         mono = alg.monomial(prod)
         coef = -sd * mono.coef  # alpha's constant part: p = var - coef * (runtime factors)
         tensors = {v: e for v, e in mono.factors.items() if not is_single_element(index, v)}
+        if not tensors and is_single_element(index, var):
+            # a one-element parameter (a bias of shape [1]): its delta is the factor shaped like it
+            tensors = next(({v: e} for v, e in mono.factors.items() if e == 1 and same_shape(index, v, var)), {})
         if len(tensors) == 1 and list(tensors.values()) == [1]:
             delta = next(iter(tensors))
         else:

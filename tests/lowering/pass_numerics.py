@@ -41,7 +41,8 @@ def assert_runs_as_fused(model: onnx.ModelProto, fused: onnx.ModelProto, feeds: 
 
 def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """onnxruntime with graph optimizations off; bfloat16 goes in as OrtValues and comes out
-    through an exact Cast to float32, since onnxruntime's numpy bridge has no bfloat16."""
+    through an exact Cast to float32, since onnxruntime's numpy bridge has no bfloat16. A 0-D feed
+    stays 0-D (numpy.ascontiguousarray would make it [1])."""
     bf16 = onnx.TensorProto.BFLOAT16
     model_copy = onnx.ModelProto()
     model_copy.CopyFrom(model)
@@ -60,7 +61,7 @@ def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
     sess = ort.InferenceSession(model_copy.SerializeToString(), so, providers=["CPUExecutionProvider"])
     values = {
         k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(v.view(np.uint16), bf16)
-        if v.dtype == ml_dtypes.bfloat16 else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+        if v.dtype == ml_dtypes.bfloat16 else ort.OrtValue.ortvalue_from_numpy(np.require(v, requirements='C'))
         for k, v in feeds.items()
     }
     results = [r.numpy() for r in sess.run_with_ort_values(None, values)]

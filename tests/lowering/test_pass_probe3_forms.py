@@ -216,3 +216,32 @@ def _intermediates(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict
     del probe.graph.output[:]
     probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
     return dict(zip(names, run_ort(probe, feeds)))
+
+
+def test_update_of_a_one_element_parameter_fuses() -> None:
+    # Linear(d, 1).bias has shape [1]; a 0-D parameter too: delta is the factor shaped like var,
+    # also when a runtime lr of shape [1] stands beside it
+    for shape, runtime_lr in (((1,), False), ((), False), ((1,), True)):
+        nodes = [_const("zero", 0.0), h.make_node("Mul", ["delta", "lr"], ["step"]), h.make_node("Sub", ["var", "step"], ["p"]),
+                 h.make_node("Abs", ["p"], ["ap"]), h.make_node("Sub", ["ap", "t"], ["d"]),
+                 h.make_node("Max", ["d", "zero"], ["m"]), h.make_node("Sign", ["p"], ["s"]),
+                 h.make_node("Mul", ["s", "m"], ["sm"]), h.make_node("Div", ["sm", "k"], ["var_out"])]
+        inputs = [("var", shape), ("delta", shape)] + ([("lr", (1,))] if runtime_lr else [])
+        constants = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("t", 0.05), ("k", 1.25))]
+        constants += [] if runtime_lr else [numpy_helper.from_array(np.array(0.3, np.float32), "lr")]
+        graph = h.make_graph(nodes, "bias", [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs],
+                             [h.make_tensor_value_info("var_out", T.FLOAT, shape)], constants)
+        model = onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+        fused, report = lowering.fuse(model)
+        onnx.checker.check_model(fused, full_check=True)
+        assert report.counts() == {PGD: 1}, (shape, runtime_lr, report.summary())
+        node, = fused_nodes(fused)
+        assert node.input[0] == "var" and node.input[4] in ("delta", "lr")
+        for value in (0.05, -0.05, 0.0, np.nan, np.inf, 0.7):
+            feeds = {"var": np.full(shape, value, np.float32), "delta": np.full(shape, 0.25, np.float32)}
+            if runtime_lr:
+                feeds["lr"] = np.full((1,), 0.3, np.float32)
+            before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
+            assert_same(before, after)
+            ok, detail = precision_ok(before, golden_of(fused, node, feeds), np.float32)
+            assert ok, detail
