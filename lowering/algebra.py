@@ -31,6 +31,7 @@ import onnx
 from .graph import EXACT_WIDENING, GraphIndex, Node, attr
 
 MAX_WALK = 24  # nodes one view may walk: patterns are small, this bounds the work per anchor
+MAX_SUM_TERMS = 4  # addends of a sum of selects (autograd of a hand-written loss makes 2 or 3)
 Bound = Union[str, float, None]  # a clamp bound: a value name, an attribute's float, or left out
 
 
@@ -268,7 +269,7 @@ class Algebra:
             if nodes["negated"]:
                 a, b = b, a
             return Select(cond, a, b, {i} | nodes["nodes"], arithmetic=False)
-        return self._arithmetic_select(value, masked_terms=True)
+        return self._arithmetic_select(value, masked_terms=True) or self._select_sum(value)
 
     def _arithmetic_select(self, value: str, masked_terms: bool) -> Select | None:
         """tf2onnx's select, Add(Mul(Cast(c), a), Mul(b, Cast(Not(c)))), and with masked_terms
@@ -350,6 +351,90 @@ class Algebra:
                 return (sa.cond, product(a.without(name), sa.when_true), product(b.without(other), sb.when_false),
                         sa.nodes | sb.nodes)
         return None
+
+    def _select_sum(self, value: str) -> Select | None:
+        """sum_k m_k * Where(c, A_k, 0) and m_k * Where(c, 0, B_k), up to MAX_SUM_TERMS terms:
+        autograd of a loss written as torch.where(c, a(x), b(x)) (torchvision's, fvcore's and
+        mmdet's SmoothL1) sends the upstream gradient through each branch with a Where that
+        zeroes the other, then adds the terms the chain rule makes. It is select(c, sum of the
+        A-side terms, sum of the B-side terms) where each side's terms have the same runtime
+        factors (their coefficients add up); as for tf2onnx's select, an inf factor of the side
+        not taken multiplies a 0 into NaN (arithmetic)."""
+        found = self.producer(value, "Add")
+        if found is None or len(found[1].input) != 2:
+            return None
+        leaves, nodes = self._sum_leaves(found[0])
+        if leaves is None:
+            return None
+        sides: dict[bool, list[Monomial]] = {True: [], False: []}
+        cond = None
+        for leaf in leaves:
+            term = self.monomial(leaf)
+            picked = self._zero_where_factor(term)
+            if picked is None:  # the Where inside a product the terms share (Where(c, g, 0) / beta)
+                term = self._opened(term)
+                picked = self._zero_where_factor(term)
+            if picked is None:
+                return None
+            c, taken, branch, where_nodes = picked
+            if cond is not None and c != cond:
+                return None
+            cond = c
+            sides[taken].append(product(term.without(branch[0]), branch[1]))
+            nodes |= term.nodes | where_nodes
+        merged = [_sum_like(sides[side]) for side in (True, False)]
+        if cond is None or None in merged:
+            return None
+        return Select(cond, merged[0], merged[1], nodes | merged[0].nodes | merged[1].nodes, arithmetic=True)
+
+    def _opened(self, term: Monomial) -> Monomial:
+        """term with each factor that is a product (shared with other terms, so the walk left it
+        whole) replaced by its own product view."""
+        for name, exp in list(term.factors.items()):
+            if exp != 1 or not self._is_product(name):
+                continue
+            sub = self.monomial(name)
+            if sub.nodes:
+                term = product(term.without(name), sub)
+        return term
+
+    def _sum_leaves(self, root: int) -> tuple[list[str] | None, set[int]]:
+        """The addends of the Add tree at root, through Adds only the tree reads."""
+        leaves: list[str] = []
+        nodes = {root}
+        stack = list(reversed(self.index.nodes[root].input))
+        while stack:
+            v = stack.pop()
+            found = self.producer(v, "Add")
+            if (found is not None and len(found[1].input) == 2 and v not in self.index.graph_outputs
+                    and self.index.consumers.get(v, ()) and all(c in nodes for c in self.index.consumers[v])):
+                nodes.add(found[0])
+                stack.extend(reversed(found[1].input))
+            else:
+                leaves.append(v)
+            if len(leaves) + len(stack) > MAX_SUM_TERMS:
+                return None, nodes
+        return leaves, nodes
+
+    def _zero_where_factor(self, term: Monomial) -> tuple[str, bool, tuple[str, Monomial], set[int]] | None:
+        """(c, side, (factor, its kept branch), nodes) for the one factor of term that is
+        Where(c, A, 0) (side True, A kept) or Where(c, 0, B) (side False, B kept)."""
+        for name, exp in term.factors.items():
+            where = self.producer(name, "Where") if exp == 1 else None
+            if where is None or len(where[1].input) != 3:
+                continue
+            cond, info = self._strip_not(where[1].input[0])
+            a, b = where[1].input[1], where[1].input[2]
+            if info["negated"]:
+                a, b = b, a
+            for side, kept, zero in ((True, a, b), (False, b, a)):
+                if self._is_zero_constant(zero) and not self._is_zero_constant(kept):
+                    return cond, side, (name, self.monomial(kept)), {where[0]} | info["nodes"]
+        return None
+
+    def _is_zero_constant(self, value: str) -> bool:
+        c = self.index.const(value)
+        return c is not None and c.size > 0 and not c.any()
 
     def _strip_not(self, cond: str) -> tuple[str, dict]:
         nodes: set[int] = set()
@@ -565,6 +650,17 @@ def clip_bounds(node: Node | onnx.NodeProto) -> tuple[Bound, Bound]:
 def is_zero(mono: Monomial) -> bool:
     """mono is the constant 0."""
     return mono.coef == 0.0 and not mono.factors
+
+
+def _sum_like(terms: list[Monomial]) -> Monomial | None:
+    """The sum of monomials with the same runtime factors (their coefficients add), 0 for none."""
+    if not terms:
+        return Monomial(0.0, {})
+    first = terms[0]
+    # one sign: terms that cancel would leave the graph's rounding residue where the sum is 0
+    if any(t.factors != first.factors or t.coef * first.coef < 0 for t in terms[1:]):
+        return None
+    return Monomial(math.fsum(t.coef for t in terms), dict(first.factors), set().union(*(t.nodes for t in terms)))
 
 
 def product(x: Monomial, y: Monomial) -> Monomial:

@@ -48,7 +48,7 @@ ATTRIBUTE_FREE = frozenset({
 _PRODUCERS_LOOKED_AT = frozenset({"Cast", "Reshape"}) | EXACT_UNARY | EXACT_SELECTING
 # rules that apply whatever the inputs are; the others need a constant input
 _ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike"}) | SUBGRAPH_OPS
-_CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div", "Gather"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT
+_CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div", "Pow", "Gather"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT
 # bfloat16 through ml_dtypes, which rounds every result to nearest even as ONNX's Cast and onnxruntime do
 _FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")} | {
     np.dtype(ml_dtypes.bfloat16)}
@@ -250,7 +250,7 @@ class _Normalizer:
             return False
         if op == "CastLike":
             op = self._cast_like_to_cast(node)
-        if op in ("Identity", "Cast", "Mul", "Div") and self._drop_noop(node):
+        if op in ("Identity", "Cast", "Mul", "Div", "Pow") and self._drop_noop(node):
             return False
         if op == "Gather" and self._drop_scalar_extraction(node):
             return False
@@ -330,6 +330,12 @@ class _Normalizer:
                 one = self.one(c)
             if one is not None and self._same_type_after(x, one, node):
                 return self._forward(node, x, "multiplications/divisions by 1 removed")
+        if op == "Pow" and len(node.input) == 2:
+            # x**1 is x for every x, NaN and inf included (autograd writes 2 * x**1 for d(x**2));
+            # the exponent's type may differ from x's, which Pow's output keeps
+            one, vt = self.one(node.input[1]), self.types.get(node.input[0])
+            if one is not None and vt is not None and vt.shape is not None and one.ndim <= len(vt.shape):
+                return self._forward(node, node.input[0], "powers of 1 removed")
         return False
 
     def _cast_like_to_cast(self, node: Node) -> str:

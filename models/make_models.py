@@ -1248,6 +1248,20 @@ def probe5_fn(form: str) -> Callable[..., torch.Tensor]:
     return fn
 
 
+def autograd_hand_sl1(style: str, reduction: str, beta: float) -> Callable[..., torch.Tensor]:
+    """The gradient, by torch.autograd.grad, of a SmoothL1 loss written by hand as detection code
+    writes it: fvcore/torchvision (0.5 * n**2 / beta) or mmdet (0.5 * n * n / beta)."""
+    def fn(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        with torch.enable_grad():
+            q = p.detach().requires_grad_(True)
+            n = torch.abs(q - t)
+            inside = 0.5 * n ** 2 / beta if style == "fvcore" else 0.5 * n * n / beta
+            loss = torch.where(n < beta, inside, n - 0.5 * beta)
+            loss = loss.mean() if reduction == "mean" else loss.sum()
+            return torch.autograd.grad(loss, q)[0]
+    return fn
+
+
 def sign_clampmax_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     x = p - t
     return x.sign() * torch.clamp(x.abs() / 0.5, max=1.0) * go / x.numel()
@@ -1279,6 +1293,15 @@ def probe5_cases() -> list[Case]:
                       "F.softshrink on a float16 p: compares |p| widened to float32 with t = 0.001 in float32 and "
                       "shifts by t rounded to float16 (0.0010004); no float16 lies between, so it is the shrink at "
                       "the rounded t.", dtype="float16", outputs=["var_out"]))
+    for style, reduction, exporter, suffix, out, dout in (("fvcore", "mean", "dynamo", "dyn", "mul_4", "expand"),
+                                                          ("mmdet", "sum", "dynamo-optimized", "dynopt", "mul_5", "expand")):
+        p, t = randn(4, 5, gen=gen), randn(4, 5, gen=gen)
+        cases.append(Case(fx(f"sl1_autograd_{style}_{reduction}_b011_f32_{suffix}.onnx"),
+                          autograd_hand_sl1(style, reduction, 0.11), {"p": p, "t": t}, exporter, "smooth_l1_grad",
+                          [sl1(out, 0.11, reduction if suffix == "dyn" else "none", "p", "t", dout)],
+                          f"torch.autograd.grad of a hand-written ({style}) SmoothL1 loss, {reduction}: the chain rule "
+                          "sends the upstream gradient through Where(c, g, 0) and Where(c, 0, g) and adds the terms, "
+                          "then multiplies by Sign(x) (a sum of selects; inf in x gives NaN there, flagged)."))
     for exporter, suffix in (("dynamo", "dyn"), ("torchscript", "ts")):
         cases.append(Case(fx(f"sl1_hand_sign_clampmax_mean_b05_f32_{suffix}.onnx"), sign_clampmax_fn,
                           sl1_args("mean", torch.float32, gen), exporter, "smooth_l1_grad",

@@ -42,6 +42,8 @@ _BOUND_SIGN = {"Min": 1.0, "Max": -1.0}  # clamp(y, -c, c) = Min(y, c) and Max(y
 # gradient masks each branch's upstream gradient before it scales the branch; a mask written by
 # hand scales a branch that is then divided by beta, or is taken as 1 - mask)
 _MASK_OPS, _TO_MASK = frozenset({"Cast"}), frozenset({"Add", "Mul", "Sum", "Div", "Sub"})
+# autograd of a loss with a torch.where: Wheres against 0 and the sums and products below them
+_WHERE_OPS = frozenset({"Where"})
 # tf.compat.v1.losses.huber_loss: Min(|x|, delta) and the sums and products down to its gradient
 _MIN_OPS, _TO_MIN = frozenset({"Min"}), frozenset({"Add", "Sum", "Mul", "Div", "Neg"})
 
@@ -63,7 +65,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         lhs = None if cmp is None else alg.widened(cmp.lhs)
         if lhs is None or (alg.unary(lhs, "Abs") is None and alg.producer(lhs, "Sub") is None):
             return None
-    if node.op_type in ("Add", "Sum") and not alg.reaches(out, _MASK_END):
+    if node.op_type in ("Add", "Sum") and out not in alg.reached(_SELECT_SUM_ENDS):
         return None
     sel = alg.select(out)
     if sel is None:
@@ -74,7 +76,9 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     if alg.unary(alg.widened(cmp.lhs), "Abs") is None:
         return _match_nested(alg, out, sel, cmp)
     found = _match_abs_select(alg, out, sel, cmp)
-    if found is not None and found.output == out and not isinstance(found.inputs[2], str):
+    if found is None:  # the sign(x) (or dout) may come in by the products that follow
+        return _with_outer_scaling(alg, out, sel, cmp)
+    if found.output == out and not isinstance(found.inputs[2], str):
         return _with_outer_scaling(alg, out, sel, cmp) or found
     return found
 
@@ -108,6 +112,19 @@ def _with_outer_scaling(alg: Algebra, out: str, sel: Select, cmp: Comparison) ->
         return None
 
 
+def _abs_times_sign(alg: Algebra, mono: Monomial, x: str) -> Monomial:
+    """mono with |x| * sign(x) read as x, which it is for every x, NaN and inf included: the
+    chain rule through |x| (autograd of 0.5*|x|**2/beta) leaves that product."""
+    sign = _sign_factor(alg, mono, x)
+    magnitude = next((f for f, e in mono.factors.items() if e == 1 and (alg.unary(f, "Abs") or ("",))[0] == x), None)
+    if sign is None or magnitude is None:
+        return mono
+    rest = mono.without(sign[0]).without(magnitude)
+    rest.factors[x] = rest.factors.get(x, 0) + 1
+    rest.nodes |= sign[1]
+    return rest
+
+
 def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, set[int]] | None:
     for name, exp in mono.factors.items():
         found = alg.unary_narrowed(name, "Sign") if exp == 1 else None
@@ -120,6 +137,7 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     x, abs_node = alg.unary(alg.widened(cmp.lhs), "Abs")
     inside, outside = (sel.when_true, sel.when_false) if cmp.relation in ("<", "<=") else (sel.when_false, sel.when_true)
     alg.expand_shared([inside, outside], sel.nodes | cmp.nodes, stop=frozenset({x}))
+    inside = _abs_times_sign(alg, inside, x)
     sign = _sign_factor(alg, outside, x)
     if sign is None:
         # a float32 tail on a float16 x: the branch holds Cast<float32>(sign(x)), not sign(x)
@@ -292,6 +310,11 @@ def _capped_at_one(alg: Algebra, node: Node) -> tuple[float, set[int]] | None:
     return 1.0, set()
 
 
+def _selects_against_zero(index: GraphIndex, node: Node) -> bool:
+    """Where(c, A, 0) or Where(c, 0, B): one branch of a loss's gradient (Algebra._select_sum)."""
+    return len(node.input) == 3 and any(index.scalar(v) == 0.0 for v in node.input[1:])
+
+
 def _caps_abs(index: GraphIndex, node: Node) -> bool:
     """Min(|x|, constant): where tf.compat.v1.losses.huber_loss's gradient starts."""
     producer = index.node_of(node.input[0]) if len(node.input) == 2 else None
@@ -443,7 +466,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         inputs[2] = _const_like(dout, dtype)
     caveats = []
     if arithmetic:
-        caveats.append("arithmetic select (float masks, as tf2onnx writes it): where the branch not taken is inf/NaN "
+        caveats.append("arithmetic select (float masks as tf2onnx writes them, or autograd's sum of Wheres against 0 "
+                       "times the branches' factors): where the branch not taken is inf/NaN "
                        "the unfused graph gives NaN, the kernel gives the selected branch")
     if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
            for i in interior):
@@ -483,6 +507,7 @@ def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, 
 _CLAMP_END = Reach(_CLAMP_OPS, _PRODUCT_OPS | {"Cast"}, 4, _may_end_symmetric_clamp)
 _HUBER_MIN = Reach(_MIN_OPS, _TO_MIN, 7, _caps_abs)
 _MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
+_SELECT_SUM_ENDS = (_MASK_END, Reach(_WHERE_OPS, _TO_MASK, 6, _selects_against_zero))
 PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match,
                   prefilter={"Mul": (_CLAMP_END, _HUBER_MIN), "Div": (_CLAMP_END, _HUBER_MIN),
-                             "Add": (_MASK_END,), "Sum": (_MASK_END,)})
+                             "Add": _SELECT_SUM_ENDS, "Sum": _SELECT_SUM_ENDS})

@@ -245,3 +245,49 @@ def test_update_of_a_one_element_parameter_fuses() -> None:
             assert_same(before, after)
             ok, detail = precision_ok(before, golden_of(fused, node, feeds), np.float32)
             assert ok, detail
+
+
+def _select_sum_grad(terms: str = "fvcore", second_cond: str = "lt") -> onnx.ModelProto:
+    """torch.autograd.grad of torch.where(|x| < 0.25, 0.5*|x|**2/0.25, |x| - 0.125), with the
+    upstream gradient g a graph input: Where(lt, 0, g) + (Where(lt, g, 0)/0.25*0.5)*(Pow(|x|, 1)*2)
+    (fvcore) or the mmdet spelling with two terms for 0.5*n*n; all times Sign(x)."""
+    nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Abs", ["x"], ["n"]),
+             h.make_node("Less", ["n", "beta"], ["lt"]), h.make_node("LessOrEqual", ["n", "beta"], ["le"]),
+             h.make_node("Where", ["lt", "zero", "g"], ["outer"]),
+             h.make_node("Where", [second_cond, "g", "zero"], ["inner"]),
+             h.make_node("Div", ["inner", "beta"], ["gb"])]
+    if terms == "fvcore":
+        nodes += [h.make_node("Mul", ["gb", "half"], ["gbh"]), h.make_node("Pow", ["n", "one"], ["n1"]),
+                  h.make_node("Mul", ["n1", "two"], ["n2"]), h.make_node("Mul", ["gbh", "n2"], ["t2"]),
+                  h.make_node("Add", ["outer", "t2"], ["sum"])]
+    else:  # mmdet; "cancel" makes the two halves opposite
+        nodes += [h.make_node("Mul", ["n", "half"], ["nh"]), h.make_node("Mul", ["gb", "nh"], ["t2"]),
+                  h.make_node("Mul", ["gb", "n"], ["gn"]),
+                  h.make_node("Mul", ["gn", "minus_half" if terms == "cancel" else "half"], ["t3"]),
+                  h.make_node("Add", ["outer", "t2"], ["s1"]), h.make_node("Add", ["s1", "t3"], ["sum"])]
+    nodes += [h.make_node("Sign", ["x"], ["s"]), h.make_node("Mul", ["sum", "s"], ["grad"])]
+    constants = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+                 (("beta", 0.25), ("zero", 0.0), ("half", 0.5), ("minus_half", -0.5), ("one", 1.0), ("two", 2.0))]
+    graph = h.make_graph(nodes, "select_sum", [h.make_tensor_value_info(n, T.FLOAT, (N,)) for n in ("p", "t", "g")],
+                         [h.make_tensor_value_info("grad", T.FLOAT, (N,))], constants)
+    return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def test_autograd_of_a_hand_written_smooth_l1_fuses() -> None:
+    for terms in ("fvcore", "mmdet"):
+        model = _select_sum_grad(terms)
+        rng = np.random.default_rng()
+        feeds = {n: rng.standard_normal(N).astype(np.float32) * np.float32(0.3) for n in ("p", "t", "g")}
+        feeds["p"][:5] = [0.25, -0.25, 0.0, -0.0, np.nan]  # |x| == beta, zeros, NaN (t = 0 there)
+        feeds["t"][:5] = 0.0
+        node = _assert_fuses(model, SL1, feeds)
+        assert list(node.input) == ["p", "t", "g"]
+        fused, report = lowering.fuse(model)
+        assert report.fusions[0].attributes == {"sigma": 0.25, "reduction": "none", "scale": 1.0}
+        assert report.fusions[0].caveats, "inf in x gives NaN in the graph (0 * inf in the branch not taken)"
+        assert report.normalization.get("powers of 1 removed", 0) == (terms == "fvcore")
+
+
+def test_sum_of_selects_on_different_conditions_or_cancelling_terms_is_not_fused() -> None:
+    _assert_not_fused(_select_sum_grad("fvcore", second_cond="le"))
+    _assert_not_fused(_select_sum_grad("cancel"))
