@@ -97,6 +97,14 @@ def _attr_value(a: onnx.AttributeProto) -> object:
     return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
 
 
+def _type_name(elem: int) -> str:
+    """The ONNX name of an element type, or its number when a model declares one ONNX lacks."""
+    try:
+        return onnx.TensorProto.DataType.Name(elem)
+    except ValueError:
+        return f"code {elem} (not an ONNX type)"
+
+
 def node_spec(model: onnx.ModelProto, node: onnx.NodeProto, tables: ModelTables | None = None) -> NodeSpec:
     """Collect dtypes, shapes, constant scalars and attributes of one fused node; pass the
     model's `tables` when asking about several nodes of one model."""
@@ -132,7 +140,7 @@ def node_spec(model: onnx.ModelProto, node: onnx.NodeProto, tables: ModelTables 
         if elem not in _ONNX_DTYPES:
             raise CodegenError(
                 f"node {node.name!r}: input {role} has element type "
-                f"{onnx.TensorProto.DataType.Name(elem)}; supported: float32, float16, bfloat16"
+                f"{_type_name(elem)}; supported: float32, float16, bfloat16"
             )
         const = None
         if const_value is not None and const_value.size == 1:

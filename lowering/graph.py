@@ -14,6 +14,8 @@ import onnx
 from google.protobuf.message import EncodeError
 from onnx import numpy_helper
 
+from .errors import LoweringError
+
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 # widening casts that lose nothing (a cast back undoes them exactly)
 EXACT_WIDENING = {
@@ -81,7 +83,17 @@ _FAST_DTYPES = {
 
 def tensor_value(t: onnx.TensorProto) -> np.ndarray:
     """numpy_helper.to_array with a fast path for the common raw-data layouts (it is the
-    largest single cost of reading constants in big graphs)."""
+    largest single cost of reading constants in big graphs). The ONNX checker passes tensors
+    whose data does not fit their dims or whose data type is unknown: those are bad input."""
+    try:
+        return _tensor_value(t)
+    except (ValueError, KeyError, TypeError) as exc:
+        what = f"tensor {t.name!r}" if t.name else "a constant tensor"
+        raise LoweringError(f"{what} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): "
+                            f"its data does not match its data type {t.data_type} and dims {list(t.dims)}") from None
+
+
+def _tensor_value(t: onnx.TensorProto) -> np.ndarray:
     dtype = _FAST_DTYPES.get(t.data_type)
     if dtype is not None and t.HasField("raw_data") and t.data_location != onnx.TensorProto.EXTERNAL:
         return np.frombuffer(t.raw_data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(tuple(t.dims))
@@ -287,6 +299,8 @@ class ValueTypes:
         self.inferred = True
         try:
             inferred = onnx.shape_inference.infer_shapes(self._model)
+        except onnx.checker.ValidationError as exc:  # what the checker lets through: recursive functions
+            raise LoweringError(f"the model is invalid: {str(exc).strip().splitlines()[0][:300]}") from None
         except (onnx.shape_inference.InferenceError, ValueError, EncodeError):
             # shapes stay unknown (also for a model over protobuf's 2 GB, which inference would
             # have to serialize); shape-dependent matches are refused with a reason

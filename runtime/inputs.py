@@ -8,6 +8,7 @@ inf and NaN appear only when asked for (`nonfinite=True`).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -30,6 +31,8 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float16), _BF16, np.dtype(np.float6
 _LARGE = {"float16": 16384.0, "bfloat16": 1e30, "float32": 1e30, "float64": 1e30}
 _EDGE_SHARE = 0.25
 _THRESHOLD_SHARE = 0.125
+# elements one generated input may hold: values are drawn in float64 (8 bytes each) first
+GENERATE_LIMIT = 1 << 28
 
 
 class InputError(ValueError):
@@ -126,6 +129,12 @@ def resolve_shapes(
     if unresolved:
         listed = ", ".join(f"{s.name} {'(unknown rank)' if s.shape is None else _fmt(s.shape)}" for s in unresolved)
         raise InputError(f"dynamic input shapes need --shape NAME=DIMS: {listed}")
+    for name, shape in out.items():
+        if any(d < 0 for d in shape):
+            raise InputError(f"input {name!r} has a negative dimension {_fmt(shape)}")
+        if math.prod(shape) > GENERATE_LIMIT:
+            raise InputError(f"input {name!r} {_fmt(shape)} holds {math.prod(shape)} elements, more than the "
+                             f"{GENERATE_LIMIT} generated inputs may; pass smaller --shape or --inputs FILE.npz")
     return out
 
 
@@ -299,11 +308,16 @@ def generate_inputs(
         else:
             raise InputError(f"cannot generate values for input {s.name!r} of type {s.dtype}")
     rng = np.random.default_rng([seed, len(specs)])
+    # hints name inputs; one that is also an initializer has its default and is not generated
     for p, lab, sigma in hints.sigma_pairs:
+        if p not in out or lab not in out:
+            continue
         base = np.array([0.0, 1.0, -3.0, 0.25])
         _plant(rng, out[p], out[lab], np.concatenate([base + sigma, base - sigma]),
                np.concatenate([base, base]))
     for var, delta, alpha, l1, l2, form in hints.prox_pairs:
+        if any(x not in out for x in (var, delta, alpha, l1, l2) if isinstance(x, str)):
+            continue
         a, t1, t2 = (float(np.asarray(out[x]).reshape(-1)[0]) if isinstance(x, str) else x
                      for x in (alpha, l1, l2))
         threshold, _ = proximal_scalars(a, t1, t2, form)

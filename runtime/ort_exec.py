@@ -29,7 +29,9 @@ class OrtRunError(RuntimeError):
 def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    # errors come back as exceptions, which the caller words in one line; the C++ logger would
+    # print them to stderr as well
+    so.log_severity_level = 4
     serialized = serialized_or_none(model)
     try:
         if serialized is not None:
@@ -88,9 +90,11 @@ def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[s
         raise OrtRunError(f"no value for model input(s) {', '.join(missing)}")
     names = [o.name for o in sess.get_outputs()]
     try:
+        quiet = ort.RunOptions()
+        quiet.log_severity_level = 4
         values = sess.run_with_ort_values(names, {k: v if isinstance(v, ort.OrtValue)
                                                  else ort.OrtValue.ortvalue_from_numpy(v)
-                                                 for k, v in ort_feeds.items()})
+                                                 for k, v in ort_feeds.items()}, quiet)
     except Exception as exc:  # onnxruntime raises several unrelated exception types
         raise OrtRunError(f"onnxruntime failed: {_first_line(exc)}") from None
     back = {v: k for k, v in renamed.items()}

@@ -87,8 +87,36 @@ def _not_onnx(tmp_path: Path) -> Path:
     return path
 
 
+def _unreadable_constant(tmp_path: Path, data_type: int | None = None) -> Path:
+    """A constant the ONNX checker passes but nothing can read: raw data that does not fit its
+    dims, or an element type ONNX does not have."""
+    model = pgd()
+    tensor = model.graph.initializer[0]
+    tensor.raw_data = np.zeros(3, np.float32).tobytes()[:6]
+    if data_type is not None:
+        tensor.data_type = data_type
+    return _save(model, tmp_path / "unreadable.onnx")
+
+
+def _recursive_functions(tmp_path: Path) -> Path:
+    """Two model-local functions that call each other in a model of IR version 7, which the checker
+    lets through and shape inference refuses."""
+    model = sl1()
+    for name, callee in (("A", "B"), ("B", "A")):
+        model.functions.append(onnx.helper.make_function(
+            "local", name, ["x"], ["y"], [onnx.helper.make_node(callee, ["x"], ["y"], domain="local")],
+            [onnx.helper.make_opsetid("", 18), onnx.helper.make_opsetid("local", 1)]))
+    model.opset_import.append(onnx.helper.make_opsetid("local", 1))
+    model.ir_version = 7  # the checker looks at model-local functions from IR version 8 on
+    del model.graph.value_info[:]  # so that the pass runs shape inference
+    return _save(model, tmp_path / "recursive.onnx")
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda t: t / "missing.onnx", "no such file"),
+    (_unreadable_constant, "cannot be read"),
+    (lambda t: _unreadable_constant(t, data_type=99), "cannot be read"),
+    (_recursive_functions, "the model is invalid"),
     (lambda t: t, "is a directory"),
     (_not_onnx, "not"),
     (_truncated, "not"),

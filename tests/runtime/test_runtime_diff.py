@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import glob
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +194,46 @@ def test_progress_lines_for_large_inputs_only(build, diff_args, capsys):
     assert run_verify(big, fused, "ascend950", diff_args()) == 0
     err = capsys.readouterr().err
     assert "onnxruntime: unfused model" in err and "cpu backend: ApplyProximalGradientDescent" in err
+
+
+@pytest.mark.parametrize("dims,message", [((-1, 5), "negative dimension"), ((100000, 100000), "more than")])
+def test_inputs_too_big_or_negative_to_generate_are_exit_2(build, diff_args, capsys, dims, message):
+    model = build.smooth_l1_model(shape=(4, 5))
+    fused, _ = lowering.fuse(model)
+    for m in (model, fused):
+        for vi in m.graph.input:
+            if vi.name == "predict":
+                for d, v in zip(vi.type.tensor_type.shape.dim, dims):
+                    d.dim_value = v
+    assert run_verify(model, fused, "ascend950", diff_args()) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_onnxruntime_failing_at_run_time_is_one_line(build, tmp_path):
+    # a ReduceSum beside the fused node whose axis, a graph input, is out of range: onnxruntime
+    # fails inside the kernel, and its C++ logger would print that to stderr before the
+    # exception the diff words in one line (a fresh process, as the logger is per process)
+    model = build.smooth_l1_model(shape=(4, 5))
+    model.graph.input.append(onnx.helper.make_tensor_value_info("axis", T.INT64, [1]))
+    model.graph.node.append(onnx.helper.make_node("ReduceSum", ["predict", "axis"], ["total"]))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("total", T.FLOAT, []))
+    fused, _ = lowering.fuse(model)
+    npz = tmp_path / "in.npz"
+    rng = np.random.default_rng(0)
+    np.savez(npz, **{n: rng.normal(size=(4, 5)).astype(np.float32) for n in ("predict", "label", "dout")},
+             axis=np.array([5]))
+    result = subprocess.run([sys.executable, "-m", "lowering.cli", "diff", _save(model, tmp_path / "m.onnx"),
+                             _save(fused, tmp_path / "f.onnx"), "--inputs", str(npz)], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "onnxruntime" in result.stderr, result.stderr
+
+
+def test_generated_inputs_skip_hints_for_inputs_with_defaults(build, diff_args, capsys):
+    # var is a graph input that is also an initializer: it keeps its default and is not generated
+    model = build.prox_model()
+    fused, _ = lowering.fuse(model)
+    for m in (model, fused):
+        var = next(vi for vi in m.graph.input if vi.name == "var")
+        m.graph.initializer.append(onnx.numpy_helper.from_array(
+            np.full([d.dim_value for d in var.type.tensor_type.shape.dim], 0.5, np.float32), "var"))
+    assert run_verify(model, fused, "ascend950", diff_args("--edge-nonfinite")) == 0, capsys.readouterr().err
