@@ -25,7 +25,8 @@ def fused_attrs(node: onnx.NodeProto) -> dict[str, object]:
         if a.name not in spec.attrs:
             raise FusedNodeError(f"node {node.name!r}: unknown attribute {a.name!r}")
         value = onnx.helper.get_attribute_value(a)
-        attrs[a.name] = value.decode() if isinstance(value, bytes) else value
+        # not UTF-8 from a hand-edited model: kept readable for the error that names the value
+        attrs[a.name] = value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
     if node.op_type == "SmoothL1LossGradV2":
         if attrs["reduction"] not in REDUCTIONS:
             raise FusedNodeError(f"node {node.name!r}: reduction {attrs['reduction']!r} not in {REDUCTIONS}")

@@ -237,3 +237,13 @@ def test_generated_inputs_skip_hints_for_inputs_with_defaults(build, diff_args, 
         m.graph.initializer.append(onnx.numpy_helper.from_array(
             np.full([d.dim_value for d in var.type.tensor_type.shape.dim], 0.5, np.float32), "var"))
     assert run_verify(model, fused, "ascend950", diff_args("--edge-nonfinite")) == 0, capsys.readouterr().err
+
+
+def test_fused_attribute_that_is_not_utf8_is_one_line(build, diff_args, tmp_path, capsys):
+    model = build.prox_model()
+    fused, _ = lowering.fuse(model)
+    node = next(n for n in fused.graph.node if n.domain == "com.huawei.ascend")
+    next(a for a in node.attribute if a.name == "scalar_form").s = b"\xff\xfe"
+    assert run_diff(_save(model, tmp_path / "m.onnx"), _save(fused, tmp_path / "f.onnx"), diff_args()) == 2
+    err = capsys.readouterr().err
+    assert "scalar_form" in err and err.count("\n") == 1, err
