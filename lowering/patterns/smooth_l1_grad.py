@@ -426,7 +426,10 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         if numel is not None and (numel[0] in (predict, label, x) or same_shape(index, numel[0], predict)):
             require(not mean_at_runtime, "the gradient is divided by numel(predict) twice")
             mean_at_runtime = True
-            boundary |= numel[1]
+            if numel[0] == x:  # numel of the matched x (d.numel()): its Shape goes with x
+                nodes = nodes | numel[1]
+            else:
+                boundary |= numel[1]
         else:
             runtime[name] = exp
     k = scale.coef

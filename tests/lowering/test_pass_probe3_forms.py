@@ -291,3 +291,25 @@ def test_autograd_of_a_hand_written_smooth_l1_fuses() -> None:
 def test_sum_of_selects_on_different_conditions_or_cancelling_terms_is_not_fused() -> None:
     _assert_not_fused(_select_sum_grad("fvcore", second_cond="le"))
     _assert_not_fused(_select_sum_grad("cancel"))
+
+
+def test_mean_over_the_numel_of_x_itself_fuses() -> None:
+    # TorchScript with a dynamic batch: d = p - t; where(...) / d.numel() as
+    # Div(select, Cast(ReduceProd(Shape(d)))): the Shape reads the matched x and goes with it
+    nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Abs", ["x"], ["n"]),
+             h.make_node("Less", ["n", "beta"], ["lt"]), h.make_node("Div", ["x", "beta"], ["lin"]),
+             h.make_node("Sign", ["x"], ["s"]), h.make_node("Where", ["lt", "lin", "s"], ["sel"]),
+             h.make_node("Shape", ["x"], ["shape"]), h.make_node("ReduceProd", ["shape"], ["count"], keepdims=0),
+             h.make_node("Cast", ["count"], ["countf"], to=T.FLOAT), h.make_node("Div", ["sel", "countf"], ["mean"]),
+             h.make_node("Mul", ["mean", "go"], ["grad"])]
+    graph = h.make_graph(nodes, "numel_of_x", [h.make_tensor_value_info("p", T.FLOAT, ["batch", 5]),
+                                               h.make_tensor_value_info("t", T.FLOAT, ["batch", 5]),
+                                               h.make_tensor_value_info("go", T.FLOAT, [])],
+                         [h.make_tensor_value_info("grad", T.FLOAT, ["batch", 5])],
+                         [numpy_helper.from_array(np.array(0.25, np.float32), "beta")])
+    model = onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    rng = np.random.default_rng()
+    feeds = {"p": rng.standard_normal((6, 5)).astype(np.float32), "t": rng.standard_normal((6, 5)).astype(np.float32),
+             "go": np.float32(rng.standard_normal())}
+    node = _assert_fuses(model, SL1, feeds)
+    assert next(a.s for a in node.attribute if a.name == "reduction") == b"mean"
