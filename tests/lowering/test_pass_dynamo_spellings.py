@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-from pass_numerics import assert_runs_as_fused, assert_same, fused_nodes, half_graph_bound_ok, make_feeds, run_ort
+from pass_numerics import assert_runs_as_fused, assert_same, fused_nodes, rounding_bound_ok, make_feeds, run_ort
 
 import lowering
 from lowering.graph import GraphInfo, decode_nodes
@@ -29,7 +29,7 @@ def _assert_half_update_runs_as_fused(model: onnx.ModelProto, fused: onnx.ModelP
     there fall among float16's subnormals)."""
     before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
     assert_same(before, after)
-    ok, detail = half_graph_bound_ok(fused, fused_nodes(fused)[0], feeds, before)
+    ok, detail = rounding_bound_ok(fused, fused_nodes(fused)[0], feeds, before)
     assert ok, detail
 
 
