@@ -1262,6 +1262,12 @@ def autograd_hand_sl1(style: str, reduction: str, beta: float) -> Callable[..., 
     return fn
 
 
+def autograd_huber_none_fn(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    with torch.enable_grad():
+        q = p.detach().requires_grad_(True)
+        return torch.autograd.grad(F.huber_loss(q, t, reduction="none", delta=0.5).sum(), q)[0]
+
+
 def sign_clampmax_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     x = p - t
     return x.sign() * torch.clamp(x.abs() / 0.5, max=1.0) * go / x.numel()
@@ -1286,6 +1292,11 @@ def probe5_cases() -> list[Case]:
             cases.append(Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), probe5_fn(form),
                               prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const], note,
                               outputs=["var_out"]))
+    for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
+        cases.append(Case(fx(f"prox_const_clamp_f32_bias1_{suffix}.onnx"), prox_fn(),
+                          prox_args("const", torch.float32, gen, shape=(1,)), exporter, "proximal_gd", [const],
+                          "The update of a one-element parameter (Linear(d, 1).bias, shape [1]): var and delta "
+                          "hold one element each, like the scalars.", outputs=["var_out"]))
     half = prox("var_out", "folded_reciprocal", "var", "delta", stored(LR, "float16"), stored(LR * L1, "float16"),
                 stored(1 / stored(1 + LR * L2, "float16")))
     cases.append(Case(fx("prox_const_softshrink_f16_dynopt.onnx"), probe5_fn("softshrink"),
@@ -1302,6 +1313,12 @@ def probe5_cases() -> list[Case]:
                           f"torch.autograd.grad of a hand-written ({style}) SmoothL1 loss, {reduction}: the chain rule "
                           "sends the upstream gradient through Where(c, g, 0) and Where(c, 0, g) and adds the terms, "
                           "then multiplies by Sign(x) (a sum of selects; inf in x gives NaN there, flagged)."))
+    cases.append(Case(fx("sl1_autograd_huber_none_d05_f32_dynopt.onnx"), autograd_huber_none_fn,
+                      {"p": randn(4, 5, gen=gen), "t": randn(4, 5, gen=gen)}, "dynamo-optimized", "smooth_l1_grad",
+                      [sl1("where_2", 0.5, "none", "p", "t", "expand", scale=0.5)],
+                      "torch.autograd.grad of F.huber_loss(reduction='none', delta=0.5).sum(): the optimizer folds "
+                      "+-delta * ones into full tensors beside the ones of the middle branch, "
+                      "Where(x < -0.5, [-0.5...], Where(x > 0.5, [0.5...], x * [1...]))."))
     for exporter, suffix in (("dynamo", "dyn"), ("torchscript", "ts")):
         cases.append(Case(fx(f"sl1_hand_sign_clampmax_mean_b05_f32_{suffix}.onnx"), sign_clampmax_fn,
                           sl1_args("mean", torch.float32, gen), exporter, "smooth_l1_grad",

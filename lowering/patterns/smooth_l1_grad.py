@@ -205,6 +205,7 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
                       stop=frozenset({x}))
     middle = inner_sel.when_false.without(x)
     require(middle is not None, "the middle branch is not proportional to x")
+    low, high = _uniform_as(alg, low, middle), _uniform_as(alg, high, middle)
     require(low.factors == high.factors == middle.factors,
             "the three branches scale by different runtime values")
     require(close(low.coef, -high.coef), "the x < -beta branch is not the negated x > beta branch")
@@ -214,6 +215,20 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
              | inner_sel.when_false.nodes | alg.widening_casts(cmp.lhs) | alg.widening_casts(inner_cmp.lhs))
     rest = Monomial(high.coef, high.factors, high.nodes)
     return _finish(alg, form, out, x, rest, beta, nodes, arithmetic=sel.arithmetic or inner_sel.arithmetic)
+
+
+def _uniform_as(alg: Algebra, mono: Monomial, ref: Monomial) -> Monomial:
+    """mono written in ref's factor when both are one constant tensor of one shape and type, each
+    holding one number everywhere: the dynamo optimizer folds delta * ones_like(x) of a Huber
+    gradient into full tensors of +-delta beside the ones its middle branch multiplies by."""
+    if mono.factors == ref.factors or len(mono.factors) != 1 or len(ref.factors) != 1:
+        return mono
+    (name, exp), (ref_name, ref_exp) = next(iter(mono.factors.items())), next(iter(ref.factors.items()))
+    c, r = alg.index.const(name), alg.index.const(ref_name)
+    if (exp != 1 or ref_exp != 1 or c is None or r is None or c.shape != r.shape or c.dtype != r.dtype
+            or not c.size or not (c == c.flat[0]).all() or not (r == r.flat[0]).all() or r.flat[0] == 0):
+        return mono
+    return Monomial(mono.coef * float(c.flat[0]) / float(r.flat[0]), {ref_name: 1}, set(mono.nodes))
 
 
 def _may_end_symmetric_clamp(index: GraphIndex, node: Node) -> bool:

@@ -313,3 +313,31 @@ def test_mean_over_the_numel_of_x_itself_fuses() -> None:
              "go": np.float32(rng.standard_normal())}
     node = _assert_fuses(model, SL1, feeds)
     assert next(a.s for a in node.attribute if a.name == "reduction") == b"mean"
+
+
+def _huber_folded(low_values: np.ndarray) -> onnx.ModelProto:
+    """autograd of F.huber_loss(reduction='none', delta=0.5).sum() after dynamo's optimizer:
+    Where(x < -0.5, LOW, Where(x > 0.5, HIGH, x * ONES)) with the constants full tensors."""
+    nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Less", ["x", "neg"], ["lo"]),
+             h.make_node("Greater", ["x", "pos"], ["hi"]), h.make_node("Mul", ["x", "ones"], ["mid"]),
+             h.make_node("Where", ["hi", "high", "mid"], ["inner"]), h.make_node("Where", ["lo", "low", "inner"], ["grad"])]
+    constants = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("neg", -0.5), ("pos", 0.5))]
+    constants += [numpy_helper.from_array(v.astype(np.float32), n) for n, v in
+                  (("ones", np.ones(N)), ("high", np.full(N, 0.5)), ("low", low_values))]
+    graph = h.make_graph(nodes, "huber_none", [h.make_tensor_value_info(n, T.FLOAT, (N,)) for n in ("p", "t")],
+                         [h.make_tensor_value_info("grad", T.FLOAT, (N,))], constants)
+    return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def test_huber_gradient_with_its_scale_folded_into_full_tensors_fuses() -> None:
+    model = _huber_folded(np.full(N, -0.5))
+    rng = np.random.default_rng()
+    feeds = {n: rng.standard_normal(N).astype(np.float32) for n in ("p", "t")}
+    feeds["p"][:4], feeds["t"][:4] = [0.5, -0.5, np.nan, 0.0], 0.0
+    node = _assert_fuses(model, SL1, feeds)
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["sigma"] == 0.5 and attrs["scale"] == 0.5 and node.input[2] == "ones"
+
+
+def test_huber_gradient_with_a_non_uniform_constant_is_not_fused() -> None:
+    _assert_not_fused(_huber_folded(np.linspace(-0.5, -0.4, N)))
