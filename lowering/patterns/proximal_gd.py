@@ -550,7 +550,12 @@ def _update(alg: Algebra, p: str):
     for (sv, var), (sd, prod) in (terms, terms[::-1]):
         if sv != 1:
             continue
-        mono = alg.monomial(prod)
+        if len(index.consumers.get(prod, ())) > 1 and alg.producer(prod, "Mul", "Div", "Neg") is not None:
+            # alpha*delta also read elsewhere (two updates with one step): it stays, and is the
+            # delta of an update with alpha 1
+            mono = Monomial(1.0, {prod: 1}, set())
+        else:
+            mono = alg.monomial(prod)
         coef = -sd * mono.coef  # alpha's constant part: p = var - coef * (runtime factors)
         tensors = {v: e for v, e in mono.factors.items() if not is_single_element(index, v)}
         if not tensors and is_single_element(index, var):

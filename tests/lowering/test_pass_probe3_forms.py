@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
@@ -178,14 +179,17 @@ def test_capped_ratio_with_a_binding_lower_bound_is_not_fused() -> None:
     _assert_not_fused(_capped_ratio(["half", "one"], [_const("half", 0.5)]))
 
 
-def test_two_updates_whose_step_normalization_merges_both_fuse() -> None:
-    # dynamo without its optimizer writes lr*delta once per update; merged into one Mul, the
-    # first fusion takes it and re-emits it for the second, which must read the copy (this
-    # ended in an internal error before)
+@pytest.mark.parametrize("one_step", [False, True])
+def test_two_updates_sharing_their_step_both_fuse(one_step: bool) -> None:
+    # dynamo without its optimizer writes lr*delta once per update, merged by normalization into
+    # one Mul (that ended in an internal error before); with its optimizer, or TorchScript, the
+    # exporter shares one Mul itself. The Mul stays, and each update reads it as delta, alpha 1
     nodes, outputs = [_const("t", 0.05), _const("k", 1.25), _const("zero", 0.0)], []
     for v in ("var", "var2"):
-        nodes += [_const(f"lr_{v}", 0.1), h.make_node("Mul", ["delta", f"lr_{v}"], [f"step_{v}"]),
-                  h.make_node("Sub", [v, f"step_{v}"], [f"p_{v}"]), h.make_node("Abs", [f"p_{v}"], [f"a_{v}"]),
+        step = "step_var" if one_step else f"step_{v}"
+        if not one_step or v == "var":
+            nodes += [_const(f"lr_{v}", 0.1), h.make_node("Mul", ["delta", f"lr_{v}"], [step])]
+        nodes += [h.make_node("Sub", [v, step], [f"p_{v}"]), h.make_node("Abs", [f"p_{v}"], [f"a_{v}"]),
                   h.make_node("Sub", [f"a_{v}", "t"], [f"d_{v}"]), h.make_node("Max", [f"d_{v}", "zero"], [f"m_{v}"]),
                   h.make_node("Sign", [f"p_{v}"], [f"s_{v}"]), h.make_node("Mul", [f"s_{v}", f"m_{v}"], [f"sm_{v}"]),
                   h.make_node("Div", [f"sm_{v}", "k"], [f"out_{v}"])]
