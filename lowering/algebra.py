@@ -8,7 +8,9 @@ pattern asks for the algebraic shape of a value:
   select(v)    -> (condition, branch when true, branch when false) for Where, for the arithmetic
                   select Add(Mul(Cast(c), a), Mul(b, mask')) with mask' the complement of Cast(c)
                   (tf2onnx's Cast(Not(c)), or masks written by hand), and for the sum
-                  u*select(c, A, 0) + v*select(c, 0, B) a Keras loss's gradient is;
+                  u*select(c, A, 0) + v*select(c, 0, B) a Keras loss's gradient is, and for
+                  the sum of products with Where(c, g, 0) or Where(c, 0, g) that autograd makes
+                  of a torch.where loss;
   compare(v)   -> (lhs, relation, rhs) for Less/LessOrEqual/Greater/GreaterOrEqual and Not(...);
   clamp(v)     -> (y, lo, hi) for Clip(y, lo, hi), Min(Max(y, lo), hi) and Max(Min(y, hi), lo);
   uncast(v)    -> the float16/bfloat16 value a Cast-to-float32 widened, if any;
