@@ -264,7 +264,8 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     absp = alg.unary(alg.widened(cmp.lhs), "Abs")  # float16 exports compare |p| widened to float32
     if absp is None:
         return None
-    p, t = absp[0], cmp.rhs
+    # a runtime t of p's dtype is compared widened as |p| is (the dynamo exporter's float16)
+    p, t = absp[0], alg.widened(cmp.rhs)
     zeros: set[int] = set()
     if inside.coef != 0.0 or dict(inside.factors) != {p: 1}:
         # 0 instead of p*0 is exact unless NaN in p selects it: a comparison with NaN is false,
@@ -281,7 +282,7 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     if shifted is None:
         return None
     nodes = (sel.nodes | cmp.nodes | {absp[1]} | inside.nodes | outside.nodes | shifted[0]
-             | alg.widening_casts(cmp.lhs) | zeros)
+             | alg.widening_casts(cmp.lhs) | alg.widening_casts(cmp.rhs) | zeros)
     return p, shifted[1], nodes
 
 
@@ -328,8 +329,8 @@ def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, st
     absp = None if cmp is None or cmp.relation not in (">", ">=") else alg.unary(alg.widened(cmp.lhs), "Abs")
     if absp is None:
         return None
-    p, t, strict = absp[0], cmp.rhs, cmp.relation == ">"
-    found = {cast[0], absp[1]} | cmp.nodes | alg.widening_casts(cmp.lhs)
+    p, t, strict = absp[0], alg.widened(cmp.rhs), cmp.relation == ">"
+    found = {cast[0], absp[1]} | cmp.nodes | alg.widening_casts(cmp.lhs) | alg.widening_casts(cmp.rhs)
     split = _sign_times_abs_minus_t(alg, mono, mask, p, t, strict)
     if split is not None:
         return p, split[2], split[0], found | split[1]

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
-from pass_numerics import assert_same, fused_nodes, golden_of, precision_ok, run_ort
+from pass_numerics import assert_same, fused_nodes, golden_of, precision_ok, rounding_bound_ok, run_ort
 
 import lowering
 
@@ -345,3 +345,32 @@ def test_huber_gradient_with_its_scale_folded_into_full_tensors_fuses() -> None:
 
 def test_huber_gradient_with_a_non_uniform_constant_is_not_fused() -> None:
     _assert_not_fused(_huber_folded(np.linspace(-0.5, -0.4, N)))
+
+
+def test_half_softshrink_comparing_a_widened_runtime_threshold_fuses() -> None:
+    # the dynamo exporter's float16 softshrink with t = lr*l1 at runtime: Greater(Cast<float32>(|p|),
+    # Cast<float32>(t)) beside p - sign(p)*t in float16; comparing the widened values is comparing t
+    H = T.FLOAT16
+    nodes = [h.make_node("Mul", ["lr", "delta"], ["step"]), h.make_node("Sub", ["var", "step"], ["p"]),
+             h.make_node("Mul", ["lr", "l1"], ["t"]),
+             h.make_node("Abs", ["p"], ["ap"]), h.make_node("Cast", ["ap"], ["apf"], to=T.FLOAT),
+             h.make_node("Cast", ["t"], ["tf"], to=T.FLOAT), h.make_node("Greater", ["apf", "tf"], ["big"]),
+             h.make_node("Sign", ["p"], ["s"]), h.make_node("Mul", ["s", "t"], ["st"]),
+             h.make_node("Sub", ["p", "st"], ["moved"]), h.make_node("Mul", ["p", "zero"], ["p0"]),
+             h.make_node("Where", ["big", "moved", "p0"], ["var_out"])]
+    inputs = [("var", (N,)), ("delta", (N,)), ("lr", ()), ("l1", ())]
+    graph = h.make_graph(nodes, "half_runtime_t", [h.make_tensor_value_info(n, H, s) for n, s in inputs],
+                         [h.make_tensor_value_info("var_out", H, (N,))],
+                         [numpy_helper.from_array(np.array(0.0, np.float16), "zero")])
+    model = onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    assert report.counts() == {PGD: 1}, report.summary()
+    rng = np.random.default_rng()
+    feeds = {"var": rng.standard_normal(N).astype(np.float16), "delta": rng.standard_normal(N).astype(np.float16),
+             "lr": np.float16(0.5), "l1": np.float16(0.25)}
+    feeds["var"][:4], feeds["delta"][:4] = [0.125, -0.125, np.nan, 0.0], 0.0
+    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
+    assert_same(before, after)
+    ok, detail = rounding_bound_ok(fused, fused_nodes(fused)[0], {**feeds, **_intermediates(fused, feeds)}, before)
+    assert ok, detail
