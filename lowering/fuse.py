@@ -26,7 +26,7 @@ from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes, node_
 from .loading import default_opset
 from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS
-from .patterns.base import Match, NoMatch, Pattern
+from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .report import Fusion, FusionReport, Rejection
 
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
@@ -131,6 +131,10 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
                 raise NoMatch(f"intermediate {name} is a graph output")
             if index.is_escaping(name, m.interior):
                 user = next(c for c in index.consumers[name] if c not in m.interior)
+                substitute = _same_shape_input(index, m, name)
+                if substitute is not None:
+                    m.shape_reads[name] = substitute
+                    continue
                 if name not in cse_shared:
                     raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the match")
                 pending.append((i, name, user))
@@ -149,6 +153,21 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
     for value in m.inputs:
         if isinstance(value, str) and index.producer.get(value) in m.interior:
             raise NoMatch(f"internal: input {value} is computed inside the match")
+
+
+def _same_shape_input(index: GraphIndex, m: Match, name: str) -> str | None:
+    """An input of the match defined before name, of name's shape, when every outside user of
+    name is a Shape or Size node (they read only its shape: d.numel() or d.shape[0] of a matched
+    intermediate)."""
+    users = [index.nodes[c] for c in index.consumers[name] if c not in m.interior]
+    if not all(u.op_type in ("Shape", "Size") and u.domain in ("", "ai.onnx") for u in users):
+        return None
+    at = index.producer[name]
+    for value in m.inputs:
+        if (isinstance(value, str) and index.producer.get(value, -1) < at and value not in index.graph_outputs
+                and same_shape(index, value, name)):
+            return value
+    return None
 
 
 class _Names:
@@ -229,6 +248,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
         replacement[root] = Node(fused, node_name, m.op_type, DOMAIN, tuple(input_names), (m.output,))
         out.fused.append(replacement[root])
         removed |= m.interior
+        renamed.update(m.shape_reads)
         for i in sorted(m.duplicate):
             copy = onnx.NodeProto()
             copy.CopyFrom(index.nodes[i].to_proto())

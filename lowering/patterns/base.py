@@ -29,6 +29,8 @@ class Match:
     boundary: set[int] = field(default_factory=set)  # input-side nodes (Casts, scalar math) that may be shared
     caveats: list[str] = field(default_factory=list)  # edge behaviour the user should know about
     duplicate: set[int] = field(default_factory=set)  # interior nodes re-emitted for outside users (CSE undone)
+    # interior values only Shape/Size nodes outside read -> an input of the match of the same shape they read instead
+    shape_reads: dict[str, str] = field(default_factory=dict)
 
 
 class NoMatch(Exception):

@@ -374,3 +374,40 @@ def test_half_softshrink_comparing_a_widened_runtime_threshold_fuses() -> None:
     assert_same(before, after)
     ok, detail = rounding_bound_ok(fused, fused_nodes(fused)[0], {**feeds, **_intermediates(fused, feeds)}, before)
     assert ok, detail
+
+
+def _batch_mean_grad(outside_op: str = "Shape") -> onnx.ModelProto:
+    """where(|x| < 0.25, x/0.25, sign(x)) * go / x.shape[0] with a dynamic batch (TorchScript):
+    the batch size is read from the matched x, by a node that stays outside the fusion."""
+    nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Abs", ["x"], ["n"]),
+             h.make_node("Less", ["n", "beta"], ["lt"]), h.make_node("Div", ["x", "beta"], ["lin"]),
+             h.make_node("Sign", ["x"], ["s"]), h.make_node("Where", ["lt", "lin", "s"], ["sel"]),
+             h.make_node("Mul", ["sel", "go"], ["g"])]
+    if outside_op == "Shape":
+        nodes += [h.make_node("Shape", ["x"], ["shape"]), h.make_node("Gather", ["shape", "zero"], ["rows"], axis=0),
+                  h.make_node("Cast", ["rows"], ["rowsf"], to=T.FLOAT), h.make_node("Div", ["g", "rowsf"], ["grad"])]
+    else:  # x itself read outside: the fusion would remove a value still needed
+        nodes += [h.make_node("Relu", ["x"], ["rx"]), h.make_node("Add", ["g", "rx"], ["grad"])]
+    graph = h.make_graph(nodes, "batch_mean", [h.make_tensor_value_info("p", T.FLOAT, ["batch", 5]),
+                                               h.make_tensor_value_info("t", T.FLOAT, ["batch", 5]),
+                                               h.make_tensor_value_info("go", T.FLOAT, [])],
+                         [h.make_tensor_value_info("grad", T.FLOAT, ["batch", 5])],
+                         [numpy_helper.from_array(np.array(0.25, np.float32), "beta"),
+                          numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+
+
+def test_shape_of_a_matched_intermediate_is_read_from_an_input_of_its_shape() -> None:
+    model = _batch_mean_grad()
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    assert report.counts() == {SL1: 1}, report.summary()
+    assert [list(n.input) for n in fused.graph.node if n.op_type == "Shape"] == [["p"]]
+    rng = np.random.default_rng()
+    feeds = {"p": rng.standard_normal((6, 5)).astype(np.float32), "t": rng.standard_normal((6, 5)).astype(np.float32),
+             "go": np.float32(rng.standard_normal())}
+    assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
+
+
+def test_matched_intermediate_read_by_another_op_is_still_refused() -> None:
+    _assert_not_fused(_batch_mean_grad("Relu"), "also used by")
