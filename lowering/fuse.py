@@ -261,14 +261,6 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             pattern=m.pattern, node=node_name, op_type=m.op_type, domain=DOMAIN, output=m.output,
             inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(m.dtype, str(m.dtype)),
             replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
-    if renamed:
-        # a fusion may read, as an input, an intermediate that normalization merged into another
-        # fusion's match (two updates sharing lr*delta): it reads the re-emitted copy then
-        fusion_of = {f.node: f for f in report.fusions}
-        for node in out.fused:
-            if any(n in renamed for n in node.input):
-                node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
-                fusion_of[node.name].inputs = list(node.input)
     # the matched nodes read nothing any more; their replacements (fused nodes, re-emitted copies) do
     out.new_reads = {name for n in replacement.values() for name in n.input}
     out.gone = removed | cleanup.dead_after_removal(index, removed, out.new_reads) | index.dead
