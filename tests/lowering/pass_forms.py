@@ -138,6 +138,15 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
     elif form in ("sign-min", "sign-min-ones-like"):  # sign(x) * min(|x|/beta, 1) * g
         one = g.const(1.0, cd, shape=shape if form == "sign-min-ones-like" else ())
         y = g.op("Mul", g.op("Mul", g.op("Sign", x), g.op("Min", g.op("Div", g.op("Abs", x), b), one)), gk)
+    elif form == "sign-clip-max":  # sign(x) * Clip(|x|/beta, max=1) * g (torch.clamp(., max=1))
+        y = g.op("Mul", g.op("Mul", g.op("Sign", x), g.op("Clip", g.op("Div", g.op("Abs", x), b), "", g.const(1.0, cd))), gk)
+    elif form == "select-sum":  # autograd of where(|x| < b, 0.5*|x|**2/b, |x| - 0.5*b), times sign(x)
+        a = g.op("Abs", x)
+        c = g.op("Less", a, b)
+        zero = g.const(0.0, cd)
+        inside = g.op("Mul", g.op("Mul", g.op("Div", g.op("Where", c, gk, zero), b), g.const(0.5, cd)),
+                      g.op("Mul", g.op("Pow", a, g.const(1.0, cd)), g.const(2.0, cd)))
+        y = g.op("Mul", g.op("Add", g.op("Where", c, zero, gk), inside), g.op("Sign", x))
     elif form in ("clip-delta", "minmax-delta"):  # the Huber gradient clamp(x, -delta, delta), delta = beta
         nb = g.const(-beta, cd)
         cl = g.op("Clip", x, nb, b) if form == "clip-delta" else g.op("Max", g.op("Min", x, b), nb)
@@ -200,6 +209,14 @@ def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling
             s = g.op("Sub", g.op("Max", g.op("Sub", p, t), g.const(0.0, cd)), g.op("Max", minus_p, g.const(0.0, cd)))
         else:
             s = g.op("Sub", g.op("Relu", g.op("Sub", p, t)), g.op("Relu", minus_p))
+    elif shrink == "relu-plus-min":  # relu(p - t) + min(p + t, 0)
+        s = g.op("Add", g.op("Relu", g.op("Sub", p, t)), g.op("Min", g.op("Add", p, t), g.const(0.0, cd)))
+    elif shrink == "where-small":  # Where(|p| <= t, 0, p - sign(p)*t)
+        s = g.op("Where", g.op("LessOrEqual", g.op("Abs", p), t), g.const(0.0, cd),
+                 g.op("Sub", p, g.op("Mul", g.op("Sign", p), t)))
+    elif shrink == "sign-abs-masked":  # sign(p) * (|p| - t) * Cast(|p| > t)
+        ap = g.op("Abs", p)
+        s = g.op("Mul", g.op("Mul", g.op("Sign", p), g.op("Sub", ap, t)), g.op("Cast", g.op("Greater", ap, t), to=cd))
     elif shrink in ("masked", "masked-ge"):  # (p - t*sign(p)) * Cast(|p| > t)
         mask = g.op("Cast", g.op("Greater" if shrink == "masked" else "GreaterOrEqual", g.op("Abs", p), t), to=cd)
         s = g.op("Mul", g.op("Sub", p, g.op("Mul", t, g.op("Sign", p))), mask)
@@ -244,7 +261,7 @@ def splice(g: G, model: onnx.ModelProto, bind: dict[str, str], prefix: str) -> d
 
     Inputs not in `bind` become new graph inputs of g. Returns the renaming of every value.
     """
-    rename: dict[str, str] = {}
+    rename: dict[str, str] = {"": ""}  # an optional input left out stays out
     for vi in model.graph.input:
         if vi.name in bind:
             rename[vi.name] = bind[vi.name]
