@@ -94,6 +94,11 @@ def _may_be_softshrink(index: GraphIndex, node: Node) -> bool:
     return any((side := index.node_of(v)) is not None and side.op_type in ("Abs", "Cast") for v in cond.input)
 
 
+def _may_be_sign(index: GraphIndex, node: Node) -> bool:
+    """Where(c, 1, -1) or Where(c, -1, 1): a sign written as a select (_sign_as_where)."""
+    return len(node.input) == 3 and {index.scalar(v) for v in node.input[1:]} == {1.0, -1.0}
+
+
 def _select_part(index: GraphIndex, node: Node) -> bool:
     """A Cast of a boolean (an arithmetic select's mask) or a Where with a constant 0 branch."""
     if node.op_type == "Cast":
@@ -129,6 +134,9 @@ def _find_shrink(alg: Algebra, mono: Monomial):
                 rest = rest.without(factor)
             return p, t, rest, nodes, "masked-softshrink", None
         sign = alg.unary_narrowed(name, "Sign")
+        signed_zero = sign is None  # a sign written as Where(p >= 0, 1, -1) is +-1 at 0 and for NaN
+        if sign is None:
+            sign = _sign_as_where(alg, name)
         if sign is None:
             continue
         p = sign[0]
@@ -141,9 +149,28 @@ def _find_shrink(alg: Algebra, mono: Monomial):
             if split is None:
                 continue
             t, nodes = split
+            if signed_zero:
+                t_value = alg.scalar(t) if isinstance(t, str) else float(t)
+                require(t_value is not None and t_value >= 0,
+                        "sign(p) written as a Where that is +-1 at p = 0 is the shrink only for a constant t >= 0")
             rest = mono.without(name).without(other)
             return p, t, rest, nodes | sign[1] | clamp_nodes, form, d if form == "clip" else None
     return None
+
+
+def _sign_as_where(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
+    """(p, nodes) for Where(p >= 0, 1, -1) and its spellings (> 0, or < 0 / <= 0 with the branches
+    swapped). Times max(|p| - t, 0) it is the shrink wherever that max is 0 (|p| <= t, so p = 0
+    when t >= 0) and NaN stays NaN through the max, so only the sign at 0 differs from Sign."""
+    found = alg.producer(value, "Where")
+    cmp = None if found is None or len(found[1].input) != 3 else alg.compare(found[1].input[0])
+    if cmp is None or alg.scalar(cmp.rhs) != 0.0:
+        return None
+    i, node = found
+    up, down = (node.input[1], node.input[2]) if cmp.relation in (">", ">=") else (node.input[2], node.input[1])
+    if alg.scalar(up) != 1.0 or alg.scalar(down) != -1.0:
+        return None
+    return cmp.lhs, {i} | cmp.nodes
 
 
 def _finfo_max(elem_type: int | None) -> float:
@@ -648,6 +675,7 @@ def _const_or_value(alg: Algebra, t):
 _TWO_WHERE_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part)
 _RELU_SUM = Reach(frozenset({"Add"}), _TO_SHRINK, 4, _may_end_relu_sum)
 _SHRINK_ENDS = (Reach(_SIGN_OPS, _TO_SHRINK, 4), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_softshrink),
+                Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_sign),
                 Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part),
                 Reach(_SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink), _RELU_SUM)
 # Add for an unscaled relu(p - t) + min(p + t, 0) and so that TorchScript's two-Where softshrink

@@ -241,7 +241,9 @@ def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling
             m = g.op("Clip", d, g.const(0.0, cd)) if opset >= 11 else g.op("Clip", d, min=0.0)
         else:
             raise ValueError(clamp)
-        s = g.op("Mul", g.op("Sign", p), m)
+        sign = (g.op("Where", g.op("GreaterOrEqual", p, g.const(0.0, cd)), g.const(1.0, cd), g.const(-1.0, cd))
+                if shrink == "where-sign" else g.op("Sign", p))
+        s = g.op("Mul", sign, m)
     if scaling == "div":
         y = g.op("Div", s, k)
     elif scaling == "recip":

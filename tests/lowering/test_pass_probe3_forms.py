@@ -411,3 +411,18 @@ def test_shape_of_a_matched_intermediate_is_read_from_an_input_of_its_shape() ->
 
 def test_matched_intermediate_read_by_another_op_is_still_refused() -> None:
     _assert_not_fused(_batch_mean_grad("Relu"), "also used by")
+
+
+def test_sign_written_as_a_where_fuses_only_with_a_constant_threshold() -> None:
+    # torch.where(p >= 0, 1., -1.) * clamp(|p| - t, min=0): +1 at p = 0, where the clamp is 0 when t >= 0
+    from pass_forms import pgd
+
+    model = pgd(shrink="where-sign")
+    fused, report = lowering.fuse(model)
+    assert report.counts() == {PGD: 1}, report.summary()
+    feeds = {"var": np.array([0.005, -0.005, 0.0, -0.0, np.nan, np.inf, -0.3, 0.7, 1.0, -1.0, 0.01, 0.2],
+                             np.float32).reshape(3, 4), "delta": np.zeros((3, 4), np.float32)}
+    assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
+    ok, detail = precision_ok(run_ort(model, feeds)[0], golden_of(fused, fused_nodes(fused)[0], feeds), np.float32)
+    assert ok, detail
+    _assert_not_fused(pgd(shrink="where-sign", scalars="raw"), "constant t >= 0")
