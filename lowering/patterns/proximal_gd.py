@@ -608,7 +608,13 @@ def _update(alg: Algebra, p: str):
             return var, delta, np.array(coef, np.float32), nodes | mono.nodes
         if len(others) == 1 and list(others.values()) == [1] and coef == 1.0:
             return var, delta, next(iter(others)), nodes | mono.nodes
-        raise NoMatch("alpha is a runtime value times a constant (write the product as its own input)")
+        # the runtime scalar scales the gradient, the constant is the step (clip_grad_norm's
+        # coefficient times grad, then times lr): delta is the product the graph computes upstream
+        scaled = alg.regroup(mono, {delta: 1, **others})
+        if scaled is not None and same_shape(index, scaled[0], var):
+            return var, scaled[0], np.array(coef / scaled[2], np.float32), nodes | (mono.nodes - scaled[1])
+        raise NoMatch("alpha is a runtime value times a constant, and no value computed before the update is "
+                      "delta times that runtime value")
     if unequal is not None:
         raise NoMatch(shapes_differ(index, *unequal, "var and delta"))
     return None

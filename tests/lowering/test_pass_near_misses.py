@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 from pass_forms import BF, PGD, SL1, F, G, H, pgd, sl1, splice
 from pass_numerics import fused_nodes
 
@@ -138,13 +138,20 @@ def test_proximal_var_delta_shape_mismatch_is_refused() -> None:
     _assert_rejected(g.model(), PGD, "var and delta shapes differ or are unknown (var: [3, 4], delta: [4])")
 
 
-def test_proximal_scaled_runtime_alpha_is_refused() -> None:
+def test_proximal_scaled_runtime_alpha_keeps_the_step_outside() -> None:
+    # (2*lr)*delta: no alpha input is that product, so the step stays, computed as the graph does,
+    # and the update reads it as delta with alpha 1
     g = G()
     var, delta, lr = g.input("var"), g.input("delta"), g.input("lr", shape=())
-    p = g.op("Sub", var, g.op("Mul", g.op("Mul", lr, g.const(2.0)), delta))
+    step = g.op("Mul", g.op("Mul", lr, g.const(2.0)), delta)
+    p = g.op("Sub", var, step)
     y = g.op("Mul", g.op("Sign", p), g.op("Relu", g.op("Sub", g.op("Abs", p), g.const(0.005))))
     g.output(y)
-    _assert_rejected(g.model(), PGD, "runtime value times a constant")
+    fused, report = _fuse(g.model())
+    (node,) = fused_nodes(fused)
+    assert node.input[0] == var and node.input[4] == step
+    alpha = next(t for t in fused.graph.initializer if t.name == node.input[1])
+    assert numpy_helper.to_array(alpha) == 1.0
 
 
 def test_overridable_proximal_scalar_stays_a_runtime_input() -> None:

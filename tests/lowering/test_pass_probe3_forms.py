@@ -426,3 +426,30 @@ def test_sign_written_as_a_where_fuses_only_with_a_constant_threshold() -> None:
     ok, detail = precision_ok(run_ort(model, feeds)[0], golden_of(fused, fused_nodes(fused)[0], feeds), np.float32)
     assert ok, detail
     _assert_not_fused(pgd(shrink="where-sign", scalars="raw"), "constant t >= 0")
+
+
+def test_update_of_a_clipped_gradient_takes_the_clipped_gradient_as_delta() -> None:
+    # clip_grad_norm then the step: var - 0.1 * (grad * coef), coef a runtime 0-D scale
+    nodes = [_const("lr", 0.1), _const("zero", 0.0), _const("k", 1.25), _const("t", 0.05),
+             h.make_node("Mul", ["grad", "coef"], ["clipped"]), h.make_node("Mul", ["clipped", "lr"], ["step"]),
+             h.make_node("Sub", ["var", "step"], ["p"]), h.make_node("Abs", ["p"], ["ap"]),
+             h.make_node("Sub", ["ap", "t"], ["d"]), h.make_node("Max", ["d", "zero"], ["m"]),
+             h.make_node("Sign", ["p"], ["s"]), h.make_node("Mul", ["s", "m"], ["sm"]), h.make_node("Div", ["sm", "k"], ["var_out"])]
+    inputs = [("var", (N,)), ("grad", (N,)), ("coef", ())]
+    graph = h.make_graph(nodes, "clipped", [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs],
+                         [h.make_tensor_value_info("var_out", T.FLOAT, (N,))])
+    model = onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    assert report.counts() == {PGD: 1}, report.summary()
+    node, = fused_nodes(fused)
+    assert node.input[4] == "clipped"
+    alpha = next(t for t in fused.graph.initializer if t.name == node.input[1])
+    assert float(numpy_helper.to_array(alpha)) == np.float32(0.1)
+    rng = np.random.default_rng()
+    feeds = {"var": rng.standard_normal(N).astype(np.float32), "grad": rng.standard_normal(N).astype(np.float32),
+             "coef": np.float32(0.7)}
+    assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
+    ok, detail = precision_ok(run_ort(model, feeds)[0], golden_of(fused, node, {**feeds, **_intermediates(fused, feeds)}),
+                              np.float32)
+    assert ok, detail
