@@ -60,6 +60,21 @@ def _clip_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden: np.ndarr
     return ""
 
 
+def _masked_select_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden: np.ndarray) -> str:
+    """Explain NaN mismatches of a select written as arithmetic (float masks, or autograd's sum
+    of Wheres against 0 times each branch's factors): where the branch not taken is inf, 0 * inf
+    makes the reference NaN, while the kernel picks the branch taken (the report's caveat)."""
+    if not any(n.op_type == "Where" or (n.op_type == "Cast" and n.input) for n in nodes):
+        return ""
+    a, g = np.asarray(actual, np.float64), np.asarray(golden, np.float64)
+    bad = np.isnan(a) != np.isnan(g)
+    if bad.any() and np.all(np.isnan(g[bad])):
+        return ("; the reference has NaN where the kernel does not: if the report flags this fusion's "
+                "arithmetic select, 0 * inf of the branch not taken is NaN in the graph (inf inputs or "
+                "overflow upstream, e.g. from the large generated edge values; try --inputs)")
+    return ""
+
+
 def node_rows(fused: onnx.ModelProto, runs: list[FusedRun]) -> list[Row]:
     rows = []
     for run in runs:
@@ -70,9 +85,13 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun]) -> list[Row]:
             else:
                 golden, where = formula_golden(run), "float64 formula"
             cmp = compare(run.node.name, actual, golden)
-            if cmp.inf_mismatch and ref is not None:
-                body = function_body(fused, run.node)
-                cmp.note += _clip_hint(list(body.node) if body else [], actual, golden)
+            if (cmp.inf_mismatch or cmp.nan_mismatch) and ref is not None:
+                found = function_body(fused, run.node)
+                body = list(found.node) if found else []
+                if cmp.inf_mismatch:
+                    cmp.note += _clip_hint(body, actual, golden)
+                if cmp.nan_mismatch:
+                    cmp.note += _masked_select_hint(body, actual, golden)
             if run.error:
                 cmp.passed = False
                 cmp.note = f"kernel failed: {run.error}"
@@ -99,6 +118,8 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
         cmp = compare(out.name, actual[out.name], golden[out.name])
         if cmp.inf_mismatch:
             cmp.note += _clip_hint(list(unfused.graph.node), actual[out.name], golden[out.name])
+        if cmp.nan_mismatch:
+            cmp.note += _masked_select_hint(list(unfused.graph.node), actual[out.name], golden[out.name])
         report.rows.append(Row("output", out.name, "unfused graph", cmp))
     if progress:
         progress("per-node references")

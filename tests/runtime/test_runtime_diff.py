@@ -247,3 +247,25 @@ def test_fused_attribute_that_is_not_utf8_is_one_line(build, diff_args, tmp_path
     assert run_diff(_save(model, tmp_path / "m.onnx"), _save(fused, tmp_path / "f.onnx"), diff_args()) == 2
     err = capsys.readouterr().err
     assert "scalar_form" in err and err.count("\n") == 1, err
+
+
+def test_nan_from_an_arithmetic_select_is_explained(diff_args, tmp_path, capsys):
+    # tf2onnx's select with an inf x: the graph's 0 * inf is NaN, the kernel picks the branch taken
+    h = onnx.helper
+    nodes = [h.make_node("Sub", ["predict", "label"], ["x"]), h.make_node("Abs", ["x"], ["n"]),
+             h.make_node("Less", ["n", "beta"], ["c"]), h.make_node("Cast", ["c"], ["m"], to=T.FLOAT),
+             h.make_node("Not", ["c"], ["nc"]), h.make_node("Cast", ["nc"], ["mn"], to=T.FLOAT),
+             h.make_node("Div", ["x", "beta"], ["lin"]), h.make_node("Sign", ["x"], ["s"]),
+             h.make_node("Mul", ["m", "lin"], ["a"]), h.make_node("Mul", ["s", "mn"], ["b"]),
+             h.make_node("Add", ["a", "b"], ["out"])]
+    graph = h.make_graph(nodes, "tf2onnx_select", [h.make_tensor_value_info(n, T.FLOAT, [3, 4]) for n in ("predict", "label")],
+                         [h.make_tensor_value_info("out", T.FLOAT, [3, 4])], [h.make_tensor("beta", T.FLOAT, [], [0.5])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    fused, report = lowering.fuse(model)
+    assert report.fusions and report.fusions[0].caveats
+    npz = tmp_path / "in.npz"
+    predict = np.zeros((3, 4), np.float32)
+    predict[0, 0] = np.inf
+    np.savez(npz, predict=predict, label=np.zeros((3, 4), np.float32))
+    assert run_verify(model, fused, "ascend950", diff_args("--inputs", str(npz))) == 1
+    assert "0 * inf of the branch not taken" in capsys.readouterr().out
