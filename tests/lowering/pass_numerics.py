@@ -28,6 +28,14 @@ def assert_same(before: np.ndarray, after: np.ndarray) -> None:
     np.testing.assert_array_equal(widen(np.asarray(before)), widen(np.asarray(after)))
 
 
+def assert_same_outputs(model: onnx.ModelProto, fused: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    """Every graph output of the fused model equals the original's, element for element."""
+    before, after = run_ort(model, feeds), run_ort(fused, feeds)
+    assert len(before) == len(after)
+    for b, a in zip(before, after):
+        assert_same(b, a)
+
+
 def assert_runs_as_fused(model: onnx.ModelProto, fused: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
     """The fused model gives what the original does (its one fused node's body is the matched
     subgraph), and that node, whose output is the graph's, meets the precision standard against
