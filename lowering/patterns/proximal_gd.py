@@ -336,14 +336,31 @@ def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str, strict: bool = Tr
         if shift_mono.coef != 1.0:
             raise NoMatch("softshrink shifts p by a constant times its threshold")
         return nodes, t
-    if shift_mono.coef == t_const:
-        return nodes, t
-    if same_threshold(float_dtype(alg.index, p), t_const, strict, shift_mono.coef):
-        return nodes, np.array(shift_mono.coef, np.float32)
-    # the shift and the compared threshold are different numbers with values of p's dtype between
-    # them: the graph jumps there, and near |p| == t the fused op would not be within the
-    # precision standard of it
-    raise NoMatch(f"softshrink shifts p by {shift_mono.coef:.9g} but compares |p| with {t_const:.9g}")
+    threshold = _shift_threshold(alg, p, t, shift_mono.coef, strict)
+    if threshold is None:
+        # the shift and the compared threshold are different numbers with values of p's dtype
+        # between them: the graph jumps there, and near |p| == t the fused op would not be within
+        # the precision standard of it
+        raise NoMatch(f"softshrink shifts p by {shift_mono.coef:.9g} but compares |p| with {t_const:.9g}")
+    return nodes, threshold
+
+
+def _shift_threshold(alg: Algebra, p: str, t: str, shift: str | float | np.ndarray, strict: bool
+                     ) -> str | np.ndarray | None:
+    """The threshold of a softshrink that compares |p| with t (|p| > t when strict, else >=) and
+    shifts p by `shift`: t when the shift is t or its number, the shift when no value of p's dtype
+    lies between the two (base.same_threshold), else None."""
+    if isinstance(shift, str) and shift == t:
+        return t
+    t_const = alg.scalar(t)
+    value = alg.scalar(shift) if isinstance(shift, str) else float(shift)
+    if value is None or t_const is None:
+        return None
+    if value == t_const:
+        return t
+    if same_threshold(float_dtype(alg.index, p), t_const, strict, value):
+        return np.array(value, np.float32)
+    return None
 
 
 def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, str, list[str], set[int]] | None:
@@ -383,17 +400,11 @@ def _sign_times_abs_minus_t(alg: Algebra, mono: Monomial, mask: str, p: str, t: 
     if sign is None:
         return None
     nodes = {alg.unary(sign, "Sign")[1]}
-    t_const = alg.scalar(t)
     for other, exp in mono.factors.items():
         split = _abs_minus_t(alg, other, p) if exp == 1 and other not in (mask, sign) else None
-        if split is None:
-            continue
-        shift, shift_nodes = split
-        if isinstance(shift, str) and shift == t:
-            return [sign, other], nodes | shift_nodes, t
-        value = alg.scalar(shift) if isinstance(shift, str) else float(shift)
-        if value is not None and t_const is not None and same_threshold(float_dtype(alg.index, p), t_const, strict, value):
-            return [sign, other], nodes | shift_nodes, t if value == t_const else np.array(value, np.float32)
+        threshold = None if split is None else _shift_threshold(alg, p, t, split[0], strict)
+        if threshold is not None:
+            return [sign, other], nodes | split[1], threshold
     return None
 
 
