@@ -364,6 +364,12 @@ class GraphIndex:
         i = self.producer.get(name)
         return None if i is None else self.nodes[i]
 
+    def may_be_const(self, name: str) -> bool:
+        """Whether const(name) can be a value, without reading one: the pre-checks of patterns
+        ask this of every node of a kind, most of which read computed values."""
+        i = self.producer.get(name)
+        return self.nodes[i].op_type == "Constant" if i is not None else name in self.initializers or name in self.folded
+
     def const(self, name: str) -> np.ndarray | None:
         """Value of a true constant: a Constant node or an initializer the user cannot override."""
         if name in self._const_cache:

@@ -96,10 +96,8 @@ def _may_be_softshrink(index: GraphIndex, node: Node) -> bool:
 
 def _may_be_sign(index: GraphIndex, node: Node) -> bool:
     """Where(c, 1, -1) or Where(c, -1, 1): a sign written as a select (_sign_as_where)."""
-    if len(node.input) != 3 or any(index.producer.get(v) is not None and index.nodes[index.producer[v]].op_type != "Constant"
-                                   for v in node.input[1:]):
-        return False  # most Wheres select between computed values: no constant lookup for those
-    return {index.scalar(v) for v in node.input[1:]} == {1.0, -1.0}
+    return (len(node.input) == 3 and all(index.may_be_const(v) for v in node.input[1:])
+            and {index.scalar(v) for v in node.input[1:]} == {1.0, -1.0})
 
 
 def _select_part(index: GraphIndex, node: Node) -> bool:

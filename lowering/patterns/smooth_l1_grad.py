@@ -327,10 +327,7 @@ def _capped_at_one(alg: Algebra, node: Node) -> tuple[float, set[int]] | None:
 
 def _selects_against_zero(index: GraphIndex, node: Node) -> bool:
     """Where(c, A, 0) or Where(c, 0, B): one branch of a loss's gradient (Algebra._select_sum)."""
-    # most Wheres of a graph select between computed values: no constant lookup for those
-    return len(node.input) == 3 and any(
-        (v in index.initializers or v in index.folded or (index.node_of(v) or node).op_type == "Constant")
-        and index.scalar(v) == 0.0 for v in node.input[1:])
+    return len(node.input) == 3 and any(index.may_be_const(v) and index.scalar(v) == 0.0 for v in node.input[1:])
 
 
 def _caps_abs(index: GraphIndex, node: Node) -> bool:
