@@ -1,9 +1,12 @@
 """Inputs for a diff: read from an .npz file or generated from the model's input specs.
 
-Generated inputs are seeded and mix random values with edges: zeros of both signs, +-1, tiny and
-large magnitudes, negatives, and, for every fused node fed straight from graph inputs, values that
-sit exactly on its threshold (|predict - label| == sigma; |var| == alpha*l1 with delta == 0).
-inf and NaN appear only when asked for (`nonfinite=True`).
+Generated inputs are seeded and mix random values with edges: zeros of both signs, +-1, tiny
+magnitudes, negatives, and, for every fused node fed straight from graph inputs, values that sit
+exactly on its threshold (|predict - label| == sigma; |var| == alpha*l1 with delta == 0).
+Large magnitudes go only into inputs a fused node reads (through Cast/Identity at most): fed into
+the layers before a fused node they overflow there (exp, matmul), and the inf and NaN that come
+out test the network, not the fusion, and drown the diff. inf and NaN appear only when asked for
+(`nonfinite=True`), and then in every input.
 """
 
 from __future__ import annotations
@@ -186,6 +189,8 @@ class EdgeHints:
     prox_scalars: dict[str, str] = field(default_factory=dict)
     # (var input, delta input, alpha src, l1 src, l2 src, scalar_form); a src is an input name or a float
     prox_pairs: list[tuple[str, str, str | float, str | float, str | float, str]] = field(default_factory=list)
+    # graph inputs some fused node reads straight (through Cast/Identity): these get large values
+    direct: set[str] = field(default_factory=set)
 
 
 def _source_input(model_inputs: set[str], producers: dict[str, onnx.NodeProto], name: str) -> str | None:
@@ -215,6 +220,7 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
     for node in fused_model.graph.node:
         if node.domain != DOMAIN:
             continue
+        hints.direct.update(filter(None, (_source_input(inputs, producers, n) for n in node.input if n)))
         attrs = fused_attrs(node)
         if node.op_type == SMOOTH_L1_GRAD:
             p, lab = (_source_input(inputs, producers, n) for n in node.input[:2])
@@ -238,9 +244,10 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
 # ------------------------------------------------------------------------------- generation
 
 
-def _edges(dtype_name: str, nonfinite: bool) -> np.ndarray:
-    large = _LARGE[dtype_name]
-    edges = [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 1e-3, -1e-3, large, -large, 3.0, -7.5]
+def _edges(dtype_name: str, nonfinite: bool, large: bool) -> np.ndarray:
+    edges = [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 1e-3, -1e-3, 3.0, -7.5]
+    if large:
+        edges += [_LARGE[dtype_name], -_LARGE[dtype_name]]
     if nonfinite:
         edges += [np.inf, -np.inf, np.nan]
     return np.array(edges, np.float64)
@@ -251,10 +258,10 @@ def _dtype_name(dt: np.dtype) -> str:
 
 
 def _random_float(rng: np.random.Generator, spec_dtype: np.dtype, shape: tuple[int, ...],
-                  nonfinite: bool) -> np.ndarray:
+                  nonfinite: bool, large: bool) -> np.ndarray:
     n = int(np.prod(shape, dtype=np.int64))
     values = rng.normal(0.0, 2.0, n)
-    edges = _edges(_dtype_name(spec_dtype), nonfinite)
+    edges = _edges(_dtype_name(spec_dtype), nonfinite, large)
     if n:
         k = max(1, int(n * _EDGE_SHARE)) if n > 1 else int(rng.random() < _EDGE_SHARE)
         pos = rng.choice(n, size=k, replace=False)
@@ -300,7 +307,7 @@ def generate_inputs(
         if s.name in hints.prox_scalars:
             out[s.name] = np.full(shape, _scalar_value(rng, hints.prox_scalars[s.name])).astype(s.dtype)
         elif s.dtype in _FLOATS:
-            out[s.name] = _random_float(rng, s.dtype, shape, nonfinite)
+            out[s.name] = _random_float(rng, s.dtype, shape, nonfinite, s.name in hints.direct)
         elif s.dtype == np.bool_:
             out[s.name] = rng.random(shape) < 0.5
         elif s.dtype.kind in "iu":

@@ -79,3 +79,22 @@ def test_symbolic_dims_are_shared_and_checked(build):
         resolve_shapes(specs, {"predict": (8, 6)})
     with pytest.raises(InputError, match="dim 'batch'"):
         resolve_shapes(specs, {"predict": (8, 5), "label": (9, 5)})
+
+
+def test_large_values_only_where_a_fused_node_reads_the_input(build):
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    # predict = exp(z): a 1e30 in z would be inf before the fused node ever sees it
+    model = build.smooth_l1_model()
+    model.graph.input[0].name = "z"
+    model.graph.node.insert(0, h.make_node("Exp", ["z"], ["predict"]))
+    assert model.graph.input[0].type.tensor_type.elem_type == T.FLOAT
+    for seed in range(4):
+        feeds = _gen(model, seed)
+        z, lab = feeds["z"], feeds["label"]
+        assert np.abs(lab).max() >= 1e29  # read straight by the fused node
+        assert np.abs(z).max() < 100 and np.isfinite(np.exp(z.astype(np.float64))).all()
+        assert np.any(z == 0) and np.any(np.signbit(z) & (z == 0))  # the other edges are still there
+    feeds = _gen(model, nonfinite=True)
+    assert np.isnan(feeds["z"]).any() and np.isinf(feeds["z"]).any()  # asked for: everywhere
