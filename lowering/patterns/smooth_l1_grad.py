@@ -79,15 +79,18 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     if found is None:  # the sign(x) (or dout) may come in by the products that follow
         return _with_outer_scaling(alg, out, sel, cmp)
     if found.output == out and not isinstance(found.inputs[2], str):
-        return _with_outer_scaling(alg, out, sel, cmp) or found
+        try:
+            return _with_outer_scaling(alg, out, sel, cmp) or found
+        except NoMatch:  # the products that follow do not join it: the select alone is fused
+            return found
     return found
 
 
 def _with_outer_scaling(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
     """The match grown over the products that scale a select without dout afterwards
     (tf.where(|x| < beta, x/beta, sign(x)) * dout / n): they follow the select, one consumer
-    after the other, and join both branches. None when they do not make a SmoothL1 gradient;
-    the select alone is fused then."""
+    after the other, and join both branches. None when there are none or they do not scale the
+    select; NoMatch when the grown form is refused (its reason is the near-match's)."""
     index = alg.index
     top = out
     for _ in range(MAX_WALK):  # the product view walks no further either
@@ -106,10 +109,7 @@ def _with_outer_scaling(alg: Algebra, out: str, sel: Select, cmp: Comparison) ->
         return None
     scaled = Select(sel.cond, product(scale, sel.when_true), product(scale, sel.when_false),
                     sel.nodes | mono.nodes, sel.arithmetic)
-    try:
-        return _match_abs_select(alg, top, scaled, cmp)
-    except NoMatch:
-        return None
+    return _match_abs_select(alg, top, scaled, cmp)
 
 
 def _abs_times_sign(alg: Algebra, mono: Monomial, x: str) -> Monomial:
