@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
@@ -93,6 +94,29 @@ def test_predict_label_broadcast_is_refused() -> None:
             g.inputs.pop(1)
             parts["l"] = g.input("label", shape=(4,))
     _assert_rejected(_sl1_graph(mutate), SL1, "shapes differ")
+
+
+def test_broadcast_label_in_autograd_of_a_where_loss_is_reported() -> None:
+    # autograd of torch.where(n < b, 0.5*n*n/b, n - 0.5*b) with n = |p - t[:, None]|: the sum of
+    # Wheres against 0 is scaled by sign(x) only afterwards, so the refusal comes from the grown
+    # match (it was dropped there, and the model was missed without a reason)
+    g = G()
+    p, t, go = g.input("predict"), g.input("label", shape=(3, 1)), g.input("dout", shape=())
+    x = g.op("Sub", p, t)
+    n = g.op("Abs", x)
+    b = g.const(0.5)
+    c = g.op("Less", n, b)
+    zero = g.const(0.0)
+    shape = g.fresh("shape")
+    g.inits.append(numpy_helper.from_array(np.array([3, 4], np.int64), shape))
+    d = g.op("Div", g.op("Expand", go, shape), g.const(12.0))
+    inside = g.op("Where", c, d, zero)
+    outside = g.op("Where", c, zero, d)
+    half = g.op("Div", inside, b)
+    y = g.op("Mul", g.op("Add", g.op("Add", outside, g.op("Mul", half, g.op("Mul", n, b))),
+                          g.op("Mul", g.op("Mul", half, n), b)), g.op("Sign", x))
+    g.output(y)
+    _assert_rejected(g.model(), SL1, "the kernel does not broadcast them")
 
 
 def test_dout_partial_broadcast_is_refused() -> None:
