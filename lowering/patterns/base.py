@@ -103,6 +103,17 @@ def float_dtype(index: GraphIndex, value: str) -> int | None:
     return t if t in FLOAT_TYPES else None
 
 
+def require_float(index: GraphIndex, value: str, role: str) -> int:
+    """The float16/bfloat16/float32 element type of `value`; NoMatch naming `role` otherwise,
+    saying whether its type is another one or not known at all (a contrib op without value_info)."""
+    t = index.elem_type(value)
+    if t in FLOAT_TYPES:
+        return t
+    if t is None:
+        raise NoMatch(f"{role} ({value}) has no known element type")
+    raise NoMatch(f"{role} ({value}) is {DTYPE_NAMES.get(t, t)}, not float16/bfloat16/float32")
+
+
 def same_threshold(dtype: int | None, compared: float, strict: bool, shift: float) -> bool:
     """Whether taking the shifted branch p - sign(p)*shift where |p| > compared (strict) or
     |p| >= compared is the shrink at threshold shift for every |p| of dtype: the shrink takes it

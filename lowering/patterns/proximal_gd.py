@@ -24,7 +24,7 @@ from ..algebra import Algebra, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element,
-                   refuse_float32_finish, require, same_shape, same_threshold, shapes_differ, single_factor, zero_branch,
+                   refuse_float32_finish, require, require_float, same_shape, same_threshold, shapes_differ, single_factor, zero_branch,
                    zero_nodes)
 
 FAMILY = "proximal_gd"
@@ -56,9 +56,8 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     require(update is not None, "p is not var - alpha * delta with a scalar alpha")
     var, delta, alpha, update_nodes = update
     index = alg.index
-    dtype = float_dtype(index, var)
-    require(dtype is not None, "var is not a float16/bfloat16/float32 tensor")
-    require(float_dtype(index, delta) == dtype, "var and delta have different dtypes")
+    dtype = require_float(index, var, "var")
+    require(require_float(index, delta, "delta") == dtype, "var and delta have different dtypes")
     require(same_shape(index, var, delta), shapes_differ(index, var, delta, "var and delta"))
     scalar_form, l1, l2, scalar_nodes = _scalars(alg, alpha, t, rest)
     for name, value in (("alpha", alpha), ("l1", l1), ("l2", l2)):

@@ -28,7 +28,7 @@ from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, cl
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, fill_value, float_dtype, is_single_element,
-                   refuse_float32_finish, require, same_shape, shapes_differ, single_factor, zero_branch)
+                   refuse_float32_finish, require, require_float, same_shape, shapes_differ, single_factor, zero_branch)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -457,9 +457,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         douts = [grouped[0]]
         nodes = nodes - grouped[1]
         k /= grouped[2]
-    dtype = float_dtype(index, predict)
-    require(dtype is not None, "predict is not a float16/bfloat16/float32 tensor")
-    require(float_dtype(index, label) == dtype, "predict and label have different dtypes")
+    dtype = require_float(index, predict, "predict")
+    require(require_float(index, label, "label") == dtype, "predict and label have different dtypes")
     require(same_shape(index, predict, label),
             shapes_differ(index, predict, label, "predict and label") + "; the kernel does not broadcast them")
     dout: str | np.ndarray
