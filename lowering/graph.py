@@ -298,7 +298,9 @@ class ValueTypes:
     def _infer(self) -> None:
         self.inferred = True
         try:
-            inferred = onnx.shape_inference.infer_shapes(self._model)
+            # data propagation follows Shape -> Slice/Concat -> Reshape/Expand chains, which
+            # exporters write for views and ones_like when they leave value_info out
+            inferred = onnx.shape_inference.infer_shapes(self._model, data_prop=True)
         except onnx.checker.ValidationError as exc:  # what the checker lets through: recursive functions
             raise LoweringError(f"the model is invalid: {str(exc).strip().splitlines()[0][:300]}") from None
         except (onnx.shape_inference.InferenceError, ValueError, EncodeError):
