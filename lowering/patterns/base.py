@@ -57,6 +57,21 @@ def refuse_float32_finish(alg: Algebra, x: str, what: str) -> None:
                       "widened values): no fused op computes that")
 
 
+def refuse_rounded_abs(alg: Algebra, compared: str) -> None:
+    """Raises NoMatch when a comparison reads |x| of a float32 x rounded to float16/bfloat16 and
+    widened back: onnxruntime's CPU optimizer saves float16 graphs that way (its
+    InsertedPrecisionFreeCast nodes compute in float32 and round only what the model compared).
+    The rounding moves the threshold to a midpoint between two float16 values, away from the
+    beta or t the branches use, and float32 values of x lie between the two."""
+    narrow = alg.widened(compared)
+    cast = None if narrow == compared else alg.producer(narrow, "Cast")
+    if cast is not None and alg.index.elem_type(cast[1].input[0]) == onnx.TensorProto.FLOAT \
+            and alg.unary(cast[1].input[0], "Abs") is not None:
+        raise NoMatch(f"the comparison reads |x| rounded to {DTYPE_NAMES[alg.index.elem_type(narrow)]} and back "
+                      "while x is float32 (onnxruntime's CPU optimizer writes this): it compares at another "
+                      "threshold than its branches use")
+
+
 def require(condition: bool, reason: str) -> None:
     if not condition:
         raise NoMatch(reason)

@@ -24,7 +24,7 @@ from ..algebra import Algebra, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element,
-                   refuse_float32_finish, require, require_float, same_shape, same_threshold, shapes_differ, single_factor, zero_branch,
+                   refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape, same_threshold, shapes_differ, single_factor, zero_branch,
                    zero_nodes)
 
 FAMILY = "proximal_gd"
@@ -282,6 +282,8 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     if where is not None:  # the condition decides before the branches are walked
         cmp = alg.compare(where[1].input[0])
         if cmp is None or cmp.relation not in (">", "<=") or alg.unary(alg.widened(cmp.lhs), "Abs") is None:
+            if cmp is not None:
+                refuse_rounded_abs(alg, cmp.lhs)
             return None
     sel = alg.select(value)
     cmp = None if sel is None else alg.compare(sel.cond)

@@ -28,7 +28,7 @@ from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, cl
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, fill_value, float_dtype, is_single_element,
-                   refuse_float32_finish, require, require_float, same_shape, shapes_differ, single_factor, zero_branch)
+                   refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape, shapes_differ, single_factor, zero_branch)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -64,6 +64,8 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         cmp = alg.compare(node.input[0])
         lhs = None if cmp is None else alg.widened(cmp.lhs)
         if lhs is None or (alg.unary(lhs, "Abs") is None and alg.producer(lhs, "Sub") is None):
+            if cmp is not None:
+                refuse_rounded_abs(alg, cmp.lhs)
             return None
     if node.op_type in ("Add", "Sum") and out not in alg.reached(_SELECT_SUM_ENDS):
         return None
