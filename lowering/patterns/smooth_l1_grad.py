@@ -207,9 +207,10 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
                       stop=frozenset({x}))
     middle = inner_sel.when_false.without(x)
     require(middle is not None, "the middle branch is not proportional to x")
-    low, high = _uniform_as(alg, low, middle), _uniform_as(alg, high, middle)
+    low, high = _uniform_as(alg, low, middle, x), _uniform_as(alg, high, middle, x)
     require(low.factors == high.factors == middle.factors,
-            "the three branches scale by different runtime values")
+            "the three branches scale by different values (" + ", ".join(
+                " * ".join(sorted(m.factors)) or "constant" for m in (low, middle, high)) + ")")
     require(close(low.coef, -high.coef), "the x < -beta branch is not the negated x > beta branch")
     require(_same_scale(alg, x, middle.coef, high.coef / beta),
             f"the middle branch scales x by {middle.coef:g}, not by K/beta = {high.coef / beta:g}")
@@ -219,13 +220,21 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
     return _finish(alg, form, out, x, rest, beta, nodes, arithmetic=sel.arithmetic or inner_sel.arithmetic)
 
 
-def _uniform_as(alg: Algebra, mono: Monomial, ref: Monomial) -> Monomial:
+def _uniform_as(alg: Algebra, mono: Monomial, ref: Monomial, x: str) -> Monomial:
     """mono written in ref's factor when both are one constant tensor of one shape and type, each
     holding one number everywhere: the dynamo optimizer folds delta * ones_like(x) of a Huber
-    gradient into full tensors of +-delta beside the ones its middle branch multiplies by."""
-    if mono.factors == ref.factors or len(mono.factors) != 1 or len(ref.factors) != 1:
+    gradient into full tensors of +-delta beside the ones its middle branch multiplies by. When
+    ref has no factor at all (onnxsim and onnxoptimizer drop that x * ones), mono's one number
+    joins its coefficient, as long as the tensor does not broadcast x to a larger shape."""
+    if mono.factors == ref.factors or len(mono.factors) != 1:
         return mono
-    (name, exp), (ref_name, ref_exp) = next(iter(mono.factors.items())), next(iter(ref.factors.items()))
+    (name, exp), = mono.factors.items()
+    if not ref.factors:
+        value = _uniform_value(alg, name, x) if exp == 1 else None
+        return mono if value is None else Monomial(mono.coef * value, {}, set(mono.nodes))
+    if len(ref.factors) != 1:
+        return mono
+    (ref_name, ref_exp), = ref.factors.items()
     c, r = alg.index.const(name), alg.index.const(ref_name)
     if (exp != 1 or ref_exp != 1 or c is None or r is None or c.shape != r.shape or c.dtype != r.dtype
             or not c.size or not (c == c.flat[0]).all() or not (r == r.flat[0]).all() or r.flat[0] == 0):

@@ -318,17 +318,22 @@ def test_mean_over_the_numel_of_x_itself_fuses() -> None:
     assert next(a.s for a in node.attribute if a.name == "reduction") == b"mean"
 
 
-def _huber_folded(low_values: np.ndarray) -> onnx.ModelProto:
+def _huber_folded(low_values: np.ndarray, ones: bool = True) -> onnx.ModelProto:
     """autograd of F.huber_loss(reduction='none', delta=0.5).sum() after dynamo's optimizer:
-    Where(x < -0.5, LOW, Where(x > 0.5, HIGH, x * ONES)) with the constants full tensors."""
+    Where(x < -0.5, LOW, Where(x > 0.5, HIGH, x * ONES)) with the constants full tensors; without
+    `ones`, the middle branch is x itself (onnxsim, onnxslim and onnxoptimizer drop x * ONES)."""
+    mid = "mid" if ones else "x"
     nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Less", ["x", "neg"], ["lo"]),
-             h.make_node("Greater", ["x", "pos"], ["hi"]), h.make_node("Mul", ["x", "ones"], ["mid"]),
-             h.make_node("Where", ["hi", "high", "mid"], ["inner"]), h.make_node("Where", ["lo", "low", "inner"], ["grad"])]
+             h.make_node("Greater", ["x", "pos"], ["hi"]), h.make_node("Where", ["hi", "high", mid], ["inner"]),
+             h.make_node("Where", ["lo", "low", "inner"], ["grad"])]
+    if ones:
+        nodes.insert(3, h.make_node("Mul", ["x", "ones"], ["mid"]))
     constants = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("neg", -0.5), ("pos", 0.5))]
     constants += [numpy_helper.from_array(v.astype(np.float32), n) for n, v in
-                  (("ones", np.ones(N)), ("high", np.full(N, 0.5)), ("low", low_values))]
+                  ((("ones", np.ones(N)),) if ones else ()) + (("high", np.full(low_values.shape, 0.5)), ("low", low_values))]
+    out_shape = np.broadcast_shapes(low_values.shape, (N,))
     graph = h.make_graph(nodes, "huber_none", [h.make_tensor_value_info(n, T.FLOAT, (N,)) for n in ("p", "t")],
-                         [h.make_tensor_value_info("grad", T.FLOAT, (N,))], constants)
+                         [h.make_tensor_value_info("grad", T.FLOAT, out_shape)], constants)
     return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
 
 
@@ -344,6 +349,22 @@ def test_huber_gradient_with_its_scale_folded_into_full_tensors_fuses() -> None:
 
 def test_huber_gradient_with_a_non_uniform_constant_is_not_fused() -> None:
     _assert_not_fused(_huber_folded(np.linspace(-0.5, -0.4, N)))
+
+
+def test_huber_gradient_whose_ones_factor_an_optimizer_dropped_fuses() -> None:
+    # Where(x < -0.5, LOW, Where(x > 0.5, HIGH, x)): the full tensors' one value is the scale
+    model = _huber_folded(np.full(N, -0.5), ones=False)
+    rng = np.random.default_rng()
+    feeds = {n: rng.standard_normal(N).astype(np.float32) for n in ("p", "t")}
+    feeds["p"][:5], feeds["t"][:5] = [0.5, -0.5, np.nan, 0.0, np.inf], 0.0
+    node = _assert_fuses(model, SL1, feeds)
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["sigma"] == 0.5 and attrs["scale"] == 0.5 and attrs["reduction"] == b"sum"
+
+
+def test_huber_gradient_whose_constant_branches_broadcast_x_is_not_fused() -> None:
+    # the branches' [2, N] tensors make the gradient [2, N] from an x of [N]: no fused op does that
+    _assert_not_fused(_huber_folded(np.full((2, N), -0.5), ones=False))
 
 
 def test_half_softshrink_comparing_a_widened_runtime_threshold_fuses() -> None:
