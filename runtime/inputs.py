@@ -189,20 +189,29 @@ class EdgeHints:
     prox_scalars: dict[str, str] = field(default_factory=dict)
     # (var input, delta input, alpha src, l1 src, l2 src, scalar_form); a src is an input name or a float
     prox_pairs: list[tuple[str, str, str | float, str | float, str | float, str]] = field(default_factory=list)
-    # graph inputs some fused node reads straight (through Cast/Identity): these get large values
-    direct: set[str] = field(default_factory=set)
+    # graph inputs some fused node reads straight (through Cast/Identity): these get large values,
+    # float16's when a Cast on the way narrows them to float16 (True), else their own dtype's
+    direct: dict[str, bool] = field(default_factory=dict)
 
 
-def _source_input(model_inputs: set[str], producers: dict[str, onnx.NodeProto], name: str) -> str | None:
-    """The graph input a value comes from through Cast/Identity/Reshape-free chains, if any."""
-    seen = 0
+def _source_chain(model_inputs: set[str], producers: dict[str, onnx.NodeProto], name: str
+                  ) -> tuple[str | None, bool]:
+    """The graph input a value comes from through Cast/Identity chains, if any, and whether a Cast
+    on the way converts to float16."""
+    seen, to_half = 0, False
     while name not in model_inputs and seen < 8:
         node = producers.get(name)
         if node is None or node.domain not in ("", "ai.onnx") or node.op_type not in ("Cast", "Identity"):
-            return None
+            return None, False
+        to_half = to_half or (node.op_type == "Cast" and any(
+            a.name == "to" and a.i == onnx.TensorProto.FLOAT16 for a in node.attribute))
         name = node.input[0]
         seen += 1
-    return name if name in model_inputs else None
+    return (name, to_half) if name in model_inputs else (None, False)
+
+
+def _source_input(model_inputs: set[str], producers: dict[str, onnx.NodeProto], name: str) -> str | None:
+    return _source_chain(model_inputs, producers, name)[0]
 
 
 def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
@@ -220,7 +229,10 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
     for node in fused_model.graph.node:
         if node.domain != DOMAIN:
             continue
-        hints.direct.update(filter(None, (_source_input(inputs, producers, n) for n in node.input if n)))
+        for name in filter(None, node.input):
+            source, to_half = _source_chain(inputs, producers, name)
+            if source is not None:
+                hints.direct[source] = hints.direct.get(source, False) or to_half
         attrs = fused_attrs(node)
         if node.op_type == SMOOTH_L1_GRAD:
             p, lab = (_source_input(inputs, producers, n) for n in node.input[:2])
@@ -244,10 +256,11 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
 # ------------------------------------------------------------------------------- generation
 
 
-def _edges(dtype_name: str, nonfinite: bool, large: bool) -> np.ndarray:
+def _edges(large: str | None, nonfinite: bool) -> np.ndarray:
+    """The edge values; `large` names the dtype whose large magnitude is among them, if any."""
     edges = [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 1e-3, -1e-3, 3.0, -7.5]
     if large:
-        edges += [_LARGE[dtype_name], -_LARGE[dtype_name]]
+        edges += [_LARGE[large], -_LARGE[large]]
     if nonfinite:
         edges += [np.inf, -np.inf, np.nan]
     return np.array(edges, np.float64)
@@ -258,10 +271,10 @@ def _dtype_name(dt: np.dtype) -> str:
 
 
 def _random_float(rng: np.random.Generator, spec_dtype: np.dtype, shape: tuple[int, ...],
-                  nonfinite: bool, large: bool) -> np.ndarray:
+                  nonfinite: bool, large: str | None) -> np.ndarray:
     n = int(np.prod(shape, dtype=np.int64))
     values = rng.normal(0.0, 2.0, n)
-    edges = _edges(_dtype_name(spec_dtype), nonfinite, large)
+    edges = _edges(large, nonfinite)
     if n:
         k = max(1, int(n * _EDGE_SHARE)) if n > 1 else int(rng.random() < _EDGE_SHARE)
         pos = rng.choice(n, size=k, replace=False)
@@ -307,7 +320,9 @@ def generate_inputs(
         if s.name in hints.prox_scalars:
             out[s.name] = np.full(shape, _scalar_value(rng, hints.prox_scalars[s.name])).astype(s.dtype)
         elif s.dtype in _FLOATS:
-            out[s.name] = _random_float(rng, s.dtype, shape, nonfinite, s.name in hints.direct)
+            halved = hints.direct.get(s.name)
+            large = None if halved is None else "float16" if halved else _dtype_name(s.dtype)
+            out[s.name] = _random_float(rng, s.dtype, shape, nonfinite, large)
         elif s.dtype == np.bool_:
             out[s.name] = rng.random(shape) < 0.5
         elif s.dtype.kind in "iu":

@@ -98,3 +98,20 @@ def test_large_values_only_where_a_fused_node_reads_the_input(build):
         assert np.any(z == 0) and np.any(np.signbit(z) & (z == 0))  # the other edges are still there
     feeds = _gen(model, nonfinite=True)
     assert np.isnan(feeds["z"]).any() and np.isinf(feeds["z"]).any()  # asked for: everywhere
+
+
+def test_float32_inputs_cast_to_float16_get_float16_large_values(build):
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    # onnxconverter-common's keep_io_types: float32 graph inputs, Cast to float16 on the way in;
+    # a 1e30 would be inf after the Cast, which tests the converter's Cast, not the fusion
+    model = build.smooth_l1_model(dtype=T.FLOAT16)
+    for vi in model.graph.input:
+        model.graph.node.insert(0, h.make_node("Cast", [vi.name + "32"], [vi.name], to=T.FLOAT16))
+        vi.name += "32"
+        vi.type.tensor_type.elem_type = T.FLOAT
+    feeds = _gen(model)
+    p = feeds["predict32"]
+    assert p.dtype == np.float32 and np.abs(p).max() == 16384.0
+    assert np.isfinite((p.astype(np.float16) - feeds["label32"].astype(np.float16))).all()
