@@ -192,6 +192,10 @@ class EdgeHints:
     # graph inputs some fused node reads straight (through Cast/Identity): these get large values,
     # float16's when a Cast on the way narrows them to float16 (True), else their own dtype's
     direct: dict[str, bool] = field(default_factory=dict)
+    # graph inputs every reader Casts to float16/bfloat16 -> that dtype (onnxconverter-common's
+    # keep_io_types): their values are generated in it, so that the Cast is exact and the result
+    # does not depend on onnxruntime's CPU dropping Cast pairs (it computes float16 in float32)
+    narrowed: dict[str, str] = field(default_factory=dict)
 
 
 def _source_chain(model_inputs: set[str], producers: dict[str, onnx.NodeProto], name: str
@@ -225,6 +229,17 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
         if name in consts and consts[name].size == 1:
             return float(consts[name].reshape(-1)[0])
         return _source_input(inputs, producers, name)
+
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in fused_model.graph.node:
+        for name in set(node.input) & inputs:
+            readers.setdefault(name, []).append(node)
+    half = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
+    for name, nodes in readers.items():
+        targets = {next((a.i for a in n.attribute if a.name == "to"), None) if n.op_type == "Cast" else None
+                   for n in nodes}
+        if len(targets) == 1 and (target := targets.pop()) in half:
+            hints.narrowed[name] = half[target]
 
     for node in fused_model.graph.node:
         if node.domain != DOMAIN:
@@ -344,4 +359,8 @@ def generate_inputs(
                      for x in (alpha, l1, l2))
         threshold, _ = proximal_scalars(a, t1, t2, form)
         _plant(rng, out[var], out[delta], np.array([threshold, -threshold, 0.0, -0.0]), np.zeros(1))
+    for name, dtype_name in hints.narrowed.items():
+        if name in out and out[name].dtype in (np.float32, np.float64):
+            with np.errstate(over="ignore"):
+                out[name] = out[name].astype(_BF16 if dtype_name == "bfloat16" else np.float16).astype(out[name].dtype)
     return out
