@@ -153,6 +153,9 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
     for value in m.inputs:
         if isinstance(value, str) and index.producer.get(value) in m.interior:
             raise NoMatch(f"internal: input {value} is computed inside the match")
+    if m.expand and len(_broadcast_positions(index, m, root)) < 2 * len(m.expand):
+        raise NoMatch("too few matched nodes after its inputs leave the graph to put the Expand of a broadcast "
+                      "input in their place")
 
 
 def _same_shape_input(index: GraphIndex, m: Match, name: str) -> str | None:
@@ -200,8 +203,9 @@ class _Rewritten:
     positions: list[int]  # of each node: the index position of the node it keeps or replaces
     replacement: dict[int, Node]  # position -> fused node or re-emitted copy
     gone: set[int]  # positions whose node is not in the output (unless replaced): matched, dead before or after
-    renamed_at: dict[str, int]  # fresh names of re-emitted copies -> their position
+    renamed_at: dict[str, int]  # fresh names of re-emitted copies and broadcasts -> their position
     new_reads: set[str]  # values the replacements read
+    value_info: list[onnx.ValueInfoProto]  # types of the broadcast inputs of fused nodes
 
 
 def _tensor(value: np.ndarray, name: str) -> onnx.TensorProto:
@@ -228,7 +232,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
     bodies = FunctionBodies(index, default_opset(model), functions)
-    out = _Rewritten([], [], [], [], {}, set(), {}, set())
+    out = _Rewritten([], [], [], [], {}, set(), {}, set(), [])
     replacement = out.replacement
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
@@ -241,10 +245,14 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
                 tensor = _tensor(np.asarray(value), names.fresh(f"{node_name}_{formal}"))
                 out.initializers.append(tensor)
                 input_names.append(tensor.name)
+        root = index.producer[m.output]
+        # the body reads the inputs as the matched nodes did; the fused node reads them broadcast
+        body_inputs = list(input_names)
+        if m.expand:
+            input_names = _broadcast_inputs(index, m, root, node_name, input_names, names, out)
         fused = onnx.NodeProto(op_type=m.op_type, domain=DOMAIN, name=node_name, input=input_names, output=[m.output],
                                attribute=[_attribute(k, v) for k, v in sorted(m.attrs.items())])
-        fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary), input_names, m.output)
-        root = index.producer[m.output]
+        fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary), body_inputs, m.output)
         replacement[root] = Node(fused, node_name, m.op_type, DOMAIN, tuple(input_names), (m.output,))
         out.fused.append(replacement[root])
         removed |= m.interior
@@ -273,6 +281,41 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             if node.domain != DOMAIN and any(n in renamed for n in node.input):
                 node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
     return out
+
+
+def _broadcast_positions(index: GraphIndex, m: Match, root: int) -> list[int]:
+    """Positions of matched nodes that leave the graph after the inputs m.expand reads and
+    before the root: where the Shape and Expand of the broadcast inputs go."""
+    read = {v for k, like in m.expand.items() for v in (m.inputs[k], m.inputs[like])}
+    after = max(index.producer.get(v, -1) for v in read)
+    return sorted(i for i in m.interior if after < i < root and i not in m.duplicate)
+
+
+def _broadcast_inputs(index: GraphIndex, m: Match, root: int, node_name: str, input_names: list[str],
+                      names: _Names, out: _Rewritten) -> list[str]:
+    """Expand(input, Shape(like)) for each input m.expand broadcasts, each node in the place of a
+    matched node (_broadcast_positions; _check_closed made sure there are enough), so the order
+    stays topological."""
+    free = iter(_broadcast_positions(index, m, root))
+    spec = OP_SPECS[m.op_type]
+    inputs = list(input_names)
+    for k, like in sorted(m.expand.items()):
+        shape_at, expand_at = next(free), next(free)
+        formal = spec.inputs[k]
+        shape = names.fresh(f"{node_name}_{formal}_shape")
+        expanded = names.fresh(f"{node_name}_{formal}_broadcast")
+        nodes = (onnx.NodeProto(op_type="Shape", name=names.fresh(f"{node_name}_{formal}_shape"),
+                                input=[input_names[like]], output=[shape]),
+                 onnx.NodeProto(op_type="Expand", name=names.fresh(f"{node_name}_{formal}_broadcast"),
+                                input=[input_names[k], shape], output=[expanded]))
+        for at, proto in zip((shape_at, expand_at), nodes):
+            out.replacement[at] = Node(proto, proto.name, proto.op_type, "", tuple(proto.input), tuple(proto.output))
+            out.renamed_at[proto.output[0]] = at
+        vt = index.type_of(input_names[like])
+        dims = None if vt is None or vt.shape is None else list(vt.shape)
+        out.value_info.append(helper.make_tensor_value_info(expanded, index.elem_type(input_names[k]), dims))
+        inputs[k] = expanded
+    return inputs
 
 
 def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, fused: list[Node], typed: set[str]) -> None:
@@ -342,7 +385,8 @@ def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -
     graph.initializer.extend([t for name, t in info.initializers.items() if name in info.graph_inputs or still_read(name)])
     graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items() if still_read(name))
     graph.initializer.extend(rewritten.initializers)
-    _type_fused_values(graph, info, rewritten.fused, new_inits | folded.keys())
+    graph.value_info.extend(rewritten.value_info)
+    _type_fused_values(graph, info, rewritten.fused, new_inits | folded.keys() | {vi.name for vi in rewritten.value_info})
     if not any(o.domain == DOMAIN for o in work.opset_import):
         work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     work.ir_version = max(work.ir_version, FUNCTION_IR_VERSION)

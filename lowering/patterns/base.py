@@ -31,6 +31,9 @@ class Match:
     duplicate: set[int] = field(default_factory=set)  # interior nodes re-emitted for outside users (CSE undone)
     # interior values only Shape/Size nodes outside read -> an input of the match of the same shape they read instead
     shape_reads: dict[str, str] = field(default_factory=dict)
+    # input index -> index of the input whose shape it is broadcast to by an Expand the rewrite
+    # puts before the fused node (a label that broadcasts to predict's shape)
+    expand: dict[int, int] = field(default_factory=dict)
 
 
 class NoMatch(Exception):
@@ -91,6 +94,15 @@ def shape_text(index: GraphIndex, value: str) -> str:
     if vt is None or vt.shape is None:
         return f"{value}: shape unknown"
     return f"{value}: [{', '.join('?' if d is None else str(d) for d in vt.shape)}]"
+
+
+def broadcasts_to(index: GraphIndex, small: str, full: str) -> bool:
+    """True when `small`'s shape broadcasts to `full`'s without changing it: both ranks known, and
+    every dim of small, aligned right, is 1 or known to equal full's (a number or the same name)."""
+    ts, tf = index.type_of(small), index.type_of(full)
+    if ts is None or tf is None or ts.shape is None or tf.shape is None or len(ts.shape) > len(tf.shape):
+        return False
+    return all(d == 1 or (d is not None and d == e) for d, e in zip(reversed(ts.shape), reversed(tf.shape)))
 
 
 def shapes_differ(index: GraphIndex, a: str, b: str, what: str) -> str:

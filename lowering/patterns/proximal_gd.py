@@ -24,8 +24,8 @@ from ..algebra import Algebra, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element,
-                   refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape, same_threshold, shapes_differ, single_factor, zero_branch,
-                   zero_nodes)
+                   refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape, same_threshold,
+                   shapes_differ, single_factor, zero_branch, zero_nodes)
 
 FAMILY = "proximal_gd"
 _SIGN_OPS, _WHERE_OPS = frozenset({"Sign"}), frozenset({"Where"})

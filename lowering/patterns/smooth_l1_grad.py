@@ -27,8 +27,9 @@ import onnx
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, clip_bounds, product
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
-from .base import (Match, NoMatch, Pattern, absorb_casts, close, fill, fill_value, float_dtype, is_single_element,
-                   refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape, shapes_differ, single_factor, zero_branch)
+from .base import (Match, NoMatch, Pattern, absorb_casts, broadcasts_to, close, fill, fill_value, float_dtype,
+                   is_single_element, refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape,
+                   shape_text, shapes_differ, single_factor, zero_branch)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -444,12 +445,19 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     sub = alg.producer(x, "Sub")
     require(sub is not None and len(sub[1].input) == 2, "x is not predict - label")
     predict, label = sub[1].input
+    # a label of another shape broadcasts to predict's: an Expand before the fused node gives the
+    # kernel a label of predict's shape, and x - and so the gradient - has predict's shape either way
+    expand_label = not same_shape(index, predict, label)
+    require(not expand_label or broadcasts_to(index, label, predict),
+            shapes_differ(index, predict, label, "predict and label")
+            + "; only a label that broadcasts to predict's shape is taken")
     boundary: set[int] = set()
     mean_at_runtime = False
     runtime: dict[str, int] = {}
     for name, exp in scale.factors.items():
         numel = alg.numel_of(name) if exp == -1 else None
-        if numel is not None and (numel[0] in (predict, label, x) or same_shape(index, numel[0], predict)):
+        if numel is not None and (numel[0] in (predict, x) or (numel[0] == label and not expand_label)
+                                  or same_shape(index, numel[0], predict)):
             require(not mean_at_runtime, "the gradient is divided by numel(predict) twice")
             mean_at_runtime = True
             if numel[0] == x:  # numel of the matched x (d.numel()): its Shape goes with x
@@ -470,8 +478,6 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         k /= grouped[2]
     dtype = require_float(index, predict, "predict")
     require(require_float(index, label, "label") == dtype, "predict and label have different dtypes")
-    require(same_shape(index, predict, label),
-            shapes_differ(index, predict, label, "predict and label") + "; the kernel does not broadcast them")
     dout: str | np.ndarray
     if douts:
         dout = douts[0]
@@ -500,9 +506,13 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
            for i in interior):
         caveats.append("native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN")
+    if expand_label:
+        caveats.append(f"label ({shape_text(index, label)}) is broadcast to predict's shape by an Expand before "
+                       "the fused node (the kernel takes a label of predict's shape)")
     return Match(form, SMOOTH_L1_GRAD, out, target if wrapped is not None else dtype, inputs,
                  {"sigma": float(beta), "reduction": reduction, "scale": factor},
-                 interior=interior - boundary, boundary=boundary, caveats=caveats)
+                 interior=interior - boundary, boundary=boundary, caveats=caveats,
+                 expand={1: 0} if expand_label else {})
 
 
 def _const_like(value: np.ndarray, dtype: int) -> np.ndarray:

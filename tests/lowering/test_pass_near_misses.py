@@ -88,35 +88,28 @@ def test_x_times_beta_is_not_smooth_l1() -> None:
     _assert_rejected(_sl1_graph(mutate), SL1, "not by K/beta")
 
 
-def test_predict_label_broadcast_is_refused() -> None:
-    def mutate(g, parts, stage):
-        if stage == "pre":
-            g.inputs.pop(1)
-            parts["l"] = g.input("label", shape=(4,))
-    _assert_rejected(_sl1_graph(mutate), SL1, "shapes differ")
-
-
-def test_broadcast_label_in_autograd_of_a_where_loss_is_reported() -> None:
-    # autograd of torch.where(n < b, 0.5*n*n/b, n - 0.5*b) with n = |p - t[:, None]|: the sum of
-    # Wheres against 0 is scaled by sign(x) only afterwards, so the refusal comes from the grown
-    # match (it was dropped there, and the model was missed without a reason)
+def test_label_broadcasting_predict_to_a_bigger_shape_is_refused_with_its_reason() -> None:
+    # autograd of torch.where(n < b, 0.5*n*n/b, n - 0.5*b).mean() with n = |p - t|, t of shape
+    # (2, 3, 4) and p (3, 4): the gradient has t's shape. The sum of Wheres against 0 is scaled by
+    # sign(x) only afterwards, so the refusal comes from the grown match (that reason was once
+    # dropped there, and the model missed without one)
     g = G()
-    p, t, go = g.input("predict"), g.input("label", shape=(3, 1)), g.input("dout", shape=())
+    p, t, go = g.input("predict"), g.input("label", shape=(2, 3, 4)), g.input("dout", shape=())
     x = g.op("Sub", p, t)
     n = g.op("Abs", x)
     b = g.const(0.5)
     c = g.op("Less", n, b)
     zero = g.const(0.0)
     shape = g.fresh("shape")
-    g.inits.append(numpy_helper.from_array(np.array([3, 4], np.int64), shape))
-    d = g.op("Div", g.op("Expand", go, shape), g.const(12.0))
+    g.inits.append(numpy_helper.from_array(np.array([2, 3, 4], np.int64), shape))
+    d = g.op("Div", g.op("Expand", go, shape), g.const(24.0))
     inside = g.op("Where", c, d, zero)
     outside = g.op("Where", c, zero, d)
     half = g.op("Div", inside, b)
     y = g.op("Mul", g.op("Add", g.op("Add", outside, g.op("Mul", half, g.op("Mul", n, b))),
                           g.op("Mul", g.op("Mul", half, n), b)), g.op("Sign", x))
-    g.output(y)
-    _assert_rejected(g.model(), SL1, "the kernel does not broadcast them")
+    g.output(y, shape=(2, 3, 4))
+    _assert_rejected(g.model(), SL1, "only a label that broadcasts to predict's shape")
 
 
 def _rounded_abs_graph(family: str) -> onnx.ModelProto:

@@ -1,0 +1,149 @@
+"""SmoothL1 backward with a label that broadcasts to predict's shape (p - t[:, None], a per-row
+target): fused with an Expand(label, Shape(predict)) before the fused node, since the kernel takes
+a label of predict's shape; labels that do not broadcast to predict's shape stay refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+from pass_forms import SL1, F, G, H
+from pass_numerics import assert_same_outputs, fused_nodes, precision_ok, run_ort
+
+import lowering
+from codegen.api import build_kernels
+from lowering.fused_ops import smooth_l1_grad_reference
+
+
+_PREDICT = object()  # the output shape default: predict's
+
+
+def _where_form(label_shape, predict_shape=(3, 4), dtype: int = F, out_shape=_PREDICT) -> onnx.ModelProto:
+    """PyTorch's decomposition, sum reduction, beta 0.5, Cast-wrapped for float16."""
+    g = G()
+    p, t, go = g.input("predict", dtype, predict_shape), g.input("label", dtype, label_shape), g.input("dout", dtype, ())
+    if dtype != F:
+        p, t, go = (g.op("Cast", v, to=F) for v in (p, t, go))
+    x = g.op("Sub", p, t)
+    b = g.const(0.5)
+    y = g.op("Where", g.op("Less", g.op("Abs", x), b), g.op("Div", g.op("Mul", go, x), b),
+             g.op("Mul", go, g.op("Sign", x)))
+    if dtype != F:
+        y = g.op("Cast", y, to=dtype)
+    g.output(y, dtype, predict_shape if out_shape is _PREDICT else out_shape)
+    return g.model()
+
+
+def _autograd_form() -> onnx.ModelProto:
+    """autograd of torch.where(n < b, 0.5*n*n/b, n - 0.5*b).mean() with n = |p - t[:, None]|, as
+    the dynamo exporter writes it: a sum of Wheres against 0, scaled by sign(x) afterwards."""
+    g = G()
+    p, t, go = g.input("predict"), g.input("label", shape=(3, 1)), g.input("dout", shape=())
+    x = g.op("Sub", p, t)
+    n = g.op("Abs", x)
+    b = g.const(0.5)
+    c = g.op("Less", n, b)
+    zero = g.const(0.0)
+    shape = g.fresh("shape")
+    g.inits.append(numpy_helper.from_array(np.array([3, 4], np.int64), shape))
+    d = g.op("Div", g.op("Expand", go, shape), g.const(12.0))
+    inside = g.op("Where", c, d, zero)
+    outside = g.op("Where", c, zero, d)
+    half = g.op("Div", inside, b)
+    y = g.op("Mul", g.op("Add", g.op("Add", outside, g.op("Mul", half, g.op("Mul", n, b))),
+                          g.op("Mul", g.op("Mul", half, n), b)), g.op("Sign", x))
+    g.output(y)
+    return g.model()
+
+
+def _feeds(model: onnx.ModelProto, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng()
+    feeds = {}
+    for vi in model.graph.input:
+        shape = tuple(d.dim_value if d.HasField("dim_value") else dims[d.dim_param] for d in vi.type.tensor_type.shape.dim)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        feeds[vi.name] = np.asarray(rng.standard_normal(shape)).astype(dtype)
+    p, t = feeds["predict"].reshape(-1), feeds["label"].reshape(-1)
+    p[:4] = np.asarray([0.5, -0.5, 0.0, np.nan]) + t[:4].astype(np.float64) if t.size >= 4 else p[:4]
+    return feeds
+
+
+def _assert_fuses_with_broadcast(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> onnx.NodeProto:
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    assert report.counts() == {SL1: 1}, report.summary()
+    fusion, = report.fusions
+    assert any("broadcast to predict's shape" in c for c in fusion.caveats)
+    node, = fused_nodes(fused)
+    expand = next(n for n in fused.graph.node if n.output[0] == node.input[1])
+    shape = next(n for n in fused.graph.node if n.output[0] == expand.input[1])
+    assert (expand.op_type, shape.op_type, shape.input[0]) == ("Expand", "Shape", node.input[0])
+    assert_same_outputs(model, fused, feeds)
+    # the node against the float64 formula on the broadcast label
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    predict = feeds[node.input[0]]
+    golden = smooth_l1_grad_reference(predict, np.broadcast_to(feeds["label"], predict.shape), feeds["dout"],
+                                      sigma=attrs["sigma"], reduction=attrs["reduction"].decode(), scale=attrs["scale"])
+    actual = run_ort(fused, feeds)[0]
+    ok, detail = precision_ok(actual, golden, actual.dtype)
+    assert ok, detail
+    # the kernel generator takes it: the fused node's label has predict's shape and type
+    kernel, = build_kernels(fused, "ascend950")
+    assert kernel.kernel.op_type == SL1
+    return node
+
+
+@pytest.mark.parametrize("label_shape", [(4,), (3, 1), (1, 4), (1,), ()])
+def test_label_that_broadcasts_to_predict_fuses(label_shape) -> None:
+    model = _where_form(label_shape)
+    _assert_fuses_with_broadcast(model, _feeds(model))
+
+
+def test_broadcast_label_with_a_dynamic_batch_fuses() -> None:
+    model = _where_form((4,), predict_shape=("batch", 4))
+    _assert_fuses_with_broadcast(model, _feeds(model, {"batch": 6}))
+
+
+def test_broadcast_label_of_a_cast_wrapped_float16_graph_fuses() -> None:
+    model = _where_form((3, 1), dtype=H)
+    node = _assert_fuses_with_broadcast(model, _feeds(model))
+    assert node.input[:1] == ["predict"]  # the Casts were absorbed: the fused node is float16
+
+
+def test_broadcast_label_in_autograd_of_a_where_loss_fuses() -> None:
+    model = _autograd_form()
+    node = _assert_fuses_with_broadcast(model, _feeds(model))
+    assert {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}["reduction"] == b"mean"
+
+
+@pytest.mark.parametrize("label_shape, predict_shape", [((3,), (3, 4)), ((2, 4), (3, 4)), ((3, 4), (4,)),
+                                                         ((2, 3, 4), (3, 4))])
+def test_label_that_does_not_broadcast_to_predict_is_refused(label_shape, predict_shape) -> None:
+    # the first two do not line up with predict's dims; a label bigger than predict makes the
+    # gradient bigger than predict, which is no gradient of predict that the kernel writes
+    try:
+        out_shape = np.broadcast_shapes(label_shape, predict_shape)
+    except ValueError:  # a graph onnxruntime would refuse to run: the pass must still say no
+        out_shape = predict_shape
+    _, report = lowering.fuse(_where_form(label_shape, predict_shape, out_shape=out_shape))
+    assert not report.fusions, report.summary()
+    assert any("only a label that broadcasts to predict's shape" in r.reason for r in report.rejections), report.summary()
+
+
+def test_a_divide_by_the_broadcast_labels_numel_stays_outside() -> None:
+    # dividing by numel(label) is not the mean over predict, which is all a reduction of the
+    # kernel can say: the select fuses (reduction sum) and the divide stays after it
+    g = G()
+    p, t, go = g.input("predict", shape=(3, "n")), g.input("label", shape=("n",)), g.input("dout", shape=())
+    x = g.op("Sub", p, t)
+    b = g.const(0.5)
+    sel = g.op("Where", g.op("Less", g.op("Abs", x), b), g.op("Div", g.op("Mul", go, x), b),
+               g.op("Mul", go, g.op("Sign", x)))
+    g.output(g.op("Div", sel, g.op("Cast", g.op("Size", t), to=F)), shape=(3, "n"))
+    model = g.model()
+    fused, report = lowering.fuse(model)
+    assert report.counts() == {SL1: 1} and report.fusions[0].attributes["reduction"] == "sum"
+    div = next(n for n in fused.graph.node if n.op_type == "Div")
+    assert div.input[0] == fused_nodes(fused)[0].output[0]
+    assert_same_outputs(model, fused, _feeds(model, {"n": 5}))
