@@ -1328,6 +1328,39 @@ def probe5_cases() -> list[Case]:
     return cases
 
 
+def autograd_row_target_sl1(p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """The gradient of a hand-written SmoothL1 loss against a per-row target, t[:, None]."""
+    with torch.enable_grad():
+        q = p.detach().requires_grad_(True)
+        n = torch.abs(q - t[:, None])
+        loss = torch.where(n < 0.11, 0.5 * n ** 2 / 0.11, n - 0.055).mean()
+        return torch.autograd.grad(loss, q)[0]
+
+
+def row_target_sl1_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    x = p - t[:, None]
+    return torch.where(x.abs() < 0.5, x / 0.5, x.sign()) * go / x.numel()
+
+
+def probe6_cases() -> list[Case]:
+    """Labels that broadcast to predict's shape (2026-12-05); own generator."""
+    gen = torch.Generator().manual_seed(6206)
+    cases = [Case(fx("sl1_autograd_row_target_mean_b011_f32_dyn.onnx"), autograd_row_target_sl1,
+                  {"p": randn(4, 5, gen=gen), "t": randn(4, gen=gen)}, "dynamo", "smooth_l1_grad",
+                  [sl1("mul_4", 0.11, "mean", "p", "unsqueeze", "expand")],
+                  "torch.autograd.grad of a hand-written SmoothL1 loss against a per-row target, n = |p - t[:, None]|: "
+                  "the label [4, 1] broadcasts to p's [4, 5]; the pass puts Expand(label, Shape(p)) before the fused "
+                  "node.")]
+    for exporter, suffix, label in (("dynamo-optimized", "dynopt", "unsqueeze"),
+                                    ("torchscript", "ts", "/Unsqueeze_output_0")):
+        cases.append(Case(fx(f"sl1_hand_where_row_target_mean_b05_f32_{suffix}.onnx"), row_target_sl1_fn,
+                          {"go": torch.tensor(1.5), "p": randn(6, 3, gen=gen), "t": randn(6, gen=gen)}, exporter,
+                          "smooth_l1_grad", [sl1("grad", 0.5, "mean", "p", label, "go")],
+                          "Where(|x| < 0.5, x/0.5, sign(x)) * go / numel with x = p - t[:, None]: a per-row target "
+                          "[6, 1] broadcast to p's [6, 3].", outputs=["grad"]))
+    return cases
+
+
 def function_fixture_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(3205)
     args = {"x": randn(16, 8, gen=gen), "target": randn(16, 4, gen=gen), "W": randn(8, 4, scale=0.5, gen=gen),
@@ -1430,7 +1463,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(2024)
-    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases() + probe3_cases() + probe4_cases() + probe5_cases()
+    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases() + probe3_cases() + probe4_cases() + probe5_cases() + probe6_cases()
     if opts.only:
         cases = [c for c in cases if opts.only in c.file]
     check_entry = load_checker()
