@@ -71,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="after lowering, run the fused model (fused nodes through their kernels) "
                              "against the original under onnxruntime and check the CANN precision standard; "
                              "exit 1 on any FAIL")
+    parser.add_argument("--recompute-shared", action="store_true",
+                        help="fuse a match whose intermediates other nodes also read (an optimizer merged a "
+                             "forward loss's |x| with its gradient's), keeping the matched nodes that compute "
+                             "them for those readers; by default such a match is refused")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     add_input_options(parser)
     return parser
@@ -126,7 +130,7 @@ def run_lower(args: argparse.Namespace) -> int:
         raise LoweringError(str(exc)) from None
     model_path = Path(args.model)
     loaded = load(model_path, background=True)
-    fused, report = fuse_loaded(loaded)
+    fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared)
     try:
         kernels = build_kernels(fused, args.target) if args.emit != "onnx" else []
     except CodegenError as exc:

@@ -33,7 +33,7 @@ FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 
 def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
-               validated: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
+               validated: bool = True, recompute_shared: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
     Calls of model-local functions that could hold a pattern are inlined first; only those whose
@@ -42,19 +42,23 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     `validated` says the ONNX checker has accepted the model. When it is still running
     (lowering.loading.BackgroundCheck), the pass first checks the graph's order itself, so that
     it ends on any input; the caller then takes the checker's verdict over the result.
+
+    `recompute_shared` lets a match whose intermediates the rest of the graph also reads fuse
+    anyway: the matched nodes that compute them stay in the graph for those readers (by default
+    such a match is refused, since the graph then computes them twice).
     """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return functions.fuse_through_functions(model, lambda m: _fuse_proto(m, patterns, validated))
+        return functions.fuse_through_functions(model, lambda m: _fuse_proto(m, patterns, validated, recompute_shared))
     finally:
         if enabled:
             gc.enable()
 
 
-def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool
+def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = False
                 ) -> tuple[onnx.ModelProto, FusionReport]:
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
@@ -88,7 +92,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
             try:
                 found = pattern.match(alg, i)
                 if found is not None:
-                    _check_closed(index, alg, found, stats.cse_shared)
+                    _check_closed(index, alg, found, stats.cse_shared, recompute_shared)
             except NoMatch as exc:
                 if i not in explained.get(pattern.name, ()):
                     report.rejections.append(Rejection(pattern.name, node_label(node), node.op_type, str(exc)))
@@ -110,11 +114,13 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     return work, report
 
 
-def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str]) -> None:
+def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str], recompute_shared: bool) -> None:
     """The match must own every intermediate it removes and must not overlap an earlier match.
 
     An intermediate that only became shared because normalization merged identical copies is
-    not a real outside use: the copy is re-emitted for the outside users (m.duplicate).
+    not a real outside use: the copy is re-emitted for the outside users (m.duplicate). With
+    `recompute_shared`, every shared intermediate is re-emitted so (the user accepts computing it
+    twice), with the matched nodes it is computed from.
     """
     overlap = (m.interior | m.boundary) & alg.taken
     if overlap:
@@ -135,21 +141,25 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
                 if substitute is not None:
                     m.shape_reads[name] = substitute
                     continue
-                if name not in cse_shared:
-                    raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the match")
                 pending.append((i, name, user))
+    recomputed = 0  # matched nodes kept for outside readers that the graph itself shared
     while pending:
         i, name, user = pending.pop()
         if i in m.duplicate:
             continue
+        if name not in cse_shared:
+            if not recompute_shared:
+                raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the "
+                              "match (lower --recompute-shared fuses it and computes the value again for them)")
+            recomputed += 1
         m.duplicate.add(i)
         for source in index.nodes[i].input:
             j = index.producer.get(source)
-            if j is None or j not in m.interior or j in m.duplicate:
-                continue
-            if source not in cse_shared:
-                raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the match")
-            pending.append((j, source, user))
+            if j is not None and j in m.interior and j not in m.duplicate:
+                pending.append((j, source, user))
+    if recomputed:
+        m.caveats.append(f"{recomputed} matched node(s) also stay in the graph for the readers outside the fusion "
+                         "of what they compute (--recompute-shared): the graph computes those values twice")
     for value in m.inputs:
         if isinstance(value, str) and index.producer.get(value) in m.interior:
             raise NoMatch(f"internal: input {value} is computed inside the match")

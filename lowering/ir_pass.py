@@ -15,10 +15,11 @@ class FuseAscendPass(FunctionalPass):
     The last report is kept on `self.report`, so pipelines can log why something did not fuse.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, recompute_shared: bool = False) -> None:
         super().__init__()
+        self.recompute_shared = recompute_shared  # see lowering.fuse
         self.report: FusionReport | None = None
 
     def call(self, model: onnx_ir.Model) -> PassResult:
-        fused, self.report = fuse(model)
+        fused, self.report = fuse(model, recompute_shared=self.recompute_shared)
         return PassResult(fused, modified=bool(self.report.fusions))
