@@ -277,16 +277,35 @@ class Algebra:
         """tf2onnx's select, Add(Mul(Cast(c), a), Mul(b, Cast(Not(c)))), and with masked_terms
         also the sum of two such selects' scaled zero-padded halves (_masked_terms)."""
         found = self.producer(value, "Add", "Sum")
-        if found is None or len(found[1].input) != 2:
+        if found is None or not 2 <= len(found[1].input) <= MAX_SUM_TERMS:
             return None
         i, node = found
-        left, right = self.monomial(node.input[0]), self.monomial(node.input[1])
+        halves = self._two_halves(node.input)
+        if halves is None:
+            return None
+        left, right = halves
         for a, b in ((left, right), (right, left)):
             picked = self._arith_select_branches(a, b) or (self._masked_terms(a, b) if masked_terms else None)
             if picked is not None:
                 cond, when_true, when_false, nodes = picked
                 return Select(cond, when_true, when_false, {i} | nodes | a.nodes | b.nodes, arithmetic=True)
         return None
+
+    def _two_halves(self, addends: list[str]) -> tuple[Monomial, Monomial] | None:
+        """The addends as two monomials, those with the same runtime factors added up: an Add's
+        two, or a Sum's, where TensorFlow's gradient of x*x writes one term per operand
+        (Sum(a, b, a), or a second copy of a multiplied in another order). The halves of an
+        arithmetic select are never both nonzero at one element, so a + b + a is 2a + b."""
+        if len(addends) == 2:
+            return self.monomial(addends[0]), self.monomial(addends[1])
+        groups: dict[tuple, list[Monomial]] = {}
+        for name in addends:
+            mono = self.monomial(name)
+            groups.setdefault(tuple(sorted(mono.factors.items())), []).append(mono)
+        if len(groups) != 2:
+            return None
+        first, second = (_sum_like(terms) for terms in groups.values())
+        return None if first is None or second is None else (first, second)
 
     def _arith_select_branches(self, a: Monomial, b: Monomial):
         """Finds a mask Cast(c) among a's factors and its complement among b's: tf2onnx's float
@@ -362,8 +381,8 @@ class Algebra:
         A-side terms, sum of the B-side terms) where each side's terms have the same runtime
         factors (their coefficients add up); as for tf2onnx's select, an inf factor of the side
         not taken multiplies a 0 into NaN (arithmetic)."""
-        found = self.producer(value, "Add")
-        if found is None or len(found[1].input) != 2:
+        found = self.producer(value, "Add", "Sum")
+        if found is None or len(found[1].input) < 2:
             return None
         leaves, nodes = self._sum_leaves(found[0])
         if leaves is None:
@@ -401,14 +420,15 @@ class Algebra:
         return term
 
     def _sum_leaves(self, root: int) -> tuple[list[str] | None, set[int]]:
-        """The addends of the Add tree at root, through Adds only the tree reads."""
+        """The addends of the Add/Sum tree at root, through Adds and Sums only the tree reads; an
+        addend a Sum repeats is listed each time (TensorFlow's gradient of x*x: Sum(a, b, a))."""
         leaves: list[str] = []
         nodes = {root}
         stack = list(reversed(self.index.nodes[root].input))
         while stack:
             v = stack.pop()
-            found = self.producer(v, "Add")
-            if (found is not None and len(found[1].input) == 2 and v not in self.index.graph_outputs
+            found = self.producer(v, "Add", "Sum")
+            if (found is not None and len(found[1].input) >= 2 and v not in self.index.graph_outputs
                     and self.index.consumers.get(v, ()) and all(c in nodes for c in self.index.consumers[v])):
                 nodes.add(found[0])
                 stack.extend(reversed(found[1].input))

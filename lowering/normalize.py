@@ -48,7 +48,8 @@ ATTRIBUTE_FREE = frozenset({
 _PRODUCERS_LOOKED_AT = frozenset({"Cast", "Reshape"}) | EXACT_UNARY | EXACT_SELECTING
 # rules that apply whatever the inputs are; the others need a constant input
 _ALWAYS_VISIT = frozenset({"Constant", "Size", "Shape", "Identity", "Cast", "CastLike"}) | SUBGRAPH_OPS
-_CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div", "Pow", "Gather"} | COMMUTATIVE | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT
+_CONSTANT_RULE_OPS = (_FOLDABLE_OPS | {"Mul", "Div", "Pow", "Gather", "Min", "Max", "Expand"} | COMMUTATIVE
+                      | FLIPPED_COMPARE.keys()) - _ALWAYS_VISIT
 # bfloat16 through ml_dtypes, which rounds every result to nearest even as ONNX's Cast and onnxruntime do
 _FOLDABLE_DTYPES = {np.dtype(t) for t in ("float32", "float64", "float16", "int32", "int64")} | {
     np.dtype(ml_dtypes.bfloat16)}
@@ -253,7 +254,7 @@ class _Normalizer:
             return False
         if op == "CastLike":
             op = self._cast_like_to_cast(node)
-        if op in ("Identity", "Cast", "Mul", "Div", "Pow") and self._drop_noop(node):
+        if op in ("Identity", "Cast", "Mul", "Div", "Pow", "Min", "Max", "Expand") and self._drop_noop(node):
             return False
         if op == "Gather" and self._drop_scalar_extraction(node):
             return False
@@ -333,6 +334,21 @@ class _Normalizer:
                 one = self.one(c)
             if one is not None and self._same_type_after(x, one, node):
                 return self._forward(node, x, "multiplications/divisions by 1 removed")
+        if op in ("Min", "Max") and len(node.input) == 2:
+            # min(x, +inf) and max(x, -inf) are x, NaN included (tf.clip_by_value(d, 0, np.inf)
+            # through tf2onnx: Max(Min(d, inf), 0))
+            bound = math.inf if op == "Min" else -math.inf
+            for x, c in (node.input, node.input[::-1]):
+                value = self.const(c) if self.is_const(c) else None
+                if (value is not None and value.size == 1 and value.dtype.kind == "f"
+                        and float(value.reshape(-1)[0]) == bound and self._same_type_after(x, value, node)):
+                    return self._forward(node, x, "min(x, inf)/max(x, -inf) removed")
+        if op == "Expand" and len(node.input) == 2 and self.is_const(node.input[1]):
+            # an Expand to the shape x already has (grappler writes them for a sum's broadcast)
+            vt, shape = self.types.get(node.input[0]), self.const(node.input[1])
+            if (vt is not None and vt.shape is not None and all(isinstance(d, int) for d in vt.shape)
+                    and shape.ndim == 1 and tuple(int(d) for d in shape) == tuple(vt.shape)):
+                return self._forward(node, node.input[0], "expands to the own shape removed")
         if op == "Pow" and len(node.input) == 2:
             # x**1 is x for every x, NaN and inf included (autograd writes 2 * x**1 for d(x**2));
             # the exponent's type may differ from x's, which Pow's output keeps

@@ -191,7 +191,9 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
     """The update in several spellings.
 
     clamp: "maximum" (tf.maximum(., 0)), "relu" (tf.nn.relu), "clip" (tf.clip_by_value(., 0,
-    dtype max)), "residual" (no sign: ISTA's p - tf.clip_by_value(p, -t, t)), "relu_difference"
+    dtype max)), "clip_inf" (tf.clip_by_value(., 0, np.inf)), "min_residual" (p - sign(p) *
+    tf.minimum(|p|, t), the kernel's own formula), "abs_minus_min" (sign(p) * (|p| - tf.minimum(|p|,
+    t))), "residual" (no sign: ISTA's p - tf.clip_by_value(p, -t, t)), "relu_difference"
     (relu(p - t) - relu(-p - t)), "masked" ((p - t*sign(p)) * cast(|p| > t)); step: "sub" (var - lr*delta) or "neg_mul" (var + (-lr)*delta); scale: "div" or
     "recip" (times 1/(1 + lr*l2)); scalars: "const" (Python floats) or "tensor" (lr, l1, l2 inputs).
     """
@@ -206,7 +208,13 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
         elif clamp == "clip":
             shrunk = tf.clip_by_value(shrunk, 0.0, var.dtype.max)
         t = lr * l1
-        if clamp == "residual":
+        if clamp == "clip_inf":
+            out = tf.sign(p) * tf.clip_by_value(tf.abs(p) - t, 0.0, np.inf)
+        elif clamp == "min_residual":
+            out = p - tf.sign(p) * tf.minimum(tf.abs(p), t)
+        elif clamp == "abs_minus_min":
+            out = tf.sign(p) * (tf.abs(p) - tf.minimum(tf.abs(p), t))
+        elif clamp == "residual":
             out = p - tf.clip_by_value(p, -t, t)
         elif clamp == "relu_difference":
             out = tf.nn.relu(p - t) - tf.nn.relu(-p - t)
@@ -234,6 +242,29 @@ def keras_train_step(x: tf.Tensor, target: tf.Tensor, w: tf.Tensor, b: tf.Tensor
         p = v - LR * g
         return tf.sign(p) * tf.maximum(tf.abs(p) - LR * L1, 0.0) / (1 + LR * L2)
     return {"y": y, "grad_y": grad_y, "gw": gw, "gb": gb, "w_out": prox(w, gw), "b_out": prox(b, gb)}
+
+
+def hand_square_loss_grad(form: str, beta: float) -> Fn:
+    """The gradient, by GradientTape, of a SmoothL1 loss summed over the elements and written by
+    hand: "where" tf.where(|x| < beta, 0.5*x*x/beta, |x| - 0.5*beta); "masks" with float masks,
+    0.5*x*x*m/beta + (|x| - 0.5*beta)*(1 - m); "min" with q = tf.minimum(|x|, beta),
+    0.5*tf.square(q)/beta + (|x| - q) (tf.compat.v1's Huber written out)."""
+    def fn(p: tf.Tensor, t: tf.Tensor) -> dict[str, tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch(p)
+            x = p - t
+            ax = tf.abs(x)
+            if form == "where":
+                loss = tf.where(ax < beta, 0.5 * x * x / beta, ax - 0.5 * beta)
+            elif form == "masks":
+                m = tf.cast(ax < beta, x.dtype)
+                loss = 0.5 * x * x * m / beta + (ax - 0.5 * beta) * (1.0 - m)
+            else:
+                q = tf.minimum(ax, beta)
+                loss = 0.5 * tf.square(q) / beta + (ax - q)
+            value = tf.reduce_sum(loss)
+        return {"grad": tape.gradient(value, p)}
+    return fn
 
 
 def softshrink_zeros_update(var: tf.Tensor, delta: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -393,6 +424,32 @@ def sl1_cases() -> list[Case]:
     c.append(Case("sl1_hand_sign_min_sum_b05_f32_op13.onnx", hand_mask_grad("sign_min"), sl1_signature(), 13,
                   "smooth_l1_grad", [sl1(0.5, "sum", "go")],
                   "tf.sign(x) * tf.minimum(|x|/0.5, 1) * go: the gradient's magnitude capped at 1 (x/0.5 as Mul(x, 2))."))
+    return c
+
+
+def probe_cases() -> list[Case]:
+    """Forms a probe of TensorFlow user code found missed (2026-12-05)."""
+    c = []
+    for form, note in (
+            ("where", "TF's gradient of x*x sums one term per operand: Sum(a, b, a) around the arithmetic select"),
+            ("masks", "float masks, the x*x term's two halves a Sum(a, b, a)"),
+            ("min", "tf.minimum(|x|, 1) and tf.square: grappler broadcasts a term with an Expand to its own shape")):
+        c.append(Case(f"sl1_hand_square_{form}_sum_b1_f32_op13.onnx", hand_square_loss_grad(form, 1.0),
+                      sl1_signature(go="none"), 13, "smooth_l1_grad", [sl1(1.0, "sum", 1.0)],
+                      f"GradientTape of a hand-written SmoothL1 loss with 0.5*x*x, reduce_sum ({note})."))
+    c.append(Case("sl1_hand_square_where_sum_b1_f16_op13.onnx", hand_square_loss_grad("where", 1.0),
+                  sl1_signature("float16", go="none"), 13, "smooth_l1_grad", [sl1(1.0, "sum", 1.0)],
+                  "The where form in float16: the two copies of the x*x term are multiplied in different "
+                  "orders (Mul(mul, g) and Mul(0.5, Mul(g, sub)))", dtype="float16"))
+    for clamp, note in (("clip_inf", "tf.clip_by_value(|p| - t, 0, np.inf): Max(Min(d, inf), 0), the Min a no-op"),
+                        ("min_residual", "p - sign(p) * tf.minimum(|p|, t): the shrink as the kernel computes it"),
+                        ("abs_minus_min", "sign(p) * (|p| - tf.minimum(|p|, t))")):
+        c.append(Case(f"prox_const_{clamp}_f32_op13.onnx", prox_update(clamp=clamp), prox_signature(), 13,
+                      "proximal_gd", [const_prox()], note + "."))
+    c.append(Case("prox_tensor_min_residual_f32_op13.onnx", prox_update(clamp="min_residual", scalars="tensor"),
+                  prox_signature(scalars="tensor"), 13, "proximal_gd", [raw_prox()],
+                  "p - sign(p) * tf.minimum(|p|, lr*l1) with lr, l1, l2 inputs: the shrink for every t, a "
+                  "negative one too."))
     return c
 
 
@@ -659,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     check_entry = load_checker()
     limits = exporter_limits()
     entries, rows = [], []
-    for case in sl1_cases() + prox_cases() + mixed_cases():
+    for case in sl1_cases() + prox_cases() + mixed_cases() + probe_cases():
         model = export(case)
         entry, worst = record(case.file, model, lambda m: entry_for(case, m), check_entry, limits, opts.show)
         entries.append(entry)

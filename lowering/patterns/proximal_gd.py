@@ -122,6 +122,10 @@ def _find_shrink(alg: Algebra, mono: Monomial):
         if residual is not None:
             p, t, nodes = residual
             return p, t, mono.without(name), nodes, "clamp-residual", None
+        residual = _min_residual(alg, name)
+        if residual is not None:
+            p, t, nodes = residual
+            return p, t, mono.without(name), nodes, "min-residual", None
         difference = _relu_difference(alg, name)
         if difference is not None:
             p, t, nodes, clipped = difference
@@ -141,6 +145,10 @@ def _find_shrink(alg: Algebra, mono: Monomial):
             continue
         p = sign[0]
         for other, exp2 in mono.factors.items():
+            capped = _abs_minus_min(alg, other, p) if exp2 == 1 and other != name and not signed_zero else None
+            if capped is not None:
+                t, nodes = capped
+                return p, t, mono.without(name).without(other), nodes | sign[1], "abs-minus-min", None
             clamp = _clamp(alg, other) if exp2 == 1 and other != name else None
             if clamp is None:
                 continue
@@ -412,14 +420,16 @@ _RELU_OPS = frozenset({"Relu", "Max", "Where"})  # relu(d) as _clamp reads it
 
 
 def _may_end_sub_shrink(index: GraphIndex, node: Node) -> bool:
-    """Sub(p, c) with c made by Clip/Min/Max, or Sub(relu(.), relu(.)): where a clamp residual or
-    a difference of ReLUs can end."""
+    """Sub(p, c) with c made by Clip/Min/Max or a product with a Min (sign(p)*min(|p|, t)), or
+    Sub(relu(.), relu(.)): where a clamp residual, a min residual or a difference of ReLUs can end."""
     if len(node.input) != 2:
         return False
     ops = [index.nodes[i].op_type if (i := index.producer.get(v)) is not None else None for v in node.input]
     if ops[1] == "Cast":  # a clamp run in float32 and cast back (Algebra.clamp)
         cast = index.node_of(node.input[1])
         ops[1] = (index.node_of(cast.input[0]) or cast).op_type
+    if ops[1] == "Mul":
+        return any((f := index.node_of(v)) is not None and f.op_type == "Min" for v in index.node_of(node.input[1]).input)
     return ops[1] in _BOUNDS_OPS or (ops[0] in _RELU_OPS and ops[1] in _RELU_OPS)
 
 
@@ -455,6 +465,56 @@ def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, se
         return None
     require(hi_c >= 0, f"p - clip(p, {lo_c:g}, {hi_c:g}): with a negative t the clamp returns a bound, not the shrink")
     return p, (hi if isinstance(hi, str) else np.array(hi, np.float32)), nodes | {i}
+
+
+def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[str, set[int]] | None:
+    """(t, nodes) when value = min(|p|, t) for a single-element t (in either operand order)."""
+    found = alg.producer(value, "Min")
+    if found is None or len(found[1].input) != 2:
+        return None
+    i, node = found
+    for a, t in (node.input, node.input[::-1]):
+        absp = alg.unary(a, "Abs")
+        if absp is not None and absp[0] == p and is_single_element(alg.index, t):
+            return t, {i, absp[1]}
+    return None
+
+
+def _min_residual(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
+    """p - sign(p)*min(|p|, t) -> (p, t, nodes): the shrink as the kernel itself computes it. It
+    is sign(p)*max(|p| - t, 0) for every p and every t: where |p| <= t it is p - p = 0, elsewhere
+    p - sign(p)*t = sign(p)*(|p| - t) with the same rounding, also for a negative t; NaN stays NaN
+    through the Min and inf - t is inf."""
+    found = alg.producer(value, "Sub")
+    if found is None or len(found[1].input) != 2:
+        return None
+    i, node = found
+    p, shift = node.input
+    mono = alg.monomial(shift)
+    if mono.coef != 1.0 or len(mono.factors) != 2 or set(mono.factors.values()) != {1}:
+        return None
+    for sign_name, capped_name in (list(mono.factors), list(mono.factors)[::-1]):
+        sign = alg.unary_narrowed(sign_name, "Sign")
+        capped = None if sign is None or sign[0] != p else _capped_abs(alg, capped_name, p)
+        if capped is not None:
+            t, nodes = capped
+            return p, t, nodes | sign[1] | mono.nodes | {i}
+    return None
+
+
+def _abs_minus_min(alg: Algebra, value: str, p: str) -> tuple[str, set[int]] | None:
+    """(t, nodes) when value = |p| - min(|p|, t), which is max(|p| - t, 0) with the same rounding
+    for every p and t (0 where |p| <= t, |p| - t elsewhere; NaN stays NaN, inf stays inf)."""
+    found = alg.producer(value, "Sub")
+    if found is None or len(found[1].input) != 2:
+        return None
+    i, node = found
+    absp = alg.unary(node.input[0], "Abs")
+    capped = None if absp is None or absp[0] != p else _capped_abs(alg, node.input[1], p)
+    if capped is None:
+        return None
+    t, nodes = capped
+    return t, nodes | {i, absp[1]}
 
 
 def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int], bool] | None:
