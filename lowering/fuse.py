@@ -80,6 +80,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
         for op in p.anchors:
             by_op.setdefault(op, []).append(p)
     explained: dict[str, set[int]] = {}  # per pattern: nodes an earlier, wider attempt already reported
+    rejected: list[tuple[int, Rejection]] = []
     for i in sorted((i for op in by_op for i in index.by_op.get(op, ())), reverse=True):
         node = nodes[i]
         if i in alg.taken or i in dead or node.domain not in ("", "ai.onnx"):
@@ -95,13 +96,15 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
                     _check_closed(index, alg, found, stats.cse_shared, recompute_shared)
             except NoMatch as exc:
                 if i not in explained.get(pattern.name, ()):
-                    report.rejections.append(Rejection(pattern.name, node_label(node), node.op_type, str(exc)))
+                    rejected.append((i, Rejection(pattern.name, node_label(node), node.op_type, str(exc))))
                 explained.setdefault(pattern.name, set()).update(alg.seen)
                 continue
             if found is not None:
                 matches.append(found)
                 alg.taken |= found.interior
                 break
+    # a refusal by one pattern at a node another pattern then fused is no near miss
+    report.rejections = [r for i, r in rejected if i not in alg.taken]
     if not matches:
         report.nodes_after = len(model.graph.node)
         out = onnx.ModelProto()

@@ -193,9 +193,10 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
     clamp: "maximum" (tf.maximum(., 0)), "relu" (tf.nn.relu), "clip" (tf.clip_by_value(., 0,
     dtype max)), "clip_inf" (tf.clip_by_value(., 0, np.inf)), "min_residual" (p - sign(p) *
     tf.minimum(|p|, t), the kernel's own formula), "abs_minus_min" (sign(p) * (|p| - tf.minimum(|p|,
-    t))), "residual" (no sign: ISTA's p - tf.clip_by_value(p, -t, t)), "relu_difference"
+    t))), "nested_where" (tf.where(p > t, p - t, tf.where(p < -t, p + t, 0*p))), "softshrink_0p"
+    (tf.where(|p| > t, p - sign(p)*t, 0*p)), "residual" (no sign: ISTA's p - tf.clip_by_value(p, -t, t)), "relu_difference"
     (relu(p - t) - relu(-p - t)), "masked" ((p - t*sign(p)) * cast(|p| > t)); step: "sub" (var - lr*delta) or "neg_mul" (var + (-lr)*delta); scale: "div" or
-    "recip" (times 1/(1 + lr*l2)); scalars: "const" (Python floats) or "tensor" (lr, l1, l2 inputs).
+    "recip" (times 1/(1 + lr*l2)) or "none" (l2 = 0); scalars: "const" (Python floats) or "tensor" (lr, l1, l2 inputs).
     """
     def fn(var: tf.Tensor, delta: tf.Tensor, *scalar_inputs: tf.Tensor) -> dict[str, tf.Tensor]:
         lr, l1, l2 = scalar_inputs if scalars == "tensor" else (LR, L1, L2)
@@ -214,6 +215,10 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
             out = p - tf.sign(p) * tf.minimum(tf.abs(p), t)
         elif clamp == "abs_minus_min":
             out = tf.sign(p) * (tf.abs(p) - tf.minimum(tf.abs(p), t))
+        elif clamp == "nested_where":
+            out = tf.where(p > t, p - t, tf.where(p < -t, p + t, 0.0 * p))
+        elif clamp == "softshrink_0p":
+            out = tf.where(tf.abs(p) > t, p - tf.sign(p) * t, 0.0 * p)
         elif clamp == "residual":
             out = p - tf.clip_by_value(p, -t, t)
         elif clamp == "relu_difference":
@@ -222,7 +227,8 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
             out = (p - t * tf.sign(p)) * tf.cast(tf.abs(p) > t, p.dtype)
         else:
             out = tf.sign(p) * shrunk
-        out = out / (1 + lr * l2) if scale == "div" else out * (1 / (1 + lr * l2))
+        if scale != "none":
+            out = out / (1 + lr * l2) if scale == "div" else out * (1 / (1 + lr * l2))
         return {"var_out": out, "p": p} if return_p else {"var_out": out}
     return fn
 
@@ -446,6 +452,13 @@ def probe_cases() -> list[Case]:
                         ("abs_minus_min", "sign(p) * (|p| - tf.minimum(|p|, t))")):
         c.append(Case(f"prox_const_{clamp}_f32_op13.onnx", prox_update(clamp=clamp), prox_signature(), 13,
                       "proximal_gd", [const_prox()], note + "."))
+    c.append(Case("prox_const_nested_where_f32_op13.onnx", prox_update(clamp="nested_where"), prox_signature(), 13,
+                  "proximal_gd", [const_prox()],
+                  "tf.where(p > t, p - t, tf.where(p < -t, p + t, 0*p)): two nested arithmetic selects; an inf p makes "
+                  "the branches not taken NaN through their 0 masks (the report's caveat)."))
+    c.append(Case("prox_const_softshrink_0p_unscaled_f32_op13.onnx", prox_update(clamp="softshrink_0p", scale="none"),
+                  prox_signature(), 13, "proximal_gd", [prox("folded", stored(LR), stored(LR * L1), 1.0)],
+                  "tf.where(|p| > t, p - sign(p)*t, 0*p) with l2 = 0: the arithmetic select's Add is the output."))
     c.append(Case("prox_tensor_min_residual_f32_op13.onnx", prox_update(clamp="min_residual", scalars="tensor"),
                   prox_signature(scalars="tensor"), 13, "proximal_gd", [raw_prox()],
                   "p - sign(p) * tf.minimum(|p|, lr*l1) with lr, l1, l2 inputs: the shrink for every t, a "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..algebra import Algebra, Monomial, Reach, clip_bounds
+from ..algebra import Algebra, Comparison, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element,
@@ -40,10 +40,12 @@ _BOUNDS_OPS = frozenset({"Clip", "Min", "Max"})  # clip(p, -t, t) as exporters w
 def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
-    if node.op_type == "Add":  # an unscaled relu(p - t) + min(p + t, 0), or a two-Where softshrink
+    if node.op_type == "Add":
+        # an unscaled relu(p - t) + min(p + t, 0), tf2onnx's select of an unscaled softshrink
+        # (l2 = 0), or TorchScript's two-Where softshrink (refused)
         if alg.reaches(out, _TWO_WHERE_SUM):
             _refuse_two_where_shrink(alg, out)
-        if not alg.reaches(out, _RELU_SUM):
+        if not alg.reaches(out, _SELECT_SUM) and not alg.reaches(out, _RELU_SUM):
             return None
     elif out not in alg.reached(_SHRINK_ENDS):
         return None
@@ -79,7 +81,23 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         # Clip without max clamps at its dtype's largest finite value (ONNX spec), so inf maps there
         attrs["shrink_max"] = float(_finfo_max(index.elem_type(clipped)))
     return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, dtype, inputs, attrs,
-                 interior=interior - boundary, boundary=boundary)
+                 interior=interior - boundary, boundary=boundary,
+                 caveats=_masked_inf_caveat(index, nodes, p, form == "nested-softshrink"))
+
+
+def _masked_inf_caveat(index: GraphIndex, nodes: set[int], p: str, nested: bool) -> list[str]:
+    """The caveat of a softshrink under tf2onnx's arithmetic select (Cast masks) with a branch
+    that is not finite for an inf p although not taken there: p*0 below the threshold, or the
+    other side's p + t of two nested selects. The 0 mask keeps the 0*inf = NaN, so the unfused
+    graph gives NaN where the fused op gives +-inf."""
+    matched = [index.nodes[i] for i in nodes]
+    if not any(n.op_type == "Cast" and index.elem_type(n.input[0]) == onnx.TensorProto.BOOL for n in matched):
+        return []
+    if not nested and not any(n.op_type == "Mul" and p in n.input and any(index.scalar(v) == 0.0 for v in n.input)
+                              for n in matched):
+        return []
+    return ["arithmetic select (tf2onnx): where p is +-inf a branch not taken is not finite, and the unfused "
+            "graph gives 0*inf = NaN through its mask where the kernel gives +-inf"]
 
 
 def _may_be_softshrink(index: GraphIndex, node: Node) -> bool:
@@ -91,6 +109,15 @@ def _may_be_softshrink(index: GraphIndex, node: Node) -> bool:
     if cond.op_type not in ("Greater", "LessOrEqual", "Less", "GreaterOrEqual"):
         return False
     return any((side := index.node_of(v)) is not None and side.op_type in ("Abs", "Cast") for v in cond.input)
+
+
+def _may_be_nested_softshrink(index: GraphIndex, node: Node) -> bool:
+    """Where(p > t, ., Where(p < -t, ., .)): where two nested selects of a softshrink end."""
+    if len(node.input) != 3:
+        return False
+    cond, inner = index.node_of(node.input[0]), index.node_of(node.input[2])
+    return (cond is not None and cond.op_type in ("Greater", "Less", "GreaterOrEqual", "LessOrEqual")
+            and inner is not None and inner.op_type == "Where")
 
 
 def _may_be_sign(index: GraphIndex, node: Node) -> bool:
@@ -118,6 +145,10 @@ def _find_shrink(alg: Algebra, mono: Monomial):
         if soft is not None:
             p, t, nodes = soft
             return p, t, mono.without(name), nodes, "softshrink", None
+        nested = _nested_softshrink(alg, name)
+        if nested is not None:
+            p, t, nodes = nested
+            return p, t, mono.without(name), nodes, "nested-softshrink", None
         residual = _clamp_residual(alg, name)
         if residual is not None:
             p, t, nodes = residual
@@ -321,6 +352,65 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     nodes = (sel.nodes | cmp.nodes | {absp[1]} | inside.nodes | outside.nodes | shifted[0]
              | alg.widening_casts(cmp.lhs) | alg.widening_casts(cmp.rhs) | zeros)
     return p, shifted[1], nodes
+
+
+def _side_branch(alg: Algebra, cmp: Comparison, branch: Monomial) -> tuple[str, float, int] | None:
+    """(p, t, side) when cmp is p > t (side 1) or p < -t (side -1), also with >= and <=, for a
+    constant t, and branch is p - t or p + t, the shrink's value on that side; else None."""
+    c = alg.scalar(cmp.rhs)
+    if c is None or cmp.relation == "!=":
+        return None
+    side = 1 if cmp.relation in (">", ">=") else -1
+    moved = single_factor(branch)
+    terms = None if moved is None else alg.terms(moved)[0]
+    if terms is None or len(terms) != 2 or (1, cmp.lhs) not in terms:
+        return None
+    (sign, other), = [(sg, v) for sg, v in terms if v != cmp.lhs]
+    shift = alg.scalar(other)
+    # p - t on the high side, p + t on the low one: the shifted value is p - side*t, t = side*c
+    if shift is None or sign * shift != -c:
+        return None
+    return cmp.lhs, side * c, side
+
+
+def _nested_softshrink(alg: Algebra, value: str) -> tuple[str, np.ndarray, set[int]] | None:
+    """where(p > t, p - t, where(p < -t, p + t, p*0)) (either side first) -> (p, t, nodes): soft
+    thresholding as TensorFlow code writes it with two selects. It is the shrink for a constant
+    t >= 0 (at p = +-t the shifted branch is 0 too): NaN fails both comparisons and ends in p*0,
+    which is NaN. Under tf2onnx's arithmetic selects an inf p makes the branches not taken NaN
+    (0 * inf): the report's caveat. A runtime t is refused: for t < 0 the sides overlap."""
+    outer = alg.select(value)
+    outer_cmp = None if outer is None else alg.compare(outer.cond)
+    inner_value = None if outer_cmp is None else single_factor(outer.when_false)
+    inner = None if inner_value is None or outer.when_false.coef != 1.0 else alg.select(inner_value)
+    inner_cmp = None if inner is None else alg.compare(inner.cond)
+    if inner_cmp is None or inner_cmp.lhs != outer_cmp.lhs:
+        return None
+    sides = _side_branch(alg, outer_cmp, outer.when_true), _side_branch(alg, inner_cmp, inner.when_true)
+    if None in sides:
+        if alg.scalar(outer_cmp.rhs) is None and alg.scalar(inner_cmp.rhs) is None and alg.producer(outer_cmp.lhs, "Sub", "Add"):
+            raise NoMatch("where(p > t, p - t, where(p < -t, p + t, 0)) is the shrink only for t >= 0, "
+                          "and t is a runtime value")
+        return None
+    (p, t_high, high), (_, t_low, low) = sides
+    if high == low or t_high != t_low:
+        return None
+    require(t_high >= 0, f"where(p > t, p - t, where(p < -t, p + t, 0)) with t = {t_high:g}: for t < 0 the "
+                         "sides overlap, not the shrink")
+    rest = inner.when_false
+    zeros: set[int] = set()
+    if rest.coef != 0.0 or dict(rest.factors) != {p: 1}:
+        # a plain 0 there: a Where sends NaN to it, tf2onnx's select multiplies the other branch
+        # (NaN) by its 0 mask and keeps it
+        zeros = zero_branch(alg, rest)
+        if zeros is None:
+            return None
+        require(inner.arithmetic, "softshrink with 0, not p*0, between the thresholds: NaN in p gives 0 there "
+                                  "and NaN in the fused op")
+    nodes = (outer.nodes | inner.nodes | outer_cmp.nodes | inner_cmp.nodes | outer.when_true.nodes
+             | inner.when_true.nodes | outer.when_false.nodes | rest.nodes | zeros
+             | alg.terms(single_factor(outer.when_true))[1] | alg.terms(single_factor(inner.when_true))[1])
+    return p, np.array(t_high, np.float32), nodes
 
 
 def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str, strict: bool = True
@@ -752,13 +842,14 @@ def _const_or_value(alg: Algebra, t):
 
 # where a shrink ends, a few scaling ops below an anchor (here: the accept tests come first)
 _TWO_WHERE_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part)
+_SELECT_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 3, _select_part)  # Add(Mul(Cast(c), a), Mul(b, Cast(Not(c))))
 _RELU_SUM = Reach(frozenset({"Add"}), _TO_SHRINK, 4, _may_end_relu_sum)
 _SHRINK_ENDS = (Reach(_SIGN_OPS, _TO_SHRINK, 4), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_softshrink),
-                Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_sign),
+                Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_sign), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_nested_softshrink),
                 Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part),
                 Reach(_SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink), _RELU_SUM)
 # Add for an unscaled relu(p - t) + min(p + t, 0) and so that TorchScript's two-Where softshrink
 # without scaling (l2 = 0) is reported, Sub for an unscaled clamp residual or difference of ReLUs
 PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add", "Sub"}), match,
-                  prefilter={"Add": (_TWO_WHERE_SUM, _RELU_SUM),
+                  prefilter={"Add": (_SELECT_SUM, _RELU_SUM),
                              **dict.fromkeys(("Mul", "Div", "Where", "Sub"), _SHRINK_ENDS)})
