@@ -273,6 +273,21 @@ def hand_square_loss_grad(form: str, beta: float) -> Fn:
     return fn
 
 
+def rcnn_loss_grad(sigma_2: float, reduction: str) -> Fn:
+    """The gradient of tf-faster-rcnn's _smooth_l1_loss: beta = 1/sigma_2, the mask a stopped
+    gradient, tf.pow(x, 2) * sigma_2/2 inside and |x| - 0.5/sigma_2 outside."""
+    def fn(p: tf.Tensor, t: tf.Tensor) -> dict[str, tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch(p)
+            x = p - t
+            ax = tf.abs(x)
+            sign = tf.stop_gradient(tf.cast(tf.less(ax, 1.0 / sigma_2), tf.float32))
+            loss = tf.pow(x, 2) * (sigma_2 / 2.0) * sign + (ax - 0.5 / sigma_2) * (1.0 - sign)
+            value = tf.reduce_mean(loss) if reduction == "mean" else tf.reduce_sum(loss)
+        return {"grad": tape.gradient(value, p)}
+    return fn
+
+
 def softshrink_zeros_update(var: tf.Tensor, delta: tf.Tensor) -> dict[str, tf.Tensor]:
     """Soft-thresholding written with tf.where and tf.zeros_like in the else branch."""
     p = var - LR * delta
@@ -447,6 +462,11 @@ def probe_cases() -> list[Case]:
                   sl1_signature("float16", go="none"), 13, "smooth_l1_grad", [sl1(1.0, "sum", 1.0)],
                   "The where form in float16: the two copies of the x*x term are multiplied in different "
                   "orders (Mul(mul, g) and Mul(0.5, Mul(g, sub)))", dtype="float16"))
+    for reduction in ("sum", "mean"):
+        c.append(Case(f"sl1_rcnn_sigma2_{reduction}_b05_f32_op13.onnx", rcnn_loss_grad(2.0, reduction),
+                      sl1_signature(go="none"), 13, "smooth_l1_grad", [sl1(0.5, reduction, 1.0)],
+                      "tf-faster-rcnn's smooth L1 with sigma^2 = 2: grappler leaves each branch's scale as a full "
+                      "tensor of its own (2*0.5 and 1, over numel for the mean), folded into the coefficients."))
     for clamp, note in (("clip_inf", "tf.clip_by_value(|p| - t, 0, np.inf): Max(Min(d, inf), 0), the Min a no-op"),
                         ("min_residual", "p - sign(p) * tf.minimum(|p|, t): the shrink as the kernel computes it"),
                         ("abs_minus_min", "sign(p) * (|p| - tf.minimum(|p|, t))")):
