@@ -164,7 +164,7 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     within = inside.without(x)
     require(within is not None, "the |x| < beta branch is not proportional to x")
     if within.factors != rest.factors:  # tf-faster-rcnn: each branch scaled by its own full constant
-        within, rest = _uniform_folded(alg, within, x), _uniform_folded(alg, rest, x)
+        within, rest = _fold_uniform(alg, within, x), _fold_uniform(alg, rest, x)
     require(within.factors == rest.factors, "the two branches scale by different values (" + ", ".join(
         " * ".join(sorted(m.factors)) or "constant" for m in (within, rest)) + ")")
     if beta > 0:
@@ -404,19 +404,6 @@ def _uniform_constant(index: GraphIndex, name: str) -> float | None:
         return None
     flat = c.reshape(-1)
     return float(flat[0]) if (flat == flat[0]).all() else None
-
-
-def _uniform_folded(alg: Algebra, mono: Monomial, x: str) -> Monomial:
-    """mono with every factor that is a constant holding one number (and not broadcasting x to a
-    larger shape) moved into its coefficient: grappler leaves the scale of each branch of
-    tf-faster-rcnn's smooth L1 as a full tensor of its own."""
-    coef, factors = mono.coef, dict(mono.factors)
-    for name, exp in mono.factors.items():
-        value = _uniform_value(alg, name, x) if exp in (1, -1) else None
-        if value is not None and value != 0.0:
-            coef *= value if exp == 1 else 1.0 / value
-            del factors[name]
-    return Monomial(coef, factors, set(mono.nodes))
 
 
 def _uniform_value(alg: Algebra, name: str, like: str) -> float | None:
