@@ -273,6 +273,14 @@ def hand_square_loss_grad(form: str, beta: float) -> Fn:
     return fn
 
 
+def v1_huber_weighted_grad(p: tf.Tensor, t: tf.Tensor, w: tf.Tensor) -> dict[str, tf.Tensor]:
+    """tf.compat.v1.losses.huber_loss with a runtime weights tensor of the prediction's shape."""
+    with tf.GradientTape() as tape:
+        tape.watch(p)
+        value = tf.compat.v1.losses.huber_loss(t, p, weights=w, delta=1.0, reduction=tf.compat.v1.losses.Reduction.SUM)
+    return {"grad": tape.gradient(value, p)}
+
+
 def rcnn_loss_grad(sigma_2: float, reduction: str) -> Fn:
     """The gradient of tf-faster-rcnn's _smooth_l1_loss: beta = 1/sigma_2, the mask a stopped
     gradient, tf.pow(x, 2) * sigma_2/2 inside and |x| - 0.5/sigma_2 outside."""
@@ -462,6 +470,12 @@ def probe_cases() -> list[Case]:
                   sl1_signature("float16", go="none"), 13, "smooth_l1_grad", [sl1(1.0, "sum", 1.0)],
                   "The where form in float16: the two copies of the x*x term are multiplied in different "
                   "orders (Mul(mul, g) and Mul(0.5, Mul(g, sub)))", dtype="float16"))
+    c.append(Case("nm_sl1_v1_huber_runtime_weight_f32_op13.onnx", v1_huber_weighted_grad,
+                  [*sl1_signature(go="none"), tf.TensorSpec(SL1_SHAPE, tf.float32, name="w")], 13, "near_miss", [],
+                  "Near miss: tf.compat.v1.losses.huber_loss with weights=w, a runtime tensor: the gradient is "
+                  "sign(x) * (W + select(|x| <= 1, 2*0.5*W*min(|x|, 1) - W, 0)) with W = w, which the pass reads "
+                  "with a constant weight only.",
+                  not_fused=[{**sl1(1.0, "sum", "w"), "reason": "runtime weight"}]))
     for reduction in ("sum", "mean"):
         c.append(Case(f"sl1_rcnn_sigma2_{reduction}_b05_f32_op13.onnx", rcnn_loss_grad(2.0, reduction),
                       sl1_signature(go="none"), 13, "smooth_l1_grad", [sl1(0.5, reduction, 1.0)],

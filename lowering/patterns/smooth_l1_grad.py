@@ -367,6 +367,10 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         total = next(iter(rest.factors))
         shifted = _constant_plus(alg, total, x)  # w + select(...)
         if shifted is None:
+            if alg.producer(total, "Add", "Sum") is not None:
+                raise NoMatch("sign(x) * (w + select(|x| <= delta, ...)) with w not a constant: the gradient of "
+                              "tf.compat.v1.losses.huber_loss is read with a constant weight only (a runtime "
+                              "weights tensor or output_gradients scales it here)")
             continue
         w, value, shift_nodes = shifted
         sel = alg.select(value)
