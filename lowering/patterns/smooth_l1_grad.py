@@ -367,7 +367,9 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         total = next(iter(rest.factors))
         shifted = _constant_plus(alg, total, x)  # w + select(...)
         if shifted is None:
-            if alg.producer(total, "Add", "Sum") is not None:
+            added = alg.producer(total, "Add", "Sum")
+            if added is not None and len(added[1].input) == 2 and [
+                    alg.select(v) is not None for v in added[1].input].count(True) == 1:
                 raise NoMatch("sign(x) * (w + select(|x| <= delta, ...)) with w not a constant: the gradient of "
                               "tf.compat.v1.losses.huber_loss is read with a constant weight only (a runtime "
                               "weights tensor or output_gradients scales it here)")
