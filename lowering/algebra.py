@@ -300,11 +300,13 @@ class Algebra:
             return self.monomial(addends[0]), self.monomial(addends[1])
         groups: dict[tuple, list[Monomial]] = {}
         for name in addends:
-            mono = self.monomial(name)
+            # products the copies share (a mask times 0.5) stay whole in each walk: opened, the
+            # mask shows as a factor
+            mono = self._opened(self.monomial(name))
             groups.setdefault(tuple(sorted(mono.factors.items())), []).append(mono)
         if len(groups) != 2:
             return None
-        first, second = (_sum_like(terms) for terms in groups.values())
+        first, second = (sum_like(terms) for terms in groups.values())
         return None if first is None or second is None else (first, second)
 
     def _arith_select_branches(self, a: Monomial, b: Monomial):
@@ -403,7 +405,7 @@ class Algebra:
             cond = c
             sides[taken].append(product(term.without(branch[0]), branch[1]))
             nodes |= term.nodes | where_nodes
-        merged = [_sum_like(sides[side]) for side in (True, False)]
+        merged = [sum_like(sides[side]) for side in (True, False)]
         if cond is None or None in merged:
             return None
         return Select(cond, merged[0], merged[1], nodes | merged[0].nodes | merged[1].nodes, arithmetic=True)
@@ -674,7 +676,7 @@ def is_zero(mono: Monomial) -> bool:
     return mono.coef == 0.0 and not mono.factors
 
 
-def _sum_like(terms: list[Monomial]) -> Monomial | None:
+def sum_like(terms: list[Monomial]) -> Monomial | None:
     """The sum of monomials with the same runtime factors (their coefficients add), 0 for none."""
     if not terms:
         return Monomial(0.0, {})

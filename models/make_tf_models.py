@@ -252,9 +252,10 @@ def keras_train_step(x: tf.Tensor, target: tf.Tensor, w: tf.Tensor, b: tf.Tensor
 
 def hand_square_loss_grad(form: str, beta: float) -> Fn:
     """The gradient, by GradientTape, of a SmoothL1 loss summed over the elements and written by
-    hand: "where" tf.where(|x| < beta, 0.5*x*x/beta, |x| - 0.5*beta); "masks" with float masks,
+    hand: "where" tf.where(|x| < beta, 0.5*x*x/beta, |x| - 0.5*beta); "two_masks" with a float mask
+    for each side, small*0.5*x*x/beta + large*(|x| - 0.5*beta); "masks" with float masks,
     0.5*x*x*m/beta + (|x| - 0.5*beta)*(1 - m); "min" with q = tf.minimum(|x|, beta),
-    0.5*tf.square(q)/beta + (|x| - q) (tf.compat.v1's Huber written out)."""
+    0.5*tf.square(q)/beta + (|x| - q) (tf.compat.v1's Huber written out), "min_qq" with q*q."""
     def fn(p: tf.Tensor, t: tf.Tensor) -> dict[str, tf.Tensor]:
         with tf.GradientTape() as tape:
             tape.watch(p)
@@ -262,9 +263,15 @@ def hand_square_loss_grad(form: str, beta: float) -> Fn:
             ax = tf.abs(x)
             if form == "where":
                 loss = tf.where(ax < beta, 0.5 * x * x / beta, ax - 0.5 * beta)
+            elif form == "two_masks":
+                small, large = tf.cast(ax < beta, x.dtype), tf.cast(ax >= beta, x.dtype)
+                loss = small * 0.5 * x * x / beta + large * (ax - 0.5 * beta)
             elif form == "masks":
                 m = tf.cast(ax < beta, x.dtype)
                 loss = 0.5 * x * x * m / beta + (ax - 0.5 * beta) * (1.0 - m)
+            elif form == "min_qq":
+                q = tf.minimum(ax, beta)
+                loss = 0.5 * q * q / beta + (ax - q)
             else:
                 q = tf.minimum(ax, beta)
                 loss = 0.5 * tf.square(q) / beta + (ax - q)
@@ -462,7 +469,11 @@ def probe_cases() -> list[Case]:
     for form, note in (
             ("where", "TF's gradient of x*x sums one term per operand: Sum(a, b, a) around the arithmetic select"),
             ("masks", "float masks, the x*x term's two halves a Sum(a, b, a)"),
-            ("min", "tf.minimum(|x|, 1) and tf.square: grappler broadcasts a term with an Expand to its own shape")):
+            ("two_masks", "a mask per side: the x*x term's halves are Mul(u, v) and Mul(v, u) of a shared "
+                          "mask*0.5, added in one Sum with the other side"),
+            ("min", "tf.minimum(|x|, 1) and tf.square: grappler broadcasts a term with an Expand to its own shape"),
+            ("min_qq", "tf.minimum(|x|, 1) and q*q: the q*q term's halves are 0.5*q broadcast by an Expand and "
+                       "q times a full tensor of 0.5, one Sum with the -1")):
         c.append(Case(f"sl1_hand_square_{form}_sum_b1_f32_op13.onnx", hand_square_loss_grad(form, 1.0),
                       sl1_signature(go="none"), 13, "smooth_l1_grad", [sl1(1.0, "sum", 1.0)],
                       f"GradientTape of a hand-written SmoothL1 loss with 0.5*x*x, reduce_sum ({note})."))

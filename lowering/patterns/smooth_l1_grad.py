@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, clip_bounds, product
+from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, clip_bounds, product, sum_like
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
 from .base import (Match, NoMatch, Pattern, absorb_casts, broadcasts_to, close, fill, fill_value, float_dtype,
@@ -382,8 +382,7 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         cmp = alg.compare(sel.cond)
         if inner is None or cmp is None or cmp.relation not in ("<", "<="):
             continue
-        minus_w, (m, n), inner_nodes = inner
-        cap = _fold_uniform(alg, alg.monomial(m), x)  # c * Min(|x|, delta)
+        minus_w, cap, inner_nodes = inner  # cap: n * c * Min(|x|, delta)
         capped = alg.producer(next(iter(cap.factors)), "Min") if len(cap.factors) == 1 else None
         abs_x = None if capped is None else alg.unary(capped[1].input[0], "Abs")
         if abs_x is None or abs_x[0] != x:
@@ -393,8 +392,8 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
             continue
         require(delta > 0, f"huber_loss with delta = {delta:g}")
         require(close(minus_w, -w), "the gradient's constant terms do not cancel inside |x| <= delta")
-        require(_same_scale(alg, x, n * cap.coef, w / delta),
-                f"the |x| <= delta branch scales x by {n * cap.coef:g}, not by w/delta = {w / delta:g}")
+        require(_same_scale(alg, x, cap.coef, w / delta),
+                f"the |x| <= delta branch scales x by {cap.coef:g}, not by w/delta = {w / delta:g}")
         nodes = (mono.nodes | sign[1] | shift_nodes | sel.nodes | sel.when_true.nodes | inner_nodes | cap.nodes
                  | cmp.nodes | {capped[0], abs_x[1]})
         return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), delta, nodes,
@@ -431,8 +430,11 @@ def _fold_uniform(alg: Algebra, mono: Monomial, like: str) -> Monomial:
 
 
 def _constant_plus(alg: Algebra, value: str, like: str, repeated: bool = False):
-    """(w, v, nodes) when value = Add/Sum(uniform constant w, v); with `repeated`, (w, (v, n), nodes)
-    when value = Sum(v, ..., v (n times), w). w must leave `like`'s shape as it is."""
+    """(w, v, nodes) when value = Add/Sum(uniform constant w, v); with `repeated`, (w, m, nodes)
+    when value = Sum(w, v1, ..., vn), m the vi's product views (uniform constants folded) added
+    up, all with the same runtime factors: TensorFlow's gradient of q*q sums one term per operand,
+    the same value twice or two products that grappler wrote apart. w must leave `like`'s shape
+    as it is."""
     found = alg.producer(value, "Add", "Sum")
     if found is None:
         return None
@@ -443,7 +445,9 @@ def _constant_plus(alg: Algebra, value: str, like: str, repeated: bool = False):
     if w is None:
         return None
     if repeated:
-        return (w, (others[0], len(others)), {i}) if len(set(others)) == 1 else None
+        terms = [_fold_uniform(alg, alg.monomial(v), like) for v in others]
+        total = sum_like(terms)
+        return None if total is None else (w, total, {i})
     return (w, others[0], {i}) if len(others) == 1 else None
 
 
