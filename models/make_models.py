@@ -1242,6 +1242,14 @@ def probe5_fn(form: str) -> Callable[..., torch.Tensor]:
             out = torch.clamp(p - t, min=0) - torch.clamp(-p - t, min=0)
         elif form == "sign_abs_mask":
             out = torch.sign(p) * (p.abs() - t) * (p.abs() > t).to(p.dtype)
+        elif form == "min_residual":
+            out = p - torch.sign(p) * torch.clamp(p.abs(), max=t)
+        elif form == "abs_minus_min":
+            out = torch.sign(p) * (p.abs() - torch.clamp(p.abs(), max=t))
+        elif form == "nested_where":
+            out = torch.where(p > t, p - t, torch.where(p < -t, p + t, p * 0))
+        elif form == "clamp_inf":
+            out = torch.sign(p) * torch.clamp(p.abs() - t, 0, float("inf"))
         else:
             out = F.softshrink(p, t)
         return out / (1 + LR * L2)
@@ -1343,8 +1351,24 @@ def row_target_sl1_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> tor
 
 
 def probe6_cases() -> list[Case]:
-    """Labels that broadcast to predict's shape (2026-12-05); own generator."""
+    """Labels that broadcast to predict's shape, and the proximal shrinks a probe of TensorFlow
+    code found, as PyTorch users write them (2026-12-05); own generator."""
     gen = torch.Generator().manual_seed(6206)
+    const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
+    shrinks = []
+    for form, exporters, note in (
+            ("min_residual", (("dynamo-optimized", "dynopt"), ("torchscript", "ts")),
+             "p - sign(p) * torch.clamp(|p|, max=t): the shrink as the kernel computes it (Clip with max only)."),
+            ("abs_minus_min", (("dynamo-optimized", "dynopt"),),
+             "sign(p) * (|p| - torch.clamp(|p|, max=t)): max(|p| - t, 0) with the same rounding."),
+            ("nested_where", (("dynamo-optimized", "dynopt"), ("torchscript", "ts")),
+             "torch.where(p > t, p - t, torch.where(p < -t, p + t, p * 0)): two nested Wheres."),
+            ("clamp_inf", (("torchscript", "ts"),),
+             "sign(p) * torch.clamp(|p| - t, 0, inf): Clip with an inf max, which is Max(., 0).")):
+        for exporter, suffix in exporters:
+            shrinks.append(Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), probe5_fn(form),
+                                prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const], note,
+                                outputs=["var_out"]))
     cases = [Case(fx("sl1_autograd_row_target_mean_b011_f32_dyn.onnx"), autograd_row_target_sl1,
                   {"p": randn(4, 5, gen=gen), "t": randn(4, gen=gen)}, "dynamo", "smooth_l1_grad",
                   [sl1("mul_4", 0.11, "mean", "p", "unsqueeze", "expand")],
@@ -1358,7 +1382,7 @@ def probe6_cases() -> list[Case]:
                           "smooth_l1_grad", [sl1("grad", 0.5, "mean", "p", label, "go")],
                           "Where(|x| < 0.5, x/0.5, sign(x)) * go / numel with x = p - t[:, None]: a per-row target "
                           "[6, 1] broadcast to p's [6, 3].", outputs=["grad"]))
-    return cases
+    return cases + shrinks
 
 
 def function_fixture_cases() -> list[Case]:

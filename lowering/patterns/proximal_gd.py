@@ -17,6 +17,8 @@ A bare var - alpha*delta, or p / k without the shrink, is plain (or L2-only) SGD
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx
 
@@ -253,7 +255,11 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
             return d, {i} | zero, "max"
         return None
     lo, hi = clip_bounds(node)
-    if alg.bound_value(lo) != 0.0 or (hi is not None and alg.bound_value(hi) != _finfo_max(alg.index.elem_type(node.input[0]))):
+    if alg.bound_value(lo) != 0.0:
+        return None
+    if hi is not None and alg.bound_value(hi) == math.inf:  # torch.clamp(d, 0, inf): inf stays inf, as in Max
+        return node.input[0], {i}, "max"
+    if hi is not None and alg.bound_value(hi) != _finfo_max(alg.index.elem_type(node.input[0])):
         return None
     return node.input[0], {i}, "clip"
 
@@ -510,7 +516,7 @@ _RELU_OPS = frozenset({"Relu", "Max", "Where"})  # relu(d) as _clamp reads it
 
 
 def _may_end_sub_shrink(index: GraphIndex, node: Node) -> bool:
-    """Sub(p, c) with c made by Clip/Min/Max or a product with a Min (sign(p)*min(|p|, t)), or
+    """Sub(p, c) with c made by Clip/Min/Max or a product with a Min or Clip (sign(p)*min(|p|, t)), or
     Sub(relu(.), relu(.)): where a clamp residual, a min residual or a difference of ReLUs can end."""
     if len(node.input) != 2:
         return False
@@ -519,7 +525,8 @@ def _may_end_sub_shrink(index: GraphIndex, node: Node) -> bool:
         cast = index.node_of(node.input[1])
         ops[1] = (index.node_of(cast.input[0]) or cast).op_type
     if ops[1] == "Mul":
-        return any((f := index.node_of(v)) is not None and f.op_type == "Min" for v in index.node_of(node.input[1]).input)
+        return any((f := index.node_of(v)) is not None and f.op_type in ("Min", "Clip")
+                   for v in index.node_of(node.input[1]).input)
     return ops[1] in _BOUNDS_OPS or (ops[0] in _RELU_OPS and ops[1] in _RELU_OPS)
 
 
@@ -558,11 +565,24 @@ def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, se
 
 
 def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[str, set[int]] | None:
-    """(t, nodes) when value = min(|p|, t) for a single-element t (in either operand order)."""
-    found = alg.producer(value, "Min")
-    if found is None or len(found[1].input) != 2:
+    """(t, nodes) when value = min(|p|, t) for a single-element t (in either operand order), also
+    as Clip(|p|, max=t) (torch.clamp(|p|, max=t); its lower bound, left out or <= 0, never acts on
+    |p|, and onnxruntime's Clip keeps NaN as its Min does)."""
+    found = alg.producer(value, "Min", "Clip")
+    if found is None:
         return None
     i, node = found
+    if node.op_type == "Clip":
+        lo, hi = clip_bounds(node)
+        floor = None if lo is None else alg.bound_value(lo)
+        absp = alg.unary(node.input[0], "Abs")
+        if hi is None or (lo is not None and (floor is None or floor > 0)) or absp is None or absp[0] != p:
+            return None
+        if isinstance(hi, str):
+            return (hi, {i, absp[1]}) if is_single_element(alg.index, hi) else None
+        return np.array(hi, np.float32), {i, absp[1]}  # max as an attribute, before opset 11
+    if len(node.input) != 2:
+        return None
     for a, t in (node.input, node.input[::-1]):
         absp = alg.unary(a, "Abs")
         if absp is not None and absp[0] == p and is_single_element(alg.index, t):
