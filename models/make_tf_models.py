@@ -288,6 +288,12 @@ def v1_huber_weighted_grad(p: tf.Tensor, t: tf.Tensor, w: tf.Tensor) -> dict[str
     return {"grad": tape.gradient(value, p)}
 
 
+def over_max_grad(go: tf.Tensor, p: tf.Tensor, t: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The SmoothL1 gradient (beta 0.5, mean) as x / max(|x|, beta): x/beta inside, sign(x) outside."""
+    x = p - t
+    return {"grad": x / tf.maximum(tf.abs(x), 0.5) * go / tf.cast(tf.size(p), p.dtype)}
+
+
 def rcnn_loss_grad(sigma_2: float, reduction: str) -> Fn:
     """The gradient of tf-faster-rcnn's _smooth_l1_loss: beta = 1/sigma_2, the mask a stopped
     gradient, tf.pow(x, 2) * sigma_2/2 inside and |x| - 0.5/sigma_2 outside."""
@@ -487,6 +493,10 @@ def probe_cases() -> list[Case]:
                   "sign(x) * (W + select(|x| <= 1, 2*0.5*W*min(|x|, 1) - W, 0)) with W = w, which the pass reads "
                   "with a constant weight only.",
                   not_fused=[{**sl1(1.0, "sum", "w"), "reason": "runtime weight"}]))
+    c.append(Case("sl1_hand_over_max_mean_b05_f32_op13.onnx", over_max_grad, sl1_signature(), 13,
+                  "smooth_l1_grad", [sl1(0.5, "mean", "go")],
+                  "x / tf.maximum(|x|, 0.5) * go / numel: x/beta inside, x/|x| = sign(x) outside (NaN at "
+                  "+-inf in the graph, the report's caveat)."))
     for reduction in ("sum", "mean"):
         c.append(Case(f"sl1_rcnn_sigma2_{reduction}_b05_f32_op13.onnx", rcnn_loss_grad(2.0, reduction),
                       sl1_signature(go="none"), 13, "smooth_l1_grad", [sl1(0.5, reduction, 1.0)],

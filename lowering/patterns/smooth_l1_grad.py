@@ -59,6 +59,8 @@ def match(alg: Algebra, anchor: int) -> Match | None:
             found = _match_clip(alg, out, mono) or _match_capped_ratio(alg, out, mono)
         if found is None and alg.reaches(out, _HUBER_MIN):
             found = _match_capped(alg, out)
+        if found is None and alg.reaches(out, _FLOORED_ABS):
+            found = _match_over_floored_abs(alg, out, alg.monomial(out))
         return found
     if node.op_type == "Where":
         # every select form compares |x| or x = predict - label itself
@@ -340,6 +342,48 @@ def _capped_at_one(alg: Algebra, node: Node) -> tuple[float, set[int]] | None:
     return 1.0, set()
 
 
+def _floors_abs(index: GraphIndex, node: Node) -> bool:
+    """Max(|x|, c) or Clip(|x|, min=c) with a constant c: where x / max(|x|, beta) can start."""
+    producer = index.node_of(node.input[0]) if node.input else None
+    if producer is None or producer.op_type != "Abs":
+        return False
+    bound = node.input[1] if len(node.input) > 1 else None
+    return bound is not None and index.scalar(bound) is not None
+
+
+def _match_over_floored_abs(alg: Algebra, out: str, mono: Monomial) -> Match | None:
+    """mono (out's product view) = K * dout * x / max(|x|, beta): x/beta where |x| < beta and
+    x/|x| = sign(x) elsewhere, exactly, for a constant beta > 0 (torch.clamp(|x|, min=beta) as Clip
+    too). NaN stays NaN; an inf x gives inf/inf = NaN in the graph where the kernel gives +-1 (the
+    report's caveat)."""
+    for name, exp in mono.factors.items():
+        found = alg.producer(name, "Max", "Clip") if exp == -1 else None
+        if found is None or len(found[1].input) < 2:
+            continue
+        i, node = found
+        if node.op_type == "Clip":
+            lo, hi = clip_bounds(node)
+            if hi is not None:
+                continue
+            beta = alg.bound_value(lo)
+        elif len(node.input) == 2:
+            beta = alg.scalar(node.input[1])
+        else:
+            continue
+        absx = alg.unary(node.input[0], "Abs")
+        if absx is None or beta is None or mono.factors.get(absx[0]) != 1:
+            continue
+        x = absx[0]
+        require(beta > 0, f"x / max(|x|, {beta:g}) with beta <= 0 is 0/0 = NaN at x = 0, unlike the gradient")
+        rest = mono.without(name, -1).without(x)
+        match = _finish(alg, f"{FAMILY}/over-floored-abs", out, x, rest, beta, mono.nodes | {i, absx[1]},
+                        arithmetic=False)
+        match.caveats.append("x / max(|x|, beta): where x is +-inf the graph computes inf/inf = NaN, the kernel "
+                             "gives the gradient's +-1")
+        return match
+    return None
+
+
 def _selects_against_zero(index: GraphIndex, node: Node) -> bool:
     """Where(c, A, 0) or Where(c, 0, B): one branch of a loss's gradient (Algebra._select_sum)."""
     return len(node.input) == 3 and any(index.may_be_const(v) and index.scalar(v) == 0.0 for v in node.input[1:])
@@ -557,8 +601,9 @@ def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, 
 # through a Cast too: a clamp run in float32 and cast back (Algebra.clamp)
 _CLAMP_END = Reach(_CLAMP_OPS, _PRODUCT_OPS | {"Cast"}, 4, _may_end_symmetric_clamp)
 _HUBER_MIN = Reach(_MIN_OPS, _TO_MIN, 7, _caps_abs)
+_FLOORED_ABS = Reach(frozenset({"Max", "Clip"}), _PRODUCT_OPS | {"Cast"}, 4, _floors_abs)
 _MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
 _SELECT_SUM_ENDS = (_MASK_END, Reach(_WHERE_OPS, _TO_MASK, 6, _selects_against_zero))
 PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match,
-                  prefilter={"Mul": (_CLAMP_END, _HUBER_MIN), "Div": (_CLAMP_END, _HUBER_MIN),
+                  prefilter={"Mul": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS), "Div": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
                              "Add": _SELECT_SUM_ENDS, "Sum": _SELECT_SUM_ENDS})

@@ -108,3 +108,39 @@ def test_min_residual_is_the_shrink_for_a_negative_runtime_t() -> None:
     model = _prox(shrink, "shrunk", t=None)
     for t in (0.05, -0.05, 0.0):
         _assert_fuses(model, {**_feeds(t), "t": np.array(t, np.float32)})
+
+
+def _over_floored_abs(floor: str, beta: float) -> onnx.ModelProto:
+    """x / max(|x|, beta) * go / numel, the floor as Max or as Clip(|x|, min=beta) (torch.clamp)."""
+    floor_node = (h.make_node("Max", ["a", "beta"], ["floor"]) if floor == "Max"
+                  else h.make_node("Clip", ["a", "beta"], ["floor"]))
+    nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Abs", ["x"], ["a"]), floor_node,
+             h.make_node("Div", ["x", "floor"], ["ratio"]), h.make_node("Mul", ["ratio", "go"], ["scaled"]),
+             h.make_node("Div", ["scaled", "n"], ["grad"])]
+    constants = [numpy_helper.from_array(np.array(v, np.float32), name) for name, v in (("beta", beta), ("n", N))]
+    inputs = [h.make_tensor_value_info("p", T.FLOAT, (N,)), h.make_tensor_value_info("t", T.FLOAT, (N,)),
+              h.make_tensor_value_info("go", T.FLOAT, ())]
+    graph = h.make_graph(nodes, "over_floored_abs", inputs, [h.make_tensor_value_info("grad", T.FLOAT, (N,))], constants)
+    return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("floor", ["Max", "Clip"])
+def test_x_over_floored_abs_fuses_with_its_inf_caveat(floor: str) -> None:
+    model = _over_floored_abs(floor, 0.5)
+    rng = np.random.default_rng()
+    feeds = {"p": rng.standard_normal(N).astype(np.float32), "t": rng.standard_normal(N).astype(np.float32),
+             "go": np.array(1.5, np.float32)}
+    feeds["p"][:5], feeds["t"][:5] = [0.5, -0.5, 0.0, np.nan, 0.49999997], 0.0
+    fused, report = lowering.fuse(model)
+    fusion, = report.fusions
+    assert fusion.attributes == {"sigma": 0.5, "reduction": "mean", "scale": 1.0}
+    assert any("inf/inf" in c for c in fusion.caveats)
+    assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
+    node, = fused_nodes(fused)
+    ok, detail = precision_ok(run_ort(model, feeds)[0], golden_of(fused, node, feeds), np.float32)
+    assert ok, detail
+
+
+def test_x_over_floored_abs_with_beta_zero_is_refused() -> None:
+    _, report = lowering.fuse(_over_floored_abs("Max", 0.0))
+    assert not report.fusions and any("0/0 = NaN at x = 0" in r.reason for r in report.rejections), report.summary()
