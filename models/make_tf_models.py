@@ -255,7 +255,8 @@ def hand_square_loss_grad(form: str, beta: float) -> Fn:
     hand: "where" tf.where(|x| < beta, 0.5*x*x/beta, |x| - 0.5*beta); "two_masks" with a float mask
     for each side, small*0.5*x*x/beta + large*(|x| - 0.5*beta); "masks" with float masks,
     0.5*x*x*m/beta + (|x| - 0.5*beta)*(1 - m); "min" with q = tf.minimum(|x|, beta),
-    0.5*tf.square(q)/beta + (|x| - q) (tf.compat.v1's Huber written out), "min_qq" with q*q."""
+    0.5*tf.square(q)/beta + (|x| - q) (tf.compat.v1's Huber written out), "min_qq" with q*q, "clip"
+    with q = tf.clip_by_value(|x|, 0, beta)."""
     def fn(p: tf.Tensor, t: tf.Tensor) -> dict[str, tf.Tensor]:
         with tf.GradientTape() as tape:
             tape.watch(p)
@@ -272,6 +273,9 @@ def hand_square_loss_grad(form: str, beta: float) -> Fn:
             elif form == "min_qq":
                 q = tf.minimum(ax, beta)
                 loss = 0.5 * q * q / beta + (ax - q)
+            elif form == "clip":
+                q = tf.clip_by_value(ax, 0.0, beta)
+                loss = 0.5 * tf.square(q) / beta + (ax - q)
             else:
                 q = tf.minimum(ax, beta)
                 loss = 0.5 * tf.square(q) / beta + (ax - q)
@@ -479,7 +483,9 @@ def probe_cases() -> list[Case]:
                           "mask*0.5, added in one Sum with the other side"),
             ("min", "tf.minimum(|x|, 1) and tf.square: grappler broadcasts a term with an Expand to its own shape"),
             ("min_qq", "tf.minimum(|x|, 1) and q*q: the q*q term's halves are 0.5*q broadcast by an Expand and "
-                       "q times a full tensor of 0.5, one Sum with the -1")):
+                       "q times a full tensor of 0.5, one Sum with the -1"),
+            ("clip", "q = tf.clip_by_value(|x|, 0, 1): Max(Min(|x|, 1), 0), whose gradient selects on "
+                     "Min(|x|, 1) >= 0 too, true for every x but NaN")):
         c.append(Case(f"sl1_hand_square_{form}_sum_b1_f32_op13.onnx", hand_square_loss_grad(form, 1.0),
                       sl1_signature(go="none"), 13, "smooth_l1_grad", [sl1(1.0, "sum", 1.0)],
                       f"GradientTape of a hand-written SmoothL1 loss with 0.5*x*x, reduce_sum ({note})."))

@@ -422,11 +422,16 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         sel = alg.select(value)
         if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 or len(sel.when_true.factors) != 1:
             continue
-        inner = _constant_plus(alg, next(iter(sel.when_true.factors)), x, repeated=True)  # n*M - w
+        branch, guard_nodes = _unguarded(alg, next(iter(sel.when_true.factors)), x)
+        inner = _constant_plus(alg, branch, x, repeated=True)  # n*M - w
         cmp = alg.compare(sel.cond)
         if inner is None or cmp is None or cmp.relation not in ("<", "<="):
             continue
         minus_w, cap, inner_nodes = inner  # cap: n * c * Min(|x|, delta)
+        inner_nodes = inner_nodes | guard_nodes
+        floored = _floored_at_zero(alg, next(iter(cap.factors))) if len(cap.factors) == 1 else None
+        if floored is not None:  # tf.clip_by_value(|x|, 0, delta): Max(Min(|x|, delta), 0)
+            cap = Monomial(cap.coef, {floored[0]: 1}, cap.nodes | floored[1])
         capped = alg.producer(next(iter(cap.factors)), "Min") if len(cap.factors) == 1 else None
         abs_x = None if capped is None else alg.unary(capped[1].input[0], "Abs")
         if abs_x is None or abs_x[0] != x:
@@ -443,6 +448,37 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), delta, nodes,
                        arithmetic=False)
     return None
+
+
+def _floored_at_zero(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
+    """(v, nodes) when value = max(v, 0) with v = min(|x|, c), never below 0: the lower clamp of
+    tf.clip_by_value(|x|, 0, c), which changes nothing (NaN stays NaN in onnxruntime's Max)."""
+    found = alg.producer(value, "Max")
+    if found is None or len(found[1].input) != 2:
+        return None
+    v, zero = found[1].input
+    inner = alg.producer(v, "Min")
+    if inner is None or alg.scalar(zero) != 0.0 or alg.unary(inner[1].input[0], "Abs") is None:
+        return None
+    return v, {found[0]}
+
+
+def _unguarded(alg: Algebra, value: str, x: str) -> tuple[str, set[int]]:
+    """(v, nodes) when value = select(m >= 0, v, 0) with m = max(min(|x|, c), 0) or min(|x|, c):
+    the gradient of tf.clip_by_value's lower bound, which holds for every x but NaN (and for a NaN x
+    the gradient is NaN through sign(x) anyway); else (value, no nodes)."""
+    sel = alg.select(value)
+    cmp = None if sel is None else alg.compare(sel.cond)
+    if (cmp is None or cmp.relation != ">=" or alg.scalar(cmp.rhs) != 0.0 or zero_branch(alg, sel.when_false) is None
+            or sel.when_true.coef != 1.0 or len(sel.when_true.factors) != 1):
+        return value, set()
+    floored = _floored_at_zero(alg, cmp.lhs)
+    guarded = floored[0] if floored is not None else cmp.lhs
+    capped = alg.producer(guarded, "Min")
+    absx = None if capped is None else alg.unary(capped[1].input[0], "Abs")
+    if absx is None or absx[0] != x:
+        return value, set()
+    return next(iter(sel.when_true.factors)), sel.nodes | cmp.nodes | sel.when_false.nodes
 
 
 def _uniform_constant(index: GraphIndex, name: str) -> float | None:
@@ -600,7 +636,8 @@ def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, 
 # the pre-checks of the product and sum anchors (here: the accept tests come first)
 # through a Cast too: a clamp run in float32 and cast back (Algebra.clamp)
 _CLAMP_END = Reach(_CLAMP_OPS, _PRODUCT_OPS | {"Cast"}, 4, _may_end_symmetric_clamp)
-_HUBER_MIN = Reach(_MIN_OPS, _TO_MIN, 7, _caps_abs)
+# 10: tf.clip_by_value(|x|, 0, delta) adds a Max and a select of its own to the v1 form's 7
+_HUBER_MIN = Reach(_MIN_OPS, _TO_MIN | {"Max"}, 10, _caps_abs)
 _FLOORED_ABS = Reach(frozenset({"Max", "Clip"}), _PRODUCT_OPS | {"Cast"}, 4, _floors_abs)
 _MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
 _SELECT_SUM_ENDS = (_MASK_END, Reach(_WHERE_OPS, _TO_MASK, 6, _selects_against_zero))
