@@ -476,7 +476,9 @@ def _unguarded(alg: Algebra, value: str, x: str) -> tuple[str, set[int]]:
     guarded = floored[0] if floored is not None else cmp.lhs
     capped = alg.producer(guarded, "Min")
     absx = None if capped is None else alg.unary(capped[1].input[0], "Abs")
-    if absx is None or absx[0] != x:
+    cap = None if capped is None or len(capped[1].input) != 2 else alg.scalar(capped[1].input[1])
+    # min(|x|, c) >= 0 holds for every x only for c >= 0 (max(., 0) >= 0 always)
+    if absx is None or absx[0] != x or (floored is None and (cap is None or cap < 0)):
         return value, set()
     return next(iter(sel.when_true.factors)), sel.nodes | cmp.nodes | sel.when_false.nodes
 
