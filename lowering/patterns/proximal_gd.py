@@ -118,8 +118,10 @@ def _may_be_nested_softshrink(index: GraphIndex, node: Node) -> bool:
     if len(node.input) != 3:
         return False
     cond, inner = index.node_of(node.input[0]), index.node_of(node.input[2])
-    return (cond is not None and cond.op_type in ("Greater", "Less", "GreaterOrEqual", "LessOrEqual")
-            and inner is not None and inner.op_type == "Where")
+    inner_cond = None if inner is None or inner.op_type != "Where" else index.node_of(inner.input[0])
+    compares = ("Greater", "Less", "GreaterOrEqual", "LessOrEqual")
+    return (cond is not None and cond.op_type in compares and inner_cond is not None
+            and inner_cond.op_type in compares and inner_cond.input[0] == cond.input[0])
 
 
 def _may_be_sign(index: GraphIndex, node: Node) -> bool:
@@ -525,8 +527,8 @@ def _may_end_sub_shrink(index: GraphIndex, node: Node) -> bool:
         cast = index.node_of(node.input[1])
         ops[1] = (index.node_of(cast.input[0]) or cast).op_type
     if ops[1] == "Mul":
-        return any((f := index.node_of(v)) is not None and f.op_type in ("Min", "Clip")
-                   for v in index.node_of(node.input[1]).input)
+        factors = {f.op_type for v in index.node_of(node.input[1]).input if (f := index.node_of(v)) is not None}
+        return "Sign" in factors and bool(factors & {"Min", "Clip"})
     return ops[1] in _BOUNDS_OPS or (ops[0] in _RELU_OPS and ops[1] in _RELU_OPS)
 
 
