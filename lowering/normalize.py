@@ -339,7 +339,10 @@ class _Normalizer:
             # through tf2onnx: Max(Min(d, inf), 0))
             bound = math.inf if op == "Min" else -math.inf
             for x, c in (node.input, node.input[::-1]):
-                value = self.const(c) if self.is_const(c) else None
+                if not self.is_const(c) or (c not in self.consts and scalar_of_tensor(self.info.initializers[c])
+                                            not in (None, bound)):
+                    continue  # a scalar that is no infinity answers without numpy (the max(d, 0) of every update)
+                value = self.const(c)
                 if (value is not None and value.size == 1 and value.dtype.kind == "f"
                         and float(value.reshape(-1)[0]) == bound and self._same_type_after(x, value, node)):
                     return self._forward(node, x, "min(x, inf)/max(x, -inf) removed")
