@@ -256,7 +256,8 @@ def hand_square_loss_grad(form: str, beta: float) -> Fn:
     for each side, small*0.5*x*x/beta + large*(|x| - 0.5*beta); "masks" with float masks,
     0.5*x*x*m/beta + (|x| - 0.5*beta)*(1 - m); "min" with q = tf.minimum(|x|, beta),
     0.5*tf.square(q)/beta + (|x| - q) (tf.compat.v1's Huber written out), "min_qq" with q*q, "clip"
-    with q = tf.clip_by_value(|x|, 0, beta)."""
+    with q = tf.clip_by_value(|x|, 0, beta), "min_max" 0.5*min(|x|, beta)**2/beta + max(|x| - beta, 0)
+    (a near miss: both pieces' gradients hold at |x| == beta)."""
     def fn(p: tf.Tensor, t: tf.Tensor) -> dict[str, tf.Tensor]:
         with tf.GradientTape() as tape:
             tape.watch(p)
@@ -276,6 +277,8 @@ def hand_square_loss_grad(form: str, beta: float) -> Fn:
             elif form == "clip":
                 q = tf.clip_by_value(ax, 0.0, beta)
                 loss = 0.5 * tf.square(q) / beta + (ax - q)
+            elif form == "min_max":
+                loss = 0.5 * tf.square(tf.minimum(ax, beta)) / beta + tf.maximum(ax - beta, 0.0)
             else:
                 q = tf.minimum(ax, beta)
                 loss = 0.5 * tf.square(q) / beta + (ax - q)
@@ -489,6 +492,12 @@ def probe_cases() -> list[Case]:
         c.append(Case(f"sl1_hand_square_{form}_sum_b1_f32_op13.onnx", hand_square_loss_grad(form, 1.0),
                       sl1_signature(go="none"), 13, "smooth_l1_grad", [sl1(1.0, "sum", 1.0)],
                       f"GradientTape of a hand-written SmoothL1 loss with 0.5*x*x, reduce_sum ({note})."))
+    c.append(Case("nm_sl1_hand_min_max_sum_b1_f32_op13.onnx", hand_square_loss_grad("min_max", 1.0),
+                  sl1_signature(go="none"), 13, "near_miss", [],
+                  "Near miss: 0.5*min(|x|, 1)**2 + max(|x| - 1, 0): TensorFlow's gradient selects on |x| <= 1 for "
+                  "the first piece and on |x| - 1 >= 0 for the second, so at |x| == 1 it adds both: 2*sign(x), "
+                  "where the SmoothL1 gradient is sign(x).",
+                  not_fused=[{**sl1(1.0, "sum", 1.0), "reason": "both masks hold at |x| == beta"}]))
     c.append(Case("sl1_hand_square_where_sum_b1_f16_op13.onnx", hand_square_loss_grad("where", 1.0),
                   sl1_signature("float16", go="none"), 13, "smooth_l1_grad", [sl1(1.0, "sum", 1.0)],
                   "The where form in float16: the two copies of the x*x term are multiplied in different "

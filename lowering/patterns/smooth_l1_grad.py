@@ -412,11 +412,13 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         shifted = _constant_plus(alg, total, x)  # w + select(...)
         if shifted is None:
             added = alg.producer(total, "Add", "Sum")
-            if added is not None and len(added[1].input) == 2 and [
-                    alg.select(v) is not None for v in added[1].input].count(True) == 1:
+            selects = [] if added is None or len(added[1].input) != 2 else [alg.select(v) for v in added[1].input]
+            if [sel is not None for sel in selects].count(True) == 1:
                 raise NoMatch("sign(x) * (w + select(|x| <= delta, ...)) with w not a constant: the gradient of "
                               "tf.compat.v1.losses.huber_loss is read with a constant weight only (a runtime "
                               "weights tensor or output_gradients scales it here)")
+            if len(selects) == 2 and None not in selects:
+                _refuse_overlapping_sides(alg, selects, x)
             continue
         w, value, shift_nodes = shifted
         sel = alg.select(value)
@@ -448,6 +450,34 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), delta, nodes,
                        arithmetic=False)
     return None
+
+
+def _abs_threshold(alg: Algebra, cond: str, x: str) -> tuple[str, float] | None:
+    """(relation, c) when cond compares |x| with a constant c, also as |x| - c against 0."""
+    cmp = alg.compare(cond)
+    if cmp is None:
+        return None
+    c = alg.scalar(cmp.rhs)
+    absx = alg.unary(cmp.lhs, "Abs")
+    if absx is not None and absx[0] == x and c is not None:
+        return cmp.relation, c
+    terms = alg.terms(cmp.lhs)[0] if c == 0.0 else []
+    if len(terms) == 2 and terms[0][0] == 1 and terms[1][0] == -1:
+        absx, shift = alg.unary(terms[0][1], "Abs"), alg.scalar(terms[1][1])
+        if absx is not None and absx[0] == x and shift is not None:
+            return cmp.relation, shift
+    return None
+
+
+def _refuse_overlapping_sides(alg: Algebra, selects: list[Select], x: str) -> None:
+    """NoMatch for sign(x) * (select(|x| >= c, A, 0) + select(|x| <= c, B, 0)): the gradient of
+    0.5*min(|x|, c)**2/c + max(|x| - c, 0) as TensorFlow differentiates it. Both masks hold at
+    |x| == c, where the gradient is A + B, twice the SmoothL1 gradient there."""
+    sides = [_abs_threshold(alg, sel.cond, x) for sel in selects]
+    if None in sides or len({c for _, c in sides}) != 1 or {rel for rel, _ in sides} != {">=", "<="}:
+        return
+    raise NoMatch(f"two selects, on |x| >= {sides[0][1]:g} and on |x| <= {sides[0][1]:g}, both hold at |x| == "
+                  f"{sides[0][1]:g}, where the gradient adds both branches: not a SmoothL1 gradient there")
 
 
 def _floored_at_zero(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
