@@ -214,6 +214,14 @@ def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling
     elif shrink == "where-small":  # Where(|p| <= t, 0, p - sign(p)*t)
         s = g.op("Where", g.op("LessOrEqual", g.op("Abs", p), t), g.const(0.0, cd),
                  g.op("Sub", p, g.op("Mul", g.op("Sign", p), t)))
+    elif shrink == "min-residual":  # p - sign(p) * min(|p|, t)
+        s = g.op("Sub", p, g.op("Mul", g.op("Sign", p), g.op("Min", g.op("Abs", p), t)))
+    elif shrink == "abs-minus-min":  # sign(p) * (|p| - min(|p|, t))
+        ap = g.op("Abs", p)
+        s = g.op("Mul", g.op("Sign", p), g.op("Sub", ap, g.op("Min", ap, t)))
+    elif shrink == "nested-where":  # Where(p > t, p - t, Where(p < -t, p + t, p*0)), a constant t
+        inner = g.op("Where", g.op("Less", p, g.const(-lr * l1, cd)), g.op("Add", p, t), g.op("Mul", p, g.const(0.0, cd)))
+        s = g.op("Where", g.op("Greater", p, t), g.op("Sub", p, t), inner)
     elif shrink == "sign-abs-masked":  # sign(p) * (|p| - t) * Cast(|p| > t)
         ap = g.op("Abs", p)
         s = g.op("Mul", g.op("Mul", g.op("Sign", p), g.op("Sub", ap, t)), g.op("Cast", g.op("Greater", ap, t), to=cd))

@@ -21,7 +21,8 @@ SL1_FORMS = ["where", "where_le", "where_ge", "tf2onnx", "clip", "huber", "clip-
 PGD_KINDS = [dict(), dict(clamp="relu"), dict(clamp="clip"), dict(update="add_neg"), dict(shrink="softshrink"),
              dict(scalars="raw"), dict(scalars="folded"), dict(scaling="none"), dict(shrink="residual"),
              dict(shrink="masked", scalars="raw"), dict(shrink="relu-diff"), dict(shrink="relu-plus-min"),
-             dict(shrink="where-small", scalars="raw"), dict(shrink="sign-abs-masked"), dict(shrink="where-sign")]
+             dict(shrink="where-small", scalars="raw"), dict(shrink="sign-abs-masked"), dict(shrink="where-sign"),
+             dict(shrink="min-residual", scalars="raw"), dict(shrink="abs-minus-min"), dict(shrink="nested-where")]
 
 step = st.one_of(
     st.tuples(st.just("op"), st.sampled_from(UNRELATED), st.integers(0, 10**6), st.integers(0, 10**6)),
