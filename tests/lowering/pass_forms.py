@@ -266,6 +266,29 @@ def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling
     return g.model()
 
 
+def autograd_where_loss(label_shape: tuple[int, ...], out_shape: tuple[int, ...] = (3, 4)) -> onnx.ModelProto:
+    """autograd of torch.where(n < b, 0.5*n*n/b, n - 0.5*b).mean() with n = |p - t|, b = 0.5, p of
+    shape (3, 4) and t of `label_shape`, as the dynamo exporter writes it: a sum of Wheres against
+    0 (the upstream gradient expanded to `out_shape` over its numel), scaled by sign(x) afterwards."""
+    g = G()
+    p, t, go = g.input("predict"), g.input("label", shape=label_shape), g.input("dout", shape=())
+    x = g.op("Sub", p, t)
+    n = g.op("Abs", x)
+    b = g.const(0.5)
+    c = g.op("Less", n, b)
+    zero = g.const(0.0)
+    shape = g.fresh("shape")
+    g.inits.append(numpy_helper.from_array(np.array(out_shape, np.int64), shape))
+    d = g.op("Div", g.op("Expand", go, shape), g.const(float(np.prod(out_shape))))
+    inside = g.op("Where", c, d, zero)
+    outside = g.op("Where", c, zero, d)
+    half = g.op("Div", inside, b)
+    y = g.op("Mul", g.op("Add", g.op("Add", outside, g.op("Mul", half, g.op("Mul", n, b))),
+                          g.op("Mul", g.op("Mul", half, n), b)), g.op("Sign", x))
+    g.output(y, shape=out_shape)
+    return g.model()
+
+
 def splice(g: G, model: onnx.ModelProto, bind: dict[str, str], prefix: str) -> dict[str, str]:
     """Copies `model`'s nodes and initializers into g, its inputs bound to g's values by `bind`.
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
-from pass_forms import SL1, F, G, H
+from pass_forms import SL1, F, G, H, autograd_where_loss
 from pass_numerics import assert_same_outputs, fused_nodes, precision_ok, run_ort
 
 import lowering
@@ -32,28 +31,6 @@ def _where_form(label_shape, predict_shape=(3, 4), dtype: int = F, out_shape=_PR
     if dtype != F:
         y = g.op("Cast", y, to=dtype)
     g.output(y, dtype, predict_shape if out_shape is _PREDICT else out_shape)
-    return g.model()
-
-
-def _autograd_form() -> onnx.ModelProto:
-    """autograd of torch.where(n < b, 0.5*n*n/b, n - 0.5*b).mean() with n = |p - t[:, None]|, as
-    the dynamo exporter writes it: a sum of Wheres against 0, scaled by sign(x) afterwards."""
-    g = G()
-    p, t, go = g.input("predict"), g.input("label", shape=(3, 1)), g.input("dout", shape=())
-    x = g.op("Sub", p, t)
-    n = g.op("Abs", x)
-    b = g.const(0.5)
-    c = g.op("Less", n, b)
-    zero = g.const(0.0)
-    shape = g.fresh("shape")
-    g.inits.append(numpy_helper.from_array(np.array([3, 4], np.int64), shape))
-    d = g.op("Div", g.op("Expand", go, shape), g.const(12.0))
-    inside = g.op("Where", c, d, zero)
-    outside = g.op("Where", c, zero, d)
-    half = g.op("Div", inside, b)
-    y = g.op("Mul", g.op("Add", g.op("Add", outside, g.op("Mul", half, g.op("Mul", n, b))),
-                          g.op("Mul", g.op("Mul", half, n), b)), g.op("Sign", x))
-    g.output(y)
     return g.model()
 
 
@@ -112,7 +89,7 @@ def test_broadcast_label_of_a_cast_wrapped_float16_graph_fuses() -> None:
 
 
 def test_broadcast_label_in_autograd_of_a_where_loss_fuses() -> None:
-    model = _autograd_form()
+    model = autograd_where_loss((3, 1))  # p - t[:, None]
     node = _assert_fuses_with_broadcast(model, _feeds(model))
     assert {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}["reduction"] == b"mean"
 

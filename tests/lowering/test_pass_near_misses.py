@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-from pass_forms import BF, PGD, SL1, F, G, H, pgd, sl1, splice
+from pass_forms import BF, PGD, SL1, F, G, H, autograd_where_loss, pgd, sl1, splice
 from pass_numerics import fused_nodes
 
 import lowering
@@ -93,23 +92,8 @@ def test_label_broadcasting_predict_to_a_bigger_shape_is_refused_with_its_reason
     # (2, 3, 4) and p (3, 4): the gradient has t's shape. The sum of Wheres against 0 is scaled by
     # sign(x) only afterwards, so the refusal comes from the grown match (that reason was once
     # dropped there, and the model missed without one)
-    g = G()
-    p, t, go = g.input("predict"), g.input("label", shape=(2, 3, 4)), g.input("dout", shape=())
-    x = g.op("Sub", p, t)
-    n = g.op("Abs", x)
-    b = g.const(0.5)
-    c = g.op("Less", n, b)
-    zero = g.const(0.0)
-    shape = g.fresh("shape")
-    g.inits.append(numpy_helper.from_array(np.array([2, 3, 4], np.int64), shape))
-    d = g.op("Div", g.op("Expand", go, shape), g.const(24.0))
-    inside = g.op("Where", c, d, zero)
-    outside = g.op("Where", c, zero, d)
-    half = g.op("Div", inside, b)
-    y = g.op("Mul", g.op("Add", g.op("Add", outside, g.op("Mul", half, g.op("Mul", n, b))),
-                          g.op("Mul", g.op("Mul", half, n), b)), g.op("Sign", x))
-    g.output(y, shape=(2, 3, 4))
-    _assert_rejected(g.model(), SL1, "only a label that broadcasts to predict's shape")
+    _assert_rejected(autograd_where_loss((2, 3, 4), out_shape=(2, 3, 4)), SL1,
+                     "only a label that broadcasts to predict's shape")
 
 
 def _rounded_abs_graph(family: str) -> onnx.ModelProto:
