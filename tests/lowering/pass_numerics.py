@@ -8,6 +8,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+import lowering
 from lowering.fused_ops import (
     DOMAIN,
     PROXIMAL_GD,
@@ -45,6 +46,16 @@ def assert_runs_as_fused(model: onnx.ModelProto, fused: onnx.ModelProto, feeds: 
     node, = fused_nodes(fused)
     ok, detail = precision_ok(before, golden_of(fused, node, feeds), before.dtype)
     assert ok, detail
+
+
+def assert_fuses_once(model: onnx.ModelProto, op_type: str, feeds: dict[str, np.ndarray]) -> onnx.NodeProto:
+    """The model fuses into exactly one `op_type` node, passes the full ONNX checker and runs as
+    fused (assert_runs_as_fused); returns the fused node."""
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    assert report.counts() == {op_type: 1}, report.summary()
+    assert_runs_as_fused(model, fused, feeds)
+    return fused_nodes(fused)[0]
 
 
 def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

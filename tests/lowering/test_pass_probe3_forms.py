@@ -12,7 +12,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
-from pass_numerics import assert_same, assert_same_outputs, fused_nodes, golden_of, precision_ok, rounding_bound_ok, run_ort
+from pass_numerics import (assert_fuses_once, assert_same, assert_same_outputs, fused_nodes, golden_of, precision_ok,
+                           rounding_bound_ok, run_ort)
 
 import lowering
 
@@ -46,18 +47,6 @@ def _edge_feeds(model: onnx.ModelProto, t: float) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _assert_fuses(model: onnx.ModelProto, op_type: str, feeds: dict[str, np.ndarray]) -> onnx.NodeProto:
-    fused, report = lowering.fuse(model)
-    onnx.checker.check_model(fused, full_check=True)
-    assert report.counts() == {op_type: 1}, report.summary()
-    node, = fused_nodes(fused)
-    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
-    assert_same(before, after)
-    ok, detail = precision_ok(before, golden_of(fused, node, feeds), np.float32)
-    assert ok, detail
-    return node
-
-
 def _assert_not_fused(model: onnx.ModelProto, reason: str | None = None) -> None:
     _, report = lowering.fuse(model)
     assert not report.fusions, report.summary()
@@ -77,7 +66,7 @@ def test_softshrink_with_zeros_where_p_is_small_fuses() -> None:
               h.make_node("Sub", ["p", "st"], ["moved"]), _const("zeros", 0.0, (N,)),
               h.make_node("Where", ["small", "zeros", "moved"], ["shrunk"])]
     model = _prox(shrink, "shrunk")
-    _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+    assert_fuses_once(model, PGD, _edge_feeds(model, 0.05))
 
 
 def _relu_plus_min(first: str = "Relu", second: str = "Min") -> list:
@@ -97,7 +86,7 @@ def _relu_plus_min(first: str = "Relu", second: str = "Min") -> list:
 def test_relu_plus_negative_part_fuses() -> None:
     # torch.clamp(p - t, min=0) + torch.clamp(p + t, max=0): min(e, 0) is -relu(-e)
     model = _prox(_relu_plus_min(), "shrunk")
-    node = _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+    node = assert_fuses_once(model, PGD, _edge_feeds(model, 0.05))
     assert not any(a.name == "shrink_max" for a in node.attribute)
 
 
@@ -105,7 +94,7 @@ def test_relu_plus_negative_part_as_clips_keeps_the_clip_bound() -> None:
     # TorchScript's clamp(min=0) / clamp(max=0): Clip with a bound left out maps inf to the
     # largest finite value, which the fused node keeps as shrink_max
     model = _prox(_relu_plus_min("Clip", "Clip"), "shrunk")
-    node = _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+    node = assert_fuses_once(model, PGD, _edge_feeds(model, 0.05))
     shrink_max = next(a.f for a in node.attribute if a.name == "shrink_max")
     assert shrink_max == np.finfo(np.float32).max
 
@@ -127,7 +116,7 @@ def test_relu_difference_of_clips_fuses() -> None:
               h.make_node("Clip", ["d", "zero"], ["hi"]), h.make_node("Clip", ["e", "zero"], ["lo"]),
               h.make_node("Sub", ["hi", "lo"], ["shrunk"])]
     model = _prox(shrink, "shrunk")
-    node = _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+    node = assert_fuses_once(model, PGD, _edge_feeds(model, 0.05))
     assert any(a.name == "shrink_max" for a in node.attribute)
 
 
@@ -138,7 +127,7 @@ def test_sign_times_shrunk_magnitude_times_a_float_mask_fuses() -> None:
               h.make_node("Greater", ["ap", "t"], ["big"]), h.make_node("Cast", ["big"], ["mask"], to=T.FLOAT),
               h.make_node("Mul", ["sd", "mask"], ["shrunk"])]
     model = _prox(shrink, "shrunk")
-    _assert_fuses(model, PGD, _edge_feeds(model, 0.05))
+    assert_fuses_once(model, PGD, _edge_feeds(model, 0.05))
 
 
 def test_sign_times_magnitude_shifted_by_another_threshold_is_not_fused() -> None:
@@ -171,7 +160,7 @@ def test_capped_ratio_as_clamp_max_fuses() -> None:
                  "go": np.float32(rng.standard_normal())}
         feeds["p"][:6] = [0.5, -0.5, 0.0, np.nan, np.inf, -np.inf]
         feeds["t"][:6] = 0.0
-        node = _assert_fuses(model, SL1, feeds)
+        node = assert_fuses_once(model, SL1, feeds)
         assert next(a.f for a in node.attribute if a.name == "sigma") == 0.5
 
 
@@ -283,7 +272,7 @@ def test_autograd_of_a_hand_written_smooth_l1_fuses() -> None:
         feeds = {n: rng.standard_normal(N).astype(np.float32) * np.float32(0.3) for n in ("p", "t", "g")}
         feeds["p"][:5] = [0.25, -0.25, 0.0, -0.0, np.nan]  # |x| == beta, zeros, NaN (t = 0 there)
         feeds["t"][:5] = 0.0
-        node = _assert_fuses(model, SL1, feeds)
+        node = assert_fuses_once(model, SL1, feeds)
         assert list(node.input) == ["p", "t", "g"]
         fused, report = lowering.fuse(model)
         assert report.fusions[0].attributes == {"sigma": 0.25, "reduction": "none", "scale": 1.0}
@@ -314,7 +303,7 @@ def test_mean_over_the_numel_of_x_itself_fuses() -> None:
     rng = np.random.default_rng()
     feeds = {"p": rng.standard_normal((6, 5)).astype(np.float32), "t": rng.standard_normal((6, 5)).astype(np.float32),
              "go": np.float32(rng.standard_normal())}
-    node = _assert_fuses(model, SL1, feeds)
+    node = assert_fuses_once(model, SL1, feeds)
     assert next(a.s for a in node.attribute if a.name == "reduction") == b"mean"
 
 
@@ -342,7 +331,7 @@ def test_huber_gradient_with_its_scale_folded_into_full_tensors_fuses() -> None:
     rng = np.random.default_rng()
     feeds = {n: rng.standard_normal(N).astype(np.float32) for n in ("p", "t")}
     feeds["p"][:4], feeds["t"][:4] = [0.5, -0.5, np.nan, 0.0], 0.0
-    node = _assert_fuses(model, SL1, feeds)
+    node = assert_fuses_once(model, SL1, feeds)
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attrs["sigma"] == 0.5 and attrs["scale"] == 0.5 and node.input[2] == "ones"
 
@@ -357,7 +346,7 @@ def test_huber_gradient_whose_ones_factor_an_optimizer_dropped_fuses() -> None:
     rng = np.random.default_rng()
     feeds = {n: rng.standard_normal(N).astype(np.float32) for n in ("p", "t")}
     feeds["p"][:5], feeds["t"][:5] = [0.5, -0.5, np.nan, 0.0, np.inf], 0.0
-    node = _assert_fuses(model, SL1, feeds)
+    node = assert_fuses_once(model, SL1, feeds)
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attrs["sigma"] == 0.5 and attrs["scale"] == 0.5 and attrs["reduction"] == b"sum"
 

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
-from pass_numerics import assert_same, fused_nodes, golden_of, precision_ok, run_ort
+from pass_numerics import assert_fuses_once, assert_same, fused_nodes, golden_of, precision_ok, run_ort
 
 import lowering
 
@@ -62,22 +62,10 @@ def _feeds(t: float = 0.05) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _assert_fuses(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> onnx.NodeProto:
-    fused, report = lowering.fuse(model)
-    onnx.checker.check_model(fused, full_check=True)
-    assert report.counts() == {PGD: 1}, report.summary()
-    node, = fused_nodes(fused)
-    before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
-    assert_same(before, after)
-    ok, detail = precision_ok(before, golden_of(fused, node, feeds), np.float32)
-    assert ok, detail
-    return node
-
-
 @pytest.mark.parametrize("outer", ["Greater", "Less"])
 def test_nested_where_softshrink_fuses(outer: str) -> None:
     # NaN fails both comparisons and ends in p*0 = NaN; +-inf takes a side: the shrink everywhere
-    node = _assert_fuses(_prox(_nested(outer=outer), "shrunk"), _feeds())
+    node = assert_fuses_once(_prox(_nested(outer=outer), "shrunk"), PGD, _feeds())
     assert node.op_type == PGD
 
 
@@ -107,7 +95,7 @@ def test_min_residual_is_the_shrink_for_a_negative_runtime_t() -> None:
               h.make_node("Sub", ["p", "shift"], ["shrunk"])]
     model = _prox(shrink, "shrunk", t=None)
     for t in (0.05, -0.05, 0.0):
-        _assert_fuses(model, {**_feeds(t), "t": np.array(t, np.float32)})
+        assert_fuses_once(model, PGD, {**_feeds(t), "t": np.array(t, np.float32)})
 
 
 def _over_floored_abs(floor: str, beta: float) -> onnx.ModelProto:
