@@ -1281,12 +1281,20 @@ def sign_clampmax_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torc
     return x.sign() * torch.clamp(x.abs() / 0.5, max=1.0) * go / x.numel()
 
 
+def const_shrink_cases(gen: torch.Generator, table) -> list[Case]:
+    """One float32 proximal case per (form, ((exporter, suffix), ...), note) row, the shrink written
+    as probe5_fn(form) with Python-float scalars."""
+    const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
+    return [Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), probe5_fn(form), prox_args("const", torch.float32, gen),
+                 exporter, "proximal_gd", [const], note, outputs=["var_out"])
+            for form, exporters, note in table for exporter, suffix in exporters]
+
+
 def probe5_cases() -> list[Case]:
     """Forms found by exporting unseen user code (2026-12-04); own generator."""
     gen = torch.Generator().manual_seed(5205)
     const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
-    cases = []
-    for form, exporters, note in (
+    cases = const_shrink_cases(gen, (
             ("where_small", (("dynamo-optimized", "dynopt"),),
              "torch.where(|p| <= t, zeros_like(p), p - sign(p)*t): NaN fails the comparison and takes the shift."),
             ("clamp_plus", (("dynamo-optimized", "dynopt"), ("torchscript", "ts")),
@@ -1295,11 +1303,7 @@ def probe5_cases() -> list[Case]:
             ("clamp_difference", (("torchscript", "ts"),),
              "clamp(p - t, min=0) - clamp(-p - t, min=0): a difference of ReLUs written as Clips."),
             ("sign_abs_mask", (("dynamo-optimized", "dynopt"),),
-             "sign(p) * (|p| - t) * (|p| > t).float(): softshrink with a float mask, the shift as sign times magnitude.")):
-        for exporter, suffix in exporters:
-            cases.append(Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), probe5_fn(form),
-                              prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const], note,
-                              outputs=["var_out"]))
+             "sign(p) * (|p| - t) * (|p| > t).float(): softshrink with a float mask, the shift as sign times magnitude.")))
     for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
         cases.append(Case(fx(f"prox_const_clamp_f32_bias1_{suffix}.onnx"), prox_fn(),
                           prox_args("const", torch.float32, gen, shape=(1,)), exporter, "proximal_gd", [const],
@@ -1354,9 +1358,7 @@ def probe6_cases() -> list[Case]:
     """Labels that broadcast to predict's shape, and the proximal shrinks a probe of TensorFlow
     code found, as PyTorch users write them (2026-12-05); own generator."""
     gen = torch.Generator().manual_seed(6206)
-    const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
-    shrinks = []
-    for form, exporters, note in (
+    shrinks = const_shrink_cases(gen, (
             ("min_residual", (("dynamo-optimized", "dynopt"), ("torchscript", "ts")),
              "p - sign(p) * torch.clamp(|p|, max=t): the shrink as the kernel computes it (Clip with max only)."),
             ("abs_minus_min", (("dynamo-optimized", "dynopt"),),
@@ -1364,11 +1366,7 @@ def probe6_cases() -> list[Case]:
             ("nested_where", (("dynamo-optimized", "dynopt"), ("torchscript", "ts")),
              "torch.where(p > t, p - t, torch.where(p < -t, p + t, p * 0)): two nested Wheres."),
             ("clamp_inf", (("torchscript", "ts"),),
-             "sign(p) * torch.clamp(|p| - t, 0, inf): Clip with an inf max, which is Max(., 0).")):
-        for exporter, suffix in exporters:
-            shrinks.append(Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), probe5_fn(form),
-                                prox_args("const", torch.float32, gen), exporter, "proximal_gd", [const], note,
-                                outputs=["var_out"]))
+             "sign(p) * torch.clamp(|p| - t, 0, inf): Clip with an inf max, which is Max(., 0).")))
     cases = [Case(fx("sl1_autograd_row_target_mean_b011_f32_dyn.onnx"), autograd_row_target_sl1,
                   {"p": randn(4, 5, gen=gen), "t": randn(4, gen=gen)}, "dynamo", "smooth_l1_grad",
                   [sl1("mul_4", 0.11, "mean", "p", "unsqueeze", "expand")],
