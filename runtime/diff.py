@@ -121,17 +121,16 @@ def _computed_through(model: onnx.ModelProto) -> dict[str, _Through]:
     types = {vi.name: vi.type.tensor_type.elem_type for vi in list(graph.value_info) + list(graph.output)}
     half = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
     producers = {o: n for n in graph.node for o in n.output}
+    # one forward pass in the graph's (topological) order: each value's half dtypes on the way to it
+    via: dict[str, frozenset[str]] = {}
+    none: frozenset[str] = frozenset()
+    for node in graph.node:
+        found = none.union(*(via.get(n, none) for n in node.input),
+                           (half[types[o]] for o in node.output if types.get(o) in half))
+        via.update(dict.fromkeys(node.output, found))
     out: dict[str, _Through] = {}
     for output in graph.output:
-        seen, stack, found = set(), [output.name], set()
-        while stack:
-            name = stack.pop()
-            node = producers.get(name)
-            if name in seen or node is None:
-                continue
-            seen.add(name)
-            found.update(half[types[o]] for o in node.output if types.get(o) in half)
-            stack.extend(node.input)
+        found = via.get(output.name, none)
         if found:
             dtype = max(found, key=THRESHOLDS.__getitem__)
             last = producers.get(output.name)
