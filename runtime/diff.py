@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 import onnx
 
@@ -29,7 +28,7 @@ from runtime.graph_exec import (
     run_fused_model,
 )
 from runtime.ort_exec import run_model
-from runtime.precision import THRESHOLDS, compare
+from runtime.precision import HALF_TYPES, THRESHOLDS, compare, rounded_to
 from runtime.progress import Progress
 from runtime.report import DiffReport, Row
 
@@ -119,14 +118,13 @@ def _computed_through(model: onnx.ModelProto) -> dict[str, _Through]:
         typed = model
     graph = typed.graph
     types = {vi.name: vi.type.tensor_type.elem_type for vi in list(graph.value_info) + list(graph.output)}
-    half = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
     producers = {o: n for n in graph.node for o in n.output}
     # one forward pass in the graph's (topological) order: each value's half dtypes on the way to it
     via: dict[str, frozenset[str]] = {}
     none: frozenset[str] = frozenset()
     for node in graph.node:
         found = none.union(*(via.get(n, none) for n in node.input),
-                           (half[types[o]] for o in node.output if types.get(o) in half))
+                           (HALF_TYPES[types[o]] for o in node.output if types.get(o) in HALF_TYPES))
         via.update(dict.fromkeys(node.output, found))
     out: dict[str, _Through] = {}
     for output in graph.output:
@@ -135,15 +133,9 @@ def _computed_through(model: onnx.ModelProto) -> dict[str, _Through]:
             dtype = max(found, key=THRESHOLDS.__getitem__)
             last = producers.get(output.name)
             rounded = (last is not None and last.op_type == "Cast" and bool(last.input)
-                       and half.get(types.get(last.input[0])) == dtype)
+                       and HALF_TYPES.get(types.get(last.input[0])) == dtype)
             out[output.name] = _Through(dtype, rounded)
     return out
-
-
-def _rounded_to(values: np.ndarray, dtype_name: str) -> np.ndarray:
-    narrow = ml_dtypes.bfloat16 if dtype_name == "bfloat16" else np.float16
-    with np.errstate(over="ignore"):
-        return np.asarray(values).astype(narrow).astype(np.asarray(values).dtype)
 
 
 def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
@@ -166,7 +158,7 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
         way = through.get(out.name)
         gold = golden[out.name]
         if way is not None and way.rounded_last:
-            gold = _rounded_to(gold, way.dtype)
+            gold = rounded_to(gold, way.dtype)
         cmp = compare(out.name, actual[out.name], gold, None if way is None else way.dtype)
         if way is not None and way.rounded_last:
             cmp.note = "; ".join(filter(None, [cmp.note, f"reference rounded to {way.dtype} as the graph's last Cast does"]))

@@ -24,6 +24,7 @@ import onnx
 from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD, proximal_scalars
 from lowering.graph import model_constants
 from runtime.fused_node import fused_attrs
+from runtime.precision import HALF_TYPES, rounded_to
 
 Dim = int | str | None
 
@@ -234,12 +235,11 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
     for node in fused_model.graph.node:
         for name in set(node.input) & inputs:
             readers.setdefault(name, []).append(node)
-    half = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
     for name, nodes in readers.items():
         targets = {next((a.i for a in n.attribute if a.name == "to"), None) if n.op_type == "Cast" else None
                    for n in nodes}
-        if len(targets) == 1 and (target := targets.pop()) in half:
-            hints.narrowed[name] = half[target]
+        if len(targets) == 1 and (target := targets.pop()) in HALF_TYPES:
+            hints.narrowed[name] = HALF_TYPES[target]
 
     for node in fused_model.graph.node:
         if node.domain != DOMAIN:
@@ -361,6 +361,5 @@ def generate_inputs(
         _plant(rng, out[var], out[delta], np.array([threshold, -threshold, 0.0, -0.0]), np.zeros(1))
     for name, dtype_name in hints.narrowed.items():
         if name in out and out[name].dtype in (np.float32, np.float64):
-            with np.errstate(over="ignore"):
-                out[name] = out[name].astype(_BF16 if dtype_name == "bfloat16" else np.float16).astype(out[name].dtype)
+            out[name] = rounded_to(out[name], dtype_name)
     return out

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import ml_dtypes
 import numpy as np
+import onnx
 
 # T per dtype name. float64 has no entry in the standard; it is held to the float32 bar.
 THRESHOLDS: dict[str, float] = {
@@ -23,6 +24,21 @@ THRESHOLDS: dict[str, float] = {
 }
 
 _EPS = 1e-7
+
+# the narrow float types by ONNX element type: a value computed in one carries its rounding
+HALF_TYPES = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
+
+
+def half_dtype(name: str) -> np.dtype:
+    """numpy's dtype for a HALF_TYPES name."""
+    return np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else np.float16)
+
+
+def rounded_to(values: np.ndarray, name: str) -> np.ndarray:
+    """values rounded to the HALF_TYPES dtype `name` (to nearest even), kept in their own dtype."""
+    values = np.asarray(values)
+    with np.errstate(over="ignore"):
+        return values.astype(half_dtype(name)).astype(values.dtype)
 
 
 def dtype_name(dtype: np.dtype | type) -> str:
@@ -130,7 +146,7 @@ def compare(name: str, actual: np.ndarray, golden: np.ndarray, through: str | No
         notes.append("MARE over 10x threshold")
         # the verdict stays the standard's; the note says when it is only rounding ties
         over = rel >= 10 * t
-        steps_of = np.dtype(ml_dtypes.bfloat16 if through == "bfloat16" else np.float16) if widened else actual.dtype
+        steps_of = half_dtype(through) if widened else actual.dtype
         tiny, steps = subnormal_steps(steps_of, af[over], gf[over])
         if np.all(tiny & (steps <= 1)):
             notes.append(f"all {int(over.sum())} elements over it have a subnormal golden and are one step "
