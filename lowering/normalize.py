@@ -174,14 +174,18 @@ class _Normalizer:
 
     def one(self, name: str) -> np.ndarray | None:
         """The constant at name when it is a single 1 (its dtype matters to the caller)."""
+        return self.single(name, 1.0)
+
+    def single(self, name: str, number: float) -> np.ndarray | None:
+        """The constant at name when it is one element equal to `number`."""
         if not self.is_const(name):
             return None
         if name not in self.consts:  # a small initializer not read yet: a scalar answers without numpy
             scalar = scalar_of_tensor(self.info.initializers[name])
-            if scalar is not None and scalar != 1.0:
+            if scalar is not None and scalar != number:
                 return None
         value = self.const(name)
-        return value if value.size == 1 and float(value.reshape(-1)[0]) == 1.0 else None
+        return value if value.size == 1 and float(value.reshape(-1)[0]) == number else None
 
     def elem_type(self, name: str) -> int | None:
         vt = self.types.get(name)
@@ -339,12 +343,8 @@ class _Normalizer:
             # through tf2onnx: Max(Min(d, inf), 0))
             bound = math.inf if op == "Min" else -math.inf
             for x, c in (node.input, node.input[::-1]):
-                if not self.is_const(c) or (c not in self.consts and scalar_of_tensor(self.info.initializers[c])
-                                            not in (None, bound)):
-                    continue  # a scalar that is no infinity answers without numpy (the max(d, 0) of every update)
-                value = self.const(c)
-                if (value is not None and value.size == 1 and value.dtype.kind == "f"
-                        and float(value.reshape(-1)[0]) == bound and self._same_type_after(x, value, node)):
+                value = self.single(c, bound)
+                if value is not None and value.dtype.kind == "f" and self._same_type_after(x, value, node):
                     return self._forward(node, x, "min(x, inf)/max(x, -inf) removed")
         if op == "Expand" and len(node.input) == 2 and self.is_const(node.input[1]):
             # an Expand to the shape x already has (grappler writes them for a sum's broadcast)
