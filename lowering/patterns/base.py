@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from ..algebra import Algebra, Monomial, Reach, is_zero
+from ..algebra import Algebra, Bound, Monomial, Reach, clip_bounds, is_zero
 from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, Node, attr, tensor_value
 
 Input = Union[str, np.ndarray]  # an existing value, or a new constant the fusion must create
@@ -73,6 +73,14 @@ def refuse_rounded_abs(alg: Algebra, compared: str) -> None:
         raise NoMatch(f"the comparison reads |x| rounded to {DTYPE_NAMES[alg.index.elem_type(narrow)]} and back "
                       "while x is float32 (onnxruntime's CPU optimizer writes this): it compares at another "
                       "threshold than its branches use")
+
+
+def cap_of_nonnegative(alg: Algebra, clip: Node) -> Bound:
+    """The max of Clip(y, lo, max) when its lower bound is left out or a constant <= 0, so that it
+    only caps a y that is never below 0 (|x|, |x|/beta); None otherwise or without a max."""
+    lo, hi = clip_bounds(clip)
+    floor = None if lo is None else alg.bound_value(lo)
+    return None if lo is not None and (floor is None or not floor <= 0) else hi
 
 
 def require(condition: bool, reason: str) -> None:

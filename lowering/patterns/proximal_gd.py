@@ -25,7 +25,7 @@ import onnx
 from ..algebra import Algebra, Comparison, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
-from .base import (Match, NoMatch, Pattern, absorb_casts, close, float_dtype, is_single_element,
+from .base import (Match, NoMatch, Pattern, absorb_casts, cap_of_nonnegative, close, float_dtype, is_single_element,
                    refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape, same_threshold,
                    shapes_differ, single_factor, zero_branch, zero_nodes)
 
@@ -575,10 +575,9 @@ def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[str, set[int]] | None
         return None
     i, node = found
     if node.op_type == "Clip":
-        lo, hi = clip_bounds(node)
-        floor = None if lo is None else alg.bound_value(lo)
+        hi = cap_of_nonnegative(alg, node)
         absp = alg.unary(node.input[0], "Abs")
-        if hi is None or (lo is not None and (floor is None or floor > 0)) or absp is None or absp[0] != p:
+        if hi is None or absp is None or absp[0] != p:
             return None
         if isinstance(hi, str):
             return (hi, {i, absp[1]}) if is_single_element(alg.index, hi) else None

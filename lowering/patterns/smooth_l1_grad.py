@@ -27,9 +27,9 @@ import onnx
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, clip_bounds, product, sum_like
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
-from .base import (Match, NoMatch, Pattern, absorb_casts, broadcasts_to, close, fill, fill_value, float_dtype,
-                   is_single_element, refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape,
-                   shape_text, shapes_differ, single_factor, zero_branch)
+from .base import (Match, NoMatch, Pattern, absorb_casts, broadcasts_to, cap_of_nonnegative, close, fill, fill_value,
+                   float_dtype, is_single_element, refuse_float32_finish, refuse_rounded_abs, require, require_float,
+                   same_shape, shape_text, shapes_differ, single_factor, zero_branch)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -335,11 +335,8 @@ def _capped_at_one(alg: Algebra, node: Node) -> tuple[float, set[int]] | None:
     if node.op_type == "Min":
         one = fill(alg, node.input[1], like=node.input[0]) if len(node.input) == 2 else None
         return one if one is not None and one[0] == 1.0 else None
-    lo, hi = clip_bounds(node)
-    floor = alg.bound_value(lo)
-    if alg.bound_value(hi) != 1.0 or (lo is not None and (floor is None or not floor <= 0)):
-        return None
-    return 1.0, set()
+    hi = cap_of_nonnegative(alg, node)
+    return (1.0, set()) if hi is not None and alg.bound_value(hi) == 1.0 else None
 
 
 def _floors_abs(index: GraphIndex, node: Node) -> bool:
