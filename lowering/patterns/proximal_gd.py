@@ -366,14 +366,17 @@ def _side_branch(alg: Algebra, cmp: Comparison, branch: Monomial) -> tuple[str, 
     """(p, t, side) when cmp is p > t (side 1) or p < -t (side -1), also with >= and <=, for a
     constant t, and branch is p - t or p + t, the shrink's value on that side; else None."""
     c = alg.scalar(cmp.rhs)
-    if c is None or cmp.relation == "!=":
+    if c is None:
         return None
     side = 1 if cmp.relation in (">", ">=") else -1
     moved = single_factor(branch)
     terms = None if moved is None else alg.terms(moved)[0]
     if terms is None or len(terms) != 2 or (1, cmp.lhs) not in terms:
         return None
-    (sign, other), = [(sg, v) for sg, v in terms if v != cmp.lhs]
+    others = [(sg, v) for sg, v in terms if v != cmp.lhs]
+    if len(others) != 1:  # p + p: no shift at all
+        return None
+    (sign, other), = others
     shift = alg.scalar(other)
     # p - t on the high side, p + t on the low one: the shifted value is p - side*t, t = side*c
     if shift is None or sign * shift != -c:

@@ -132,3 +132,11 @@ def test_x_over_floored_abs_fuses_with_its_inf_caveat(floor: str) -> None:
 def test_x_over_floored_abs_with_beta_zero_is_refused() -> None:
     _, report = lowering.fuse(_over_floored_abs("Max", 0.0))
     assert not report.fusions and any("0/0 = NaN at x = 0" in r.reason for r in report.rejections), report.summary()
+
+
+def test_nested_selects_with_p_plus_p_are_no_softshrink() -> None:
+    # where(p > t, p + p, ...): the branch has no shift by t; once the reader unpacked it and crashed
+    shrink = _nested()
+    shrink[1] = h.make_node("Add", ["p", "p"], ["moved_down"])
+    _, report = lowering.fuse(_prox(shrink, "shrunk"))
+    assert not report.fusions
