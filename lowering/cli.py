@@ -9,10 +9,12 @@ import argparse
 import json
 import os
 import re
-import shutil
+import signal
 import sys
-import tempfile
+import threading
 from pathlib import Path
+
+import onnx
 
 from codegen.api import build_kernels, emit_kernels, format_ir
 from codegen.errors import CodegenError
@@ -21,10 +23,11 @@ from runtime.diff_cli import add_input_options, run_diff, run_verify
 
 from .api import fuse_loaded
 from .errors import LoweringError
-from .loading import load, save
+from .loading import LoadedModel, load, save
+from .outdir import COMPLETE, OutputTransaction
 from .report import more_line
+from .terminal import printable
 
-MARKER = ".lower-output"  # marks a directory `lower` wrote, which it may overwrite on a re-run
 SUMMARY_LIMIT = 20  # fusions, near misses and kernels listed on the terminal, each
 
 DESCRIPTION = """\
@@ -39,10 +42,26 @@ Writes into OUTDIR (default: <model stem>.lowered in the current directory):
   report.json         fusions (pattern, node, op type, replaced nodes, attributes), near-matches
                       that were not fused and why, and the generated kernels
   kernels/<name>/     one AscendC project per distinct kernel (op_host, op_kernel, build files)
-The input model is never modified. OUTDIR must be empty, new, or an earlier output of lower.
+OUTDIR must be new, empty, or an earlier output of lower (--force: any folder; lower's files are added
+beside the others). The input model is never modified, and no file lower did not write is
+overwritten or deleted. The files are built in a folder beside OUTDIR and moved in when complete, so an interrupted
+or failed run leaves the earlier output or nothing that looks complete; while a run writes OUTDIR,
+another run into it stops at once.
 
 Also: `lower diff UNFUSED FUSED [options]` compares a fused model with the unfused one
 (run `lower diff --help`)."""
+
+EXIT_CODES = """\
+exit codes:
+  0    success
+  1    --verify: a comparison FAILed the precision standard
+  2    bad input or request (a path, a permission, an option, the model): one line on stderr
+  3    internal error, a bug of lower's (set LOWER_DEBUG=1 for the traceback)
+  130  interrupted (SIGINT); 143 terminated (SIGTERM): nothing of the run is left behind"""
+
+# the options that only --verify reads, with the defaults they get when given nothing
+_VERIFY_DESTS = ("inputs", "seed", "shape", "edge_nonfinite", "json", "backend")
+_VERIFY_DEFAULTS: dict[str, object] = {}
 
 
 def _targets() -> tuple[str, ...]:
@@ -55,8 +74,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="lower", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="lower", description=DESCRIPTION, epilog=EXIT_CODES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="path to an .onnx model (external data is read from its folder)")
     parser.add_argument("--target", required=True, metavar="T",
                         help=f"Ascend SoC to generate kernels for: {', '.join(_targets())}")
@@ -77,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "them for those readers; by default such a match is refused")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     add_input_options(parser)
+    for action in parser._actions:  # None marks "not given", so that _check_options sees them
+        if action.dest in _VERIFY_DESTS:
+            _VERIFY_DEFAULTS[action.dest] = action.default
+            action.default = None
     return parser
 
 
@@ -102,92 +125,118 @@ def safe_stem(path: Path) -> str:
     return cleaned[:100]
 
 
-def _prepare_outdir(outdir: Path, model_path: Path, force: bool) -> None:
-    if outdir.exists() and not outdir.is_dir():
-        raise LoweringError(f"{outdir}: exists and is not a directory")
-    if outdir.is_dir() and any(outdir.iterdir()) and not (outdir / MARKER).exists() and not force:
-        raise LoweringError(f"{outdir}: not empty and not written by lower; pick another -o or pass --force")
-    if outdir.resolve() == model_path.resolve().parent and not force and not (outdir / MARKER).exists():
-        raise LoweringError(f"{outdir}: is the model's own folder; pick another -o or pass --force")
-    outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / MARKER).write_text("written by `lower`; it may overwrite its own files here\n")
+def _given_verify_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The diff-input options set on the command line (their defaults are None until then)."""
+    return [a.option_strings[0] for a in parser._actions
+            if a.dest in _VERIFY_DESTS and getattr(args, a.dest) not in (None, False, [])]
 
 
-def _write_text(path: Path, text: str) -> None:
-    """Atomic write, so an interrupted run never leaves half a file where a good one was."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Option combinations that cannot work, refused before any work starts."""
+    given = _given_verify_options(parser, args)
+    if given and not args.verify:
+        raise LoweringError(f"{', '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} with --verify")
+    if args.emit == "ir":
+        clash = [o for o, on in (("--verify", args.verify), ("-o", args.output is not None),
+                                 ("--force", args.force)) if on]
+        if clash:
+            raise LoweringError(f"--emit ir prints the kernel IR and writes nothing; drop {', '.join(clash)}")
+    for action in parser._actions:  # back to the documented defaults
+        if action.dest in _VERIFY_DESTS and getattr(args, action.dest) is None:
+            setattr(args, action.dest, _VERIFY_DEFAULTS[action.dest])
 
 
-def run_lower(args: argparse.Namespace) -> int:
+def _write_outputs(staging: Path, stem: str, loaded: LoadedModel, fused: onnx.ModelProto,
+                   kernels: list, report_data: dict) -> None:
+    save(fused, staging / f"{stem}.fused.onnx", loaded.has_external_data)
+    if kernels:
+        emit_kernels(kernels, staging / "kernels")
+    (staging / COMPLETE).write_text(json.dumps(report_data, indent=2) + "\n")
 
+
+def _print_summary(report, kernels: list, outdir: Path, fused_name: str) -> None:
+    print(report.summary(limit=SUMMARY_LIMIT))
+    for k in kernels[:SUMMARY_LIMIT]:
+        print(f"  kernel   {k.file_stem} ({k.kernel.op_type}, {k.kernel.dtype}) for {len(k.nodes)} node(s)")
+    for line in more_line(len(kernels), SUMMARY_LIMIT, "kernels"):
+        print(line)
+    kernels_dir = outdir / "kernels"
+    written = f" and {len(kernels)} kernel project(s) in {printable(str(kernels_dir), 200)}" if kernels else ""
+    print(f"wrote {printable(str(outdir / fused_name), 200)}, {printable(str(outdir / COMPLETE), 200)}{written}")
+
+
+def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    _check_options(parser, args)
     try:
         get_target(args.target)
     except UnknownTargetError as exc:
         raise LoweringError(str(exc)) from None
     model_path = Path(args.model)
-    loaded = load(model_path, background=True)
-    fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared)
-    try:
-        kernels = build_kernels(fused, args.target) if args.emit != "onnx" else []
-    except CodegenError as exc:
-        raise LoweringError(f"kernel generation failed: {exc}") from None
+    stem = safe_stem(model_path)
     if args.emit == "ir":
-        text = format_ir(kernels)
+        loaded = load(model_path, background=True)
+        fused, _ = fuse_loaded(loaded, recompute_shared=args.recompute_shared)
+        text = format_ir(_kernels(fused, args.target))
         print(text if text else "# no fused nodes, so no kernels")
         return 0
-    outdir = args.output or Path.cwd() / f"{safe_stem(model_path)}.lowered"
-    fused_path = outdir / f"{safe_stem(model_path)}.fused.onnx"
-    if fused_path.resolve() == model_path.resolve():
-        raise LoweringError(f"{fused_path}: would overwrite the input model")
-    _prepare_outdir(outdir, model_path, args.force)
-    save(fused, fused_path, loaded.has_external_data)
-    kernels_dir = outdir / "kernels"
-    if kernels_dir.exists():
-        shutil.rmtree(kernels_dir)  # ours (the marker says so): stale kernels must not linger
-    if kernels:
-        emit_kernels(kernels, kernels_dir)
-    data = report.to_dict()
-    data.update(model=str(model_path), target=args.target, fused_model=fused_path.name,
-                kernels=[k.report() for k in kernels])
-    _write_text(outdir / "report.json", json.dumps(data, indent=2) + "\n")
+    outdir = args.output or Path.cwd() / f"{stem}.lowered"
+    command = printable(" ".join(["lower", *sys.argv[1:]]), 200)
+    with OutputTransaction(outdir, force=args.force, protected=[model_path], command=command) as tx:
+        loaded = load(model_path, background=True)
+        tx.protected.extend(loaded.external_files)
+        fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared)
+        kernels = _kernels(fused, args.target) if args.emit == "all" else []
+        data = report.to_dict()
+        data.update(model=str(model_path), target=args.target, fused_model=f"{stem}.fused.onnx",
+                    kernels=[k.report() for k in kernels])
+        _write_outputs(tx.staging, stem, loaded, fused, kernels, data)
+        tx.commit()
     if not args.quiet:
-        print(report.summary(limit=SUMMARY_LIMIT))
-        for k in kernels[:SUMMARY_LIMIT]:
-            print(f"  kernel   {k.file_stem} ({k.kernel.op_type}, {k.kernel.dtype}) for {len(k.nodes)} node(s)")
-        for line in more_line(len(kernels), SUMMARY_LIMIT, "kernels"):
-            print(line)
-        written = f" and {len(kernels)} kernel project(s) in {kernels_dir}" if kernels else ""
-        print(f"wrote {fused_path}, {outdir / 'report.json'}{written}")
+        _print_summary(report, kernels, outdir, f"{stem}.fused.onnx")
     if args.verify:
         return run_verify(loaded.model, fused, args.target, args)
     return 0
 
 
+def _kernels(fused: onnx.ModelProto, target: str) -> list:
+    try:
+        return build_kernels(fused, target)
+    except CodegenError as exc:
+        raise LoweringError(f"kernel generation failed: {exc}") from None
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)  # unwinds like SIGINT: partial work is removed
     try:
         if argv and argv[0] == "diff":
             args = build_diff_parser().parse_args(argv[1:])
             return run_diff(args.unfused, args.fused, args)
-        args = build_parser().parse_args(argv)
-        return run_lower(args)
+        parser = build_parser()
+        return run_lower(parser, parser.parse_args(argv))
     except LoweringError as exc:
-        print(f"lower: error: {exc}", file=sys.stderr)
+        print(f"lower: error: {printable(str(exc), 400)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("lower: interrupted", file=sys.stderr)
+        print("lower: interrupted; nothing was written", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `lower ... --emit ir | head`: the reader left, nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:  # the file system refused: a path, a permission, a full disk
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"lower: error: {printable(where + (exc.strerror or str(exc)), 400)}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a bug of ours: one line, the traceback only on request
         if os.environ.get("LOWER_DEBUG"):
             raise
-        print(f"lower: internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        print(f"lower: internal error: {type(exc).__name__}: "
+              f"{printable(str(exc).splitlines()[0], 300) if str(exc) else ''}"
               " (set LOWER_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
 

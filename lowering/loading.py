@@ -29,6 +29,7 @@ class LoadedModel:
     source: Path | None  # where it was read from, None for in-memory models
     has_external_data: bool
     pending: "BackgroundCheck | None" = None  # the ONNX checker, while it still runs beside the pass
+    external_files: tuple[Path, ...] = ()  # the external data files it was read from
 
     def confirm(self) -> None:
         """Waits for a checker still running in the background; raises LoweringError if it
@@ -115,6 +116,16 @@ def _uses_external_data(model: onnx.ModelProto, serialized: bytes) -> bool:
     )
 
 
+def _external_files(model: onnx.ModelProto, folder: Path) -> tuple[Path, ...]:
+    locations = {
+        entry.value
+        for tensor in onnx.external_data_helper._get_all_tensors(model)
+        if tensor.data_location == onnx.TensorProto.EXTERNAL
+        for entry in tensor.external_data if entry.key == "location"
+    }
+    return tuple(folder / loc for loc in sorted(locations))
+
+
 def load(source: Any, background: bool = False) -> LoadedModel:
     """Accepts a path, an onnx.ModelProto or an onnx_ir.Model; raises LoweringError on bad input.
 
@@ -162,11 +173,12 @@ def load(source: Any, background: bool = False) -> LoadedModel:
         # the checker reads the model from its path: it finds the data files there, and the
         # model with its weights may be too large for protobuf to serialize
         validate(model, path, check_path=path)
+        data_files = _external_files(model, path.parent)
         try:
             onnx.external_data_helper.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as exc:
             raise LoweringError(f"{path}: cannot read its external data ({_first_line(exc)})") from None
-        return LoadedModel(model, path, external)
+        return LoadedModel(model, path, external, external_files=data_files)
     return LoadedModel(model, path, external, _checked(model, path, serialized, background))
 
 

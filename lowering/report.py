@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from .terminal import printable
+
+REASON_LIMIT = 400  # a reason quotes names; a 5000-character name still gives a readable line
+
 
 @dataclass
 class Fusion:
@@ -58,16 +62,17 @@ class FusionReport:
         lines = [f"{self.nodes_before} nodes -> {self.nodes_after} nodes; "
                  f"{len(self.fusions)} fused, {len(self.rejections)} near-matches not fused"]
         if self.inlined_functions:
-            lines.append(f"  inlined  the calls of local functions {', '.join(self.inlined_functions)} to fuse inside them "
+            names = ", ".join(printable(n) for n in self.inlined_functions)
+            lines.append(f"  inlined  the calls of local functions {names} to fuse inside them "
                          f"({self.nodes_before} -> {self.nodes_inlined} nodes before fusing)")
         for f in self.fusions[:limit]:
             attrs = ", ".join(f"{k}={v}" for k, v in f.attributes.items())
-            lines.append(f"  fused    {f.node}: {f.op_type}({attrs}) [{f.dtype}] "
+            lines.append(f"  fused    {printable(f.node)}: {f.op_type}({attrs}) [{f.dtype}] "
                          f"from {len(f.replaced_nodes)} nodes ({f.pattern})")
-            lines.extend(f"           note: {c}" for c in f.caveats)
+            lines.extend(f"           note: {printable(c, REASON_LIMIT)}" for c in f.caveats)
         lines += more_line(len(self.fusions), limit, "fusions")
         for r in self.rejections[:limit]:
-            lines.append(f"  skipped  {r.anchor} ({r.op_type}, {r.pattern}): {r.reason}")
+            lines.append(f"  skipped  {printable(r.anchor)} ({r.op_type}, {r.pattern}): {printable(r.reason, REASON_LIMIT)}")
         lines += more_line(len(self.rejections), limit, "near-matches")
         return "\n".join(lines)
 
