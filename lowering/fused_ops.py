@@ -33,7 +33,8 @@ the output dtype (round to nearest even).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,30 +49,93 @@ SCALAR_FORMS = ("raw", "folded", "folded_reciprocal")
 
 
 @dataclass(frozen=True)
+class AttrSpec:
+    """One attribute of a fused op: its default and what values it admits."""
+
+    name: str
+    default: float | str
+    choices: tuple[str, ...] = ()  # for a string attribute: its allowed values
+    minimum: float | None = None  # for a float attribute: its least allowed value
+
+    def check(self, value: object) -> float | str:
+        """`value` as the attribute's type; ValueError naming the attribute when it is not allowed."""
+        if isinstance(self.default, str):
+            text = value.decode(errors="backslashreplace") if isinstance(value, bytes) else value
+            if not isinstance(text, str) or (self.choices and text not in self.choices):
+                raise ValueError(f"{self.name} {text!r} not in {self.choices}")
+            return text
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+            raise ValueError(f"{self.name} must be a number, got {value!r}")
+        number = float(value)
+        if self.minimum is not None and not number >= self.minimum:
+            raise ValueError(f"{self.name} must be >= {self.minimum:g}, got {number!r}")
+        return number
+
+
+Reference = Callable[[Mapping[str, np.ndarray], Mapping[str, object]], tuple[np.ndarray, ...]]
+
+
+@dataclass(frozen=True)
 class OpSpec:
+    """Everything the stages after matching know of one fused op type: the registry entry.
+
+    `reference` is the float64 golden (inputs and attributes by contract name -> one array per
+    output); `formula` the text the emitted README and the report show; `example_scalars` values
+    of the scalar inputs fit for an example program; `kinks` the differences of two inputs at which
+    the function changes piece (edge values that generated inputs should hit exactly).
+    """
+
     op_type: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     scalar_inputs: tuple[str, ...]
-    attrs: dict[str, object]  # attribute name -> default value
+    attr_specs: tuple[AttrSpec, ...]
+    reference: Reference
+    formula: str
+    example_scalars: Mapping[str, float] = field(default_factory=dict)
+    kinks: Callable[[Mapping[str, object]], tuple[Kink, ...]] = field(default=lambda attrs: ())
+
+    @property
+    def attrs(self) -> dict[str, object]:
+        """Attribute name -> default value."""
+        return {a.name: a.default for a in self.attr_specs}
+
+    def check_attrs(self, given: Mapping[str, object]) -> dict[str, object]:
+        """Every attribute with defaults filled in and values checked; ValueError otherwise."""
+        known = {a.name: a for a in self.attr_specs}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise ValueError(f"unknown attribute {unknown[0]!r}")
+        return {name: spec.check(given[name]) if name in given else spec.default for name, spec in known.items()}
+
+    def golden(self, inputs: Mapping[str, np.ndarray], attrs: Mapping[str, object]) -> tuple[np.ndarray, ...]:
+        """The float64 reference with attributes checked and defaulted."""
+        return self.reference(inputs, self.check_attrs(attrs))
 
 
-OP_SPECS: dict[str, OpSpec] = {
-    SMOOTH_L1_GRAD: OpSpec(
-        SMOOTH_L1_GRAD,
-        inputs=("predict", "label", "dout"),
-        outputs=("gradient",),
-        scalar_inputs=(),
-        attrs={"sigma": 1.0, "reduction": "mean", "scale": 1.0},
-    ),
-    PROXIMAL_GD: OpSpec(
-        PROXIMAL_GD,
-        inputs=("var", "alpha", "l1", "l2", "delta"),
-        outputs=("var_out",),
-        scalar_inputs=("alpha", "l1", "l2"),
-        attrs={"scalar_form": "raw", "shrink_max": float("inf")},
-    ),
-}
+@dataclass(frozen=True)
+class Kink:
+    """Where `minuend - subtrahend` (inputs by contract name) crosses a breakpoint of the op."""
+
+    minuend: str
+    subtrahend: str
+    at: tuple[float, ...]
+
+
+OP_SPECS: dict[str, OpSpec] = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    """Adds a fused op type to the registry every later stage reads; returns it."""
+    if spec.op_type in OP_SPECS and OP_SPECS[spec.op_type] is not spec:
+        raise ValueError(f"{spec.op_type} is registered already")
+    OP_SPECS[spec.op_type] = spec
+    return spec
+
+
+def unregister(op_type: str) -> None:
+    """Removes an op type (a test's toy op) from the registry."""
+    OP_SPECS.pop(op_type, None)
 
 
 def _sign_keep_nan(x: np.ndarray) -> np.ndarray:
@@ -135,3 +199,42 @@ def proximal_gd_reference(
         shrunk = np.minimum(np.maximum(np.abs(prox) - threshold, 0.0), shrink_max)
         shrunk = np.where(np.isnan(prox), prox, shrunk)
         return _sign_keep_nan(prox) * shrunk / divisor
+
+
+def _smooth_l1_golden(x: Mapping[str, np.ndarray], a: Mapping[str, object]) -> tuple[np.ndarray, ...]:
+    return (smooth_l1_grad_reference(x["predict"], x["label"], x["dout"], float(a["sigma"]),  # type: ignore[arg-type]
+                                     str(a["reduction"]), float(a["scale"])),)  # type: ignore[arg-type]
+
+
+def _proximal_golden(x: Mapping[str, np.ndarray], a: Mapping[str, object]) -> tuple[np.ndarray, ...]:
+    return (proximal_gd_reference(x["var"], x["alpha"], x["l1"], x["l2"], x["delta"],  # type: ignore[arg-type]
+                                  str(a["scalar_form"]), float(a["shrink_max"])),)  # type: ignore[arg-type]
+
+
+register(OpSpec(
+    SMOOTH_L1_GRAD,
+    inputs=("predict", "label", "dout"),
+    outputs=("gradient",),
+    scalar_inputs=(),
+    attr_specs=(AttrSpec("sigma", 1.0, minimum=0.0), AttrSpec("reduction", "mean", choices=REDUCTIONS),
+                AttrSpec("scale", 1.0)),
+    reference=_smooth_l1_golden,
+    formula=("x = predict - label\n"
+             "s = x / sigma where |x| < sigma, else sign(x)   (sign(+-0) = 0; NaN in x gives NaN)\n"
+             "gradient = scale * norm * dout * s,  norm = 1/numel(predict) for reduction mean, else 1"),
+    example_scalars={"dout": 0.5},
+    kinks=lambda a: (Kink("predict", "label", (float(a["sigma"]), -float(a["sigma"]))),),  # type: ignore[arg-type]
+))
+
+register(OpSpec(
+    PROXIMAL_GD,
+    inputs=("var", "alpha", "l1", "l2", "delta"),
+    outputs=("var_out",),
+    scalar_inputs=("alpha", "l1", "l2"),
+    attr_specs=(AttrSpec("scalar_form", "raw", choices=SCALAR_FORMS), AttrSpec("shrink_max", float("inf"))),
+    reference=_proximal_golden,
+    formula=("prox = var - alpha * delta\n"
+             "var_out = sign(prox) * max(|prox| - threshold, 0) / divisor   (sign(0) = 0; NaN propagates)\n"
+             "threshold, divisor = alpha*l1, 1 + alpha*l2 (raw) | l1, l2 (folded) | l1, 1/l2 (folded_reciprocal)"),
+    example_scalars={"alpha": 0.01, "l1": 0.001, "l2": 0.01},
+))
