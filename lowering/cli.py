@@ -22,7 +22,7 @@ from codegen.targets import UnknownTargetError, get_target, known_targets
 from runtime.diff_cli import add_input_options, run_diff, run_verify
 
 from .api import fuse_loaded
-from .errors import LoweringError
+from .errors import LoweringError, ToolError
 from .loading import LoadedModel, load, save
 from .outdir import COMPLETE, OutputTransaction
 from .report import more_line
@@ -219,11 +219,17 @@ def main(argv: list[str] | None = None) -> int:
             return run_diff(args.unfused, args.fused, args)
         parser = build_parser()
         return run_lower(parser, parser.parse_args(argv))
-    except LoweringError as exc:
-        print(f"lower: error: {printable(str(exc), 400)}", file=sys.stderr)
-        return 2
+    except ToolError as exc:
+        if not exc.user_error and os.environ.get("LOWER_DEBUG"):
+            raise
+        if exc.user_error:
+            print(f"lower: error: {printable(str(exc), 400)}", file=sys.stderr)
+            return 2
+        print(f"lower: internal error: {printable(str(exc), 300)} (set LOWER_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
-        print("lower: interrupted; nothing was written", file=sys.stderr)
+        print("lower: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `lower ... --emit ir | head`: the reader left, nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
