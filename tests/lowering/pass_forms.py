@@ -1,11 +1,15 @@
-"""Hand-built graphs of every form in DESIGN section 2, and near misses, for the pass tests.
+"""Graph builders for the pass tests.
 
-Each builder returns a Case: the model, how many nodes of each fused op it should give, and the
-attributes the fused node must carry, so one table drives the structural and numeric tests.
+`G` builds a graph value by value (each op returns its output's name); `sl1` and `pgd` use it to
+build every form of the two families, and `splice` embeds one model in another. A test that spells
+out a graph node by node writes its nodes with `onnx.helper.make_node` on named values and wraps
+them with `graph_model`, taking constants from `const_node` (a Constant node) or `const_tensor` (an
+initializer); `fuse_checked` and `assert_not_fused` run the pass on such a model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -13,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
+
+import lowering
 
 F, H, BF = TP.FLOAT, TP.FLOAT16, TP.BFLOAT16
 SL1, PGD = "SmoothL1LossGradV2", "ApplyProximalGradientDescent"
@@ -66,6 +72,46 @@ class G:
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
         m.ir_version = 8
         return m
+
+
+Shape = Sequence[int | str] | None
+
+
+def const_tensor(name: str, value: float, dtype: int = F, shape: tuple[int, ...] = ()) -> onnx.TensorProto:
+    """An initializer `name` of `shape` filled with `value` (rounded once to `dtype`)."""
+    return numpy_helper.from_array(np.full(shape, value, np.float32).astype(NP[dtype]), name)
+
+
+def const_node(name: str, value: float, dtype: int = F, shape: tuple[int, ...] = ()) -> onnx.NodeProto:
+    """A Constant node computing `name`, filled as const_tensor fills an initializer."""
+    return helper.make_node("Constant", [], [name], value=const_tensor(name, value, dtype, shape))
+
+
+def graph_model(nodes: Iterable[onnx.NodeProto], inputs: dict[str, tuple[int, Shape]],
+                outputs: dict[str, tuple[int, Shape]], initializers: Iterable[onnx.TensorProto] = (),
+                opset: int = 17, name: str = "g") -> onnx.ModelProto:
+    """A model of `nodes` with the given inputs and outputs (name -> (dtype, shape)), shapes inferred."""
+    graph = helper.make_graph(list(nodes), name,
+                              [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+                              [helper.make_tensor_value_info(n, t, s) for n, (t, s) in outputs.items()],
+                              list(initializers))
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+
+
+def fuse_checked(model: onnx.ModelProto) -> tuple[onnx.ModelProto, lowering.FusionReport]:
+    """The pass's result, after the full ONNX checker accepted the fused model."""
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    return fused, report
+
+
+def assert_not_fused(model: onnx.ModelProto, reason: str | None = None) -> lowering.FusionReport:
+    """Nothing fuses; with `reason`, some near miss gives a reason containing it."""
+    _, report = lowering.fuse(model)
+    assert not report.fusions, report.summary()
+    if reason is not None:
+        assert any(reason in r.reason for r in report.rejections), report.summary()
+    return report
 
 
 @dataclass
