@@ -48,13 +48,13 @@ def _folded(g: G) -> str:  # dynamo's CastLike(literal, g), one per use
 
 
 @pytest.mark.parametrize("make_lr", [_initializer, _constant_node, _folded], ids=["initializer", "constant-node", "folded"])
-def test_copies_with_their_own_equal_constants_fuse(make_lr) -> None:
+def test_copies_with_their_own_equal_constants_fuse(make_lr, rng: np.random.Generator) -> None:
     model = _prox_with_copies(make_lr)
     fused, report = _fused(model)
     assert [f.op_type for f in report.fusions] == [PGD]
     assert report.normalization["equal constants merged"] >= 1
     assert report.normalization["common subexpressions merged"] >= 2  # the Mul and the Sub
-    feeds = make_feeds(model, np.random.default_rng(), edges=(0.005,))
+    feeds = make_feeds(model, rng, edges=(0.005,))
     assert_runs_as_fused(model, fused, feeds)
 
 
@@ -100,7 +100,7 @@ def test_a_constant_that_is_a_graph_output_keeps_its_name() -> None:
         t.name for t in fused.graph.initializer}
 
 
-def test_sliced_predictions_repeated_per_use_fuse() -> None:
+def test_sliced_predictions_repeated_per_use_fuse(rng: np.random.Generator) -> None:
     """SmoothL1 of out[:, :4] written three times, each slice with its own index constants."""
     g = G()
     out, t, go = g.input("out", shape=(3, 6)), g.input("t"), g.input("go")
@@ -125,7 +125,7 @@ def test_sliced_predictions_repeated_per_use_fuse() -> None:
     model.graph.value_info.extend(helper.make_tensor_value_info(s, onnx.TensorProto.FLOAT, [3, 4]) for s in slices)
     fused, report = _fused(model)
     assert [f.op_type for f in report.fusions] == [SL1]
-    feeds = make_feeds(model, np.random.default_rng(), edges=(0.5,))
+    feeds = make_feeds(model, rng, edges=(0.5,))
     assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
 
 

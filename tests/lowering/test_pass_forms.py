@@ -108,13 +108,13 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return out
 
 
-def _numerics(model: onnx.ModelProto, fused: onnx.ModelProto, edges, nonfinite: bool) -> None:
-    feeds = make_feeds(model, np.random.default_rng(), edges=edges, nonfinite=nonfinite)
+def _numerics(model: onnx.ModelProto, fused: onnx.ModelProto, edges, nonfinite: bool, rng: np.random.Generator) -> None:
+    feeds = make_feeds(model, rng, edges=edges, nonfinite=nonfinite)
     assert_runs_as_fused(model, fused, feeds)
 
 
 @pytest.mark.parametrize("case", sorted(SL1_CASES))
-def test_smooth_l1_forms_fuse(case: str) -> None:
+def test_smooth_l1_forms_fuse(case: str, rng: np.random.Generator) -> None:
     kwargs, expected = SL1_CASES[case]
     model = sl1(**kwargs)
     fused, report = lowering.fuse(model)
@@ -132,11 +132,11 @@ def test_smooth_l1_forms_fuse(case: str) -> None:
         return  # onnxruntime has no bfloat16 CPU kernels for these ops
     beta = kwargs.get("beta", 0.5)
     nonfinite = kwargs.get("form") not in ("tf2onnx", "mask_ge", "mask_one_minus") and not native_half
-    _numerics(model, fused, edges=(beta,), nonfinite=nonfinite)
+    _numerics(model, fused, edges=(beta,), nonfinite=nonfinite, rng=rng)
 
 
 @pytest.mark.parametrize("case", sorted(PGD_CASES))
-def test_proximal_forms_fuse(case: str) -> None:
+def test_proximal_forms_fuse(case: str, rng: np.random.Generator) -> None:
     kwargs, scalar_form = PGD_CASES[case]
     model = pgd(**kwargs)
     fused, _ = lowering.fuse(model)
@@ -144,17 +144,17 @@ def test_proximal_forms_fuse(case: str) -> None:
     assert _attrs(node)["scalar_form"] == scalar_form
     # var = +-threshold hits the clamp exactly only where the threshold is representable
     edges = (0.1 * 0.05,) if kwargs.get("dtype", F) == F else ()
-    _numerics(model, fused, edges=edges, nonfinite=True)
+    _numerics(model, fused, edges=edges, nonfinite=True, rng=rng)
     if kwargs.get("clamp") == "clip":  # Clip without max: inf maps to the dtype's largest finite value
         assert _attrs(node)["shrink_max"] == float(np.finfo(np.float16 if kwargs.get("dtype") == H else np.float32).max)
 
 
 @pytest.mark.parametrize("dtype", [F, H])
-def test_smooth_l1_fp16_extremes(dtype: int) -> None:
+def test_smooth_l1_fp16_extremes(dtype: int, rng: np.random.Generator) -> None:
     model = sl1(dtype=H, cast_wrapped=True, reduction="sum", beta=1.0)
     fused, _ = lowering.fuse(model)
     node = fused_nodes(fused)[0]
-    feeds = make_feeds(model, np.random.default_rng())
+    feeds = make_feeds(model, rng)
     feeds["predict"].reshape(-1)[:4] = np.array([65504, -65504, 6e-8, -6e-8], np.float16)
     feeds["dout"][...] = np.float16(60000)
     before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]
