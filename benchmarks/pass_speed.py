@@ -24,7 +24,7 @@ bodies, so onnxscript does less work than our pass (one model-local function per
 fusion (quadratic in onnxscript 0.7), which is practical only with --quick.
 
 Prints a table and exits 1 with a MISMATCH line when the two disagree on what fused.
-Goals (issue 2): ours >= 5x faster than onnxscript at 200k nodes; our 200k/40k time ratio <= 5.5.
+Goals: ours >= 5x faster than onnxscript at 200k nodes; our 200k/40k time ratio <= 5.5.
 
 Usage: python benchmarks/pass_speed.py [--quick] [--seed 0] [--rounds 2]
                                        [--pattern-share 0.4] [--onnxscript-functions] [--profile]

@@ -16,7 +16,7 @@ Bytes per element: the twin's measured GM traffic (the header set counts every D
 DataCopyPad and GetValue) against that minimum, and onnxruntime's as the sum of every unfused
 node's input and output tensors.
 
-Goals (issue 5): twin >= 4x faster than onnxruntime; twin within 2.5x of the bandwidth floor.
+Goals: twin >= 4x faster than onnxruntime; twin within 2.5x of the bandwidth floor.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     status = aclnnSmoothL1LossBackward(workspace, workspace_size, executor, stream)
     aclrtSynchronizeStream(stream)
 
-Checks (cann_facts.md, operator sections; DESIGN section 7): a None tensor is 161001; a dtype
+Checks (the real aclnn API's for these operators): a None tensor is 161001; a dtype
 outside the list, rank > 8, a failed broadcast, reduction outside 0..2 or beta < 0 is 161002; an
 empty input succeeds with workspace 0 and launches nothing (the output stays untouched). The
 message of a failed call is in acl.aclGetRecentErrMsg().

@@ -1,4 +1,4 @@
-"""CANN precision standard: compare an actual tensor with a golden one (DESIGN section 6).
+"""CANN precision standard: compare an actual tensor with a golden one.
 
 Relative error per element is |actual - golden| / (|golden| + 1e-7); MERE is its mean and MARE its
 maximum over the elements where both sides are finite. A comparison passes when MERE < T and

@@ -148,7 +148,7 @@ def intermediates(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[
 
 
 def precision_ok(actual: np.ndarray, golden: np.ndarray, dtype) -> tuple[bool, str]:
-    """CANN precision standard (DESIGN section 6) plus NaN positions."""
+    """CANN precision standard (runtime/precision.py) plus NaN positions."""
     a = np.asarray(actual, np.float64)
     g = np.asarray(golden, np.float64)
     if a.shape != g.shape:

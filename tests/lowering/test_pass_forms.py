@@ -1,4 +1,4 @@
-"""Every form of DESIGN section 2 fuses into one node with the right attributes and numerics."""
+"""Every form of the two families (docs/matched-forms.md) fuses into one node with the right attributes and numerics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Near misses must not fuse, and the report must say why (DESIGN section 2, "Never fuse when")."""
+"""Near misses must not fuse, and the report must say why (docs/matched-forms.md, "Never fused")."""
 
 from __future__ import annotations
 
