@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Union
 
 import numpy as np
 import onnx
@@ -34,7 +33,7 @@ from .graph import EXACT_WIDENING, GraphIndex, Node, attr
 
 MAX_WALK = 24  # nodes one view may walk: patterns are small, this bounds the work per anchor
 MAX_SUM_TERMS = 4  # addends of a sum of selects (autograd of a hand-written loss makes 2 or 3)
-Bound = Union[str, float, None]  # a clamp bound: a value name, an attribute's float, or left out
+Bound = str | float | None  # a clamp bound: a value name, an attribute's float, or left out
 
 
 @dataclass
@@ -43,7 +42,7 @@ class Monomial:
     factors: dict[str, int]  # value name -> exponent (never 0)
     nodes: set[int] = field(default_factory=set)
 
-    def without(self, name: str, exponent: int = 1) -> "Monomial | None":
+    def without(self, name: str, exponent: int = 1) -> Monomial | None:
         """This monomial divided by name**exponent, or None when that factor is not there."""
         if self.factors.get(name, 0) != exponent:
             return None
@@ -146,7 +145,8 @@ class Algebra:
     def scalar(self, value: str) -> float | None:
         return self.index.scalar(value)
 
-    def monomial(self, value: str, stop: frozenset[str] = frozenset(), region: frozenset[int] = frozenset()) -> Monomial:
+    def monomial(self, value: str, stop: frozenset[str] = frozenset(),
+                 region: frozenset[int] = frozenset()) -> Monomial:
         """The product view of value. The walk enters a producer only when every use of its
         output lies inside the walk (or `region`), so values the rest of the graph also reads,
         like a shared delta, stay factors instead of dissolving into the match."""
@@ -342,7 +342,8 @@ class Algebra:
             found = self._complementary(cond, cast2[1].input[0])
             return None if found is None else {cast2[0], found}
         sub = self.producer(other, "Sub")
-        if sub is not None and len(sub[1].input) == 2 and sub[1].input[1] == mask and self.scalar(sub[1].input[0]) == 1.0:
+        if (sub is not None and len(sub[1].input) == 2 and sub[1].input[1] == mask
+                and self.scalar(sub[1].input[0]) == 1.0):
             return {sub[0]}
         return None
 
@@ -610,7 +611,7 @@ class Algebra:
             return None
         return acc.tensor, acc.nodes
 
-    def _dims(self, value: str, acc: "_DimProduct") -> bool:
+    def _dims(self, value: str, acc: _DimProduct) -> bool:
         c = self.index.const(value)
         if c is not None:
             if c.size != 1 or float(c.reshape(-1)[0]) != int(c.reshape(-1)[0]):
@@ -643,7 +644,7 @@ class Algebra:
         shape = self._shape_slice(node.input[0], acc)  # Squeeze/Reshape of a one-dimension slice
         return shape is not None and shape[1] is not None and len(shape[1]) == 1 and acc.take(shape[0], shape[1])
 
-    def _shape_slice(self, value: str, acc: "_DimProduct") -> tuple[str, list[int] | None] | None:
+    def _shape_slice(self, value: str, acc: _DimProduct) -> tuple[str, list[int] | None] | None:
         """(t, dims) for Shape(t, start, end); dims None means every dimension."""
         found = self.producer(value, "Shape")
         if found is None:

@@ -89,7 +89,8 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray:
         return _tensor_value(t)
     except (ValueError, KeyError, TypeError) as exc:
         what = f"tensor {t.name!r}" if t.name else "a constant tensor"
-        raise LoweringError(f"{what} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): "
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        raise LoweringError(f"{what} cannot be read ({type(exc).__name__}: {first_line}): "
                             f"its data does not match its data type {t.data_type} and dims {list(t.dims)}") from None
 
 
@@ -115,7 +116,8 @@ def scalar_of_tensor(t: onnx.TensorProto) -> float | None:
     scalars read once, and a numpy round trip costs ten times the read); None: ask numpy."""
     layout = _SCALAR_LAYOUTS.get(t.data_type)
     dims = t.dims
-    if layout is None or (len(dims) and (len(dims) > 1 or dims[0] != 1)) or t.data_location == onnx.TensorProto.EXTERNAL:
+    if (layout is None or (len(dims) and (len(dims) > 1 or dims[0] != 1))
+            or t.data_location == onnx.TensorProto.EXTERNAL):
         return None  # shapes like [1, 1] go the numpy way too
     field_name, fmt, size = layout
     data = getattr(t, field_name)
@@ -370,7 +372,9 @@ class GraphIndex:
         """Whether const(name) can be a value, without reading one: the pre-checks of patterns
         ask this of every node of a kind, most of which read computed values."""
         i = self.producer.get(name)
-        return self.nodes[i].op_type == "Constant" if i is not None else name in self.initializers or name in self.folded
+        if i is not None:
+            return self.nodes[i].op_type == "Constant"
+        return name in self.initializers or name in self.folded
 
     def const(self, name: str) -> np.ndarray | None:
         """Value of a true constant: a Constant node or an initializer the user cannot override."""
@@ -414,7 +418,8 @@ class GraphIndex:
                 cache[name] = s
                 return s
         value = self.const(name)
-        numeric = value is not None and (value.dtype.kind in "fiu" or value.dtype == _BFLOAT16)  # bfloat16's kind is "V"
+        # bfloat16's kind is "V"
+        numeric = value is not None and (value.dtype.kind in "fiu" or value.dtype == _BFLOAT16)
         s = float(value.reshape(-1)[0]) if numeric and value.size == 1 else None
         cache[name] = s
         return s

@@ -28,7 +28,7 @@ class LoadedModel:
     model: onnx.ModelProto
     source: Path | None  # where it was read from, None for in-memory models
     has_external_data: bool
-    pending: "BackgroundCheck | None" = None  # the ONNX checker, while it still runs beside the pass
+    pending: BackgroundCheck | None = None  # the ONNX checker, while it still runs beside the pass
 
     def confirm(self) -> None:
         """Waits for a checker still running in the background; raises LoweringError if it

@@ -135,7 +135,8 @@ def compare(name: str, actual: np.ndarray, golden: np.ndarray, through: str | No
     rel = abs_err / (np.abs(gf) + _EPS)
     max_abs, mere, mare = (float(abs_err.max()), float(rel.mean()), float(rel.max())) if rel.size else (0.0, 0.0, 0.0)
     passed = mere < t and mare < 10 * t and nan_mismatch == 0 and inf_mismatch == 0
-    notes = [f"held to {through}'s threshold: the unfused graph computes it by way of {through} values"] if widened else []
+    notes = ([f"held to {through}'s threshold: the unfused graph computes it by way of {through} values"]
+             if widened else [])
     if nan_mismatch:
         notes.append(f"NaN position mismatch at {nan_mismatch} elements")
     if inf_mismatch:

@@ -56,7 +56,8 @@ class G:
 
     def const_node(self, value: float, dtype: int = F) -> str:
         out = self.fresh("k")
-        self.nodes.append(helper.make_node("Constant", [], [out], value=numpy_helper.from_array(np.array(value, NP[dtype]))))
+        self.nodes.append(helper.make_node("Constant", [], [out],
+                                           value=numpy_helper.from_array(np.array(value, NP[dtype]))))
         return out
 
     def op(self, op_type: str, *inputs: str, **attrs) -> str:
@@ -145,7 +146,8 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
             n = g.op("Cast", g.op("Size", p), to=cd)
             gk = g.op("Div", go, n) if order % 2 == 0 else g.op("Mul", g.op("Reciprocal", n), go)
         else:
-            gk = g.op("Mul", go, g.const(1.0 / np.prod(shape), cd)) if order % 2 == 0 else g.op("Mul", g.const(1.0 / np.prod(shape), cd), go)
+            norm = g.const(1.0 / np.prod(shape), cd)
+            gk = g.op("Mul", go, norm) if order % 2 == 0 else g.op("Mul", norm, go)
     else:
         gk = go
     b = g.const_node(beta, cd) if beta_const_node else g.const(beta, cd)
@@ -168,7 +170,8 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
             y = g.op("Where", g.op("Not", g.op("Less", a, b)), sgn, lin)
         elif form == "tf2onnx":
             c = g.op("Less", a, b)
-            y = g.op("Add", g.op("Mul", g.op("Cast", c, to=cd), lin), g.op("Mul", sgn, g.op("Cast", g.op("Not", c), to=cd)))
+            y = g.op("Add", g.op("Mul", g.op("Cast", c, to=cd), lin),
+                     g.op("Mul", sgn, g.op("Cast", g.op("Not", c), to=cd)))
         else:  # masks written by hand: (|x| < b).float() and (|x| >= b).float(), or 1 - the first
             m = g.op("Cast", g.op("Less", a, b), to=cd)
             other = (g.op("Cast", g.op("GreaterOrEqual", a, b), to=cd) if form == "mask_ge"
@@ -185,7 +188,8 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
         one = g.const(1.0, cd, shape=shape if form == "sign-min-ones-like" else ())
         y = g.op("Mul", g.op("Mul", g.op("Sign", x), g.op("Min", g.op("Div", g.op("Abs", x), b), one)), gk)
     elif form == "sign-clip-max":  # sign(x) * Clip(|x|/beta, max=1) * g (torch.clamp(., max=1))
-        y = g.op("Mul", g.op("Mul", g.op("Sign", x), g.op("Clip", g.op("Div", g.op("Abs", x), b), "", g.const(1.0, cd))), gk)
+        y = g.op("Mul",
+                 g.op("Mul", g.op("Sign", x), g.op("Clip", g.op("Div", g.op("Abs", x), b), "", g.const(1.0, cd))), gk)
     elif form == "select-sum":  # autograd of where(|x| < b, 0.5*|x|**2/b, |x| - 0.5*b), times sign(x)
         a = g.op("Abs", x)
         c = g.op("Less", a, b)
@@ -266,7 +270,8 @@ def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling
         ap = g.op("Abs", p)
         s = g.op("Mul", g.op("Sign", p), g.op("Sub", ap, g.op("Min", ap, t)))
     elif shrink == "nested-where":  # Where(p > t, p - t, Where(p < -t, p + t, p*0)), a constant t
-        inner = g.op("Where", g.op("Less", p, g.const(-lr * l1, cd)), g.op("Add", p, t), g.op("Mul", p, g.const(0.0, cd)))
+        inner = g.op("Where", g.op("Less", p, g.const(-lr * l1, cd)), g.op("Add", p, t),
+                     g.op("Mul", p, g.const(0.0, cd)))
         s = g.op("Where", g.op("Greater", p, t), g.op("Sub", p, t), inner)
     elif shrink == "sign-abs-masked":  # sign(p) * (|p| - t) * Cast(|p| > t)
         ap = g.op("Abs", p)

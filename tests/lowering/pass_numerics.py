@@ -223,7 +223,8 @@ def golden_of(fused: onnx.ModelProto, node: onnx.NodeProto, feeds: dict[str, np.
     if node.op_type == SMOOTH_L1_GRAD:
         return smooth_l1_grad_reference(*args, sigma=attrs["sigma"], reduction=attrs["reduction"], scale=attrs["scale"])
     if node.op_type == PROXIMAL_GD:
-        return proximal_gd_reference(*args, scalar_form=attrs["scalar_form"], shrink_max=attrs.get("shrink_max", np.inf))
+        return proximal_gd_reference(*args, scalar_form=attrs["scalar_form"],
+                                     shrink_max=attrs.get("shrink_max", np.inf))
     raise AssertionError(node.op_type)
 
 

@@ -21,7 +21,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-
 from fixture_manifests import MANIFESTS, manifest_entries
 
 from lowering import fused_ops

@@ -14,14 +14,14 @@ import lowering
 from codegen.api import build_kernels
 from lowering.fused_ops import smooth_l1_grad_reference
 
-
 _PREDICT = object()  # the output shape default: predict's
 
 
 def _where_form(label_shape, predict_shape=(3, 4), dtype: int = F, out_shape=_PREDICT) -> onnx.ModelProto:
     """PyTorch's decomposition, sum reduction, beta 0.5, Cast-wrapped for float16."""
     g = G()
-    p, t, go = g.input("predict", dtype, predict_shape), g.input("label", dtype, label_shape), g.input("dout", dtype, ())
+    p, t, go = g.input("predict", dtype, predict_shape), g.input("label", dtype,
+                                                                 label_shape), g.input("dout", dtype, ())
     if dtype != F:
         p, t, go = (g.op("Cast", v, to=F) for v in (p, t, go))
     x = g.op("Sub", p, t)
@@ -34,10 +34,12 @@ def _where_form(label_shape, predict_shape=(3, 4), dtype: int = F, out_shape=_PR
     return g.model()
 
 
-def _feeds(model: onnx.ModelProto, rng: np.random.Generator, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+def _feeds(model: onnx.ModelProto, rng: np.random.Generator,
+           dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     feeds = {}
     for vi in model.graph.input:
-        shape = tuple(d.dim_value if d.HasField("dim_value") else dims[d.dim_param] for d in vi.type.tensor_type.shape.dim)
+        shape = tuple(d.dim_value if d.HasField("dim_value") else dims[d.dim_param]
+                      for d in vi.type.tensor_type.shape.dim)
         dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         feeds[vi.name] = np.asarray(rng.standard_normal(shape)).astype(dtype)
     p, t = feeds["predict"].reshape(-1), feeds["label"].reshape(-1)
@@ -104,7 +106,8 @@ def test_label_that_does_not_broadcast_to_predict_is_refused(label_shape, predic
         out_shape = predict_shape
     _, report = lowering.fuse(_where_form(label_shape, predict_shape, out_shape=out_shape))
     assert not report.fusions, report.summary()
-    assert any("only a label that broadcasts to predict's shape" in r.reason for r in report.rejections), report.summary()
+    assert any("only a label that broadcasts to predict's shape" in r.reason
+               for r in report.rejections), report.summary()
 
 
 def test_a_divide_by_the_broadcast_labels_numel_stays_outside(rng: np.random.Generator) -> None:

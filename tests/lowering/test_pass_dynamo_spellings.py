@@ -8,7 +8,15 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-from pass_numerics import assert_runs_as_fused, assert_same, assert_same_outputs, fused_nodes, make_feeds, rounding_bound_ok, run_ort
+from pass_numerics import (
+    assert_runs_as_fused,
+    assert_same,
+    assert_same_outputs,
+    fused_nodes,
+    make_feeds,
+    rounding_bound_ok,
+    run_ort,
+)
 
 import lowering
 from lowering.graph import GraphInfo, decode_nodes
@@ -82,7 +90,8 @@ def test_castlike_widening_is_a_cast_so_the_cast_sandwich_is_absorbed(rng: np.ra
     g.output(g.op("Cast", g.op("Div", shrunk, g.const(1.001)), to=H), dtype=H)
     model = g.model()
     fused, report = _fused(model)
-    assert [(f.op_type, f.dtype, f.inputs[0], f.inputs[-1]) for f in report.fusions] == [(PGD, "float16", "var", "delta")]
+    fusions = [(f.op_type, f.dtype, f.inputs[0], f.inputs[-1]) for f in report.fusions]
+    assert fusions == [(PGD, "float16", "var", "delta")]
     _assert_half_update_runs_as_fused(model, fused, make_feeds(model, rng, edges=(0.005,)))
 
 

@@ -47,7 +47,8 @@ def _folded(g: G) -> str:  # dynamo's CastLike(literal, g), one per use
     return g.op("Cast", g.const(0.1, dtype=onnx.TensorProto.DOUBLE), to=onnx.TensorProto.FLOAT)
 
 
-@pytest.mark.parametrize("make_lr", [_initializer, _constant_node, _folded], ids=["initializer", "constant-node", "folded"])
+@pytest.mark.parametrize("make_lr", [_initializer, _constant_node, _folded],
+                         ids=["initializer", "constant-node", "folded"])
 def test_copies_with_their_own_equal_constants_fuse(make_lr, rng: np.random.Generator) -> None:
     model = _prox_with_copies(make_lr)
     fused, report = _fused(model)
@@ -107,7 +108,8 @@ def test_sliced_predictions_repeated_per_use_fuse(rng: np.random.Generator) -> N
 
     def index(value: float) -> str:  # dynamo: Reshape(Cast(Constant), Constant [1])
         shape = g.fresh("shape")
-        g.nodes.append(helper.make_node("Constant", [], [shape], value=numpy_helper.from_array(np.array([1], np.int64))))
+        g.nodes.append(helper.make_node("Constant", [], [shape],
+                                        value=numpy_helper.from_array(np.array([1], np.int64))))
         return g.op("Reshape", g.op("Cast", g.const_node(value), to=onnx.TensorProto.INT64), shape)
 
     slices = []
@@ -118,7 +120,8 @@ def test_sliced_predictions_repeated_per_use_fuse(rng: np.random.Generator) -> N
 
     beta = 0.5
     small = g.op("Less", g.op("Abs", g.op("Sub", pred(), t)), g.const(beta))
-    grad = g.op("Where", small, g.op("Div", g.op("Sub", pred(), t), g.const(beta)), g.op("Sign", g.op("Sub", pred(), t)))
+    grad = g.op("Where", small, g.op("Div", g.op("Sub", pred(), t), g.const(beta)),
+                g.op("Sign", g.op("Sub", pred(), t)))
     g.output(g.op("Mul", grad, go))
     model = g.model()
     # as the exporter writes them: shape inference cannot see through the computed indices

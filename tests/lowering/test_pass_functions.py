@@ -14,8 +14,8 @@ import pytest
 
 from lowering import fuse
 from lowering.cli import main
-from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD
 from lowering.functions import candidates
+from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD
 
 from .pass_numerics import assert_runs_as_fused, assert_same, run_ort
 

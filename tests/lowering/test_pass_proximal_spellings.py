@@ -52,7 +52,8 @@ def _prox_clamped_by(zero: list, zero_name: str, extra_inputs: dict | None = Non
 
 
 def test_zeros_like_as_expand_fuses(rng: np.random.Generator) -> None:
-    zero = [const_node("z0", 0.0), h.make_node("Shape", ["p"], ["shape"]), h.make_node("Expand", ["z0", "shape"], ["zeros"])]
+    zero = [const_node("z0", 0.0), h.make_node("Shape", ["p"], ["shape"]),
+            h.make_node("Expand", ["z0", "shape"], ["zeros"])]
     model = _prox_clamped_by(zero, "zeros")
     fused, report = fuse_checked(model)
     assert report.counts() == {PGD: 1}, report.summary()
@@ -483,7 +484,8 @@ def test_update_of_a_one_element_parameter_fuses() -> None:
         inputs = {"var": (T.FLOAT, shape), "delta": (T.FLOAT, shape)}
         if runtime_lr:
             inputs["lr"] = (T.FLOAT, (1,))
-        constants = [const_tensor("t", 0.05), const_tensor("k", 1.25)] + ([] if runtime_lr else [const_tensor("lr", 0.3)])
+        constants = [const_tensor("t", 0.05),
+                     const_tensor("k", 1.25)] + ([] if runtime_lr else [const_tensor("lr", 0.3)])
         model = graph_model(nodes, inputs, {"var_out": (T.FLOAT, shape)}, constants, name="bias")
         fused, report = fuse_checked(model)
         assert report.counts() == {PGD: 1}, (shape, runtime_lr, report.summary())
@@ -505,7 +507,8 @@ def test_update_of_a_clipped_gradient_takes_the_clipped_gradient_as_delta(rng: n
              h.make_node("Mul", ["grad", "coef"], ["clipped"]), h.make_node("Mul", ["clipped", "lr"], ["step"]),
              h.make_node("Sub", ["var", "step"], ["p"]), h.make_node("Abs", ["p"], ["ap"]),
              h.make_node("Sub", ["ap", "t"], ["d"]), h.make_node("Max", ["d", "zero"], ["m"]),
-             h.make_node("Sign", ["p"], ["s"]), h.make_node("Mul", ["s", "m"], ["sm"]), h.make_node("Div", ["sm", "k"], ["var_out"])]
+             h.make_node("Sign", ["p"], ["s"]), h.make_node("Mul", ["s", "m"], ["sm"]),
+             h.make_node("Div", ["sm", "k"], ["var_out"])]
     model = graph_model(nodes, {"var": (T.FLOAT, (N,)), "grad": (T.FLOAT, (N,)), "coef": (T.FLOAT, ())},
                         {"var_out": (T.FLOAT, (N,))}, name="clipped")
     fused, report = fuse_checked(model)
@@ -517,6 +520,7 @@ def test_update_of_a_clipped_gradient_takes_the_clipped_gradient_as_delta(rng: n
     feeds = {"var": rng.standard_normal(N).astype(np.float32), "grad": rng.standard_normal(N).astype(np.float32),
              "coef": np.float32(0.7)}
     assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
-    ok, detail = precision_ok(run_ort(model, feeds)[0], golden_of(fused, node, {**feeds, **intermediates(fused, feeds)}),
+    ok, detail = precision_ok(run_ort(model, feeds)[0],
+                              golden_of(fused, node, {**feeds, **intermediates(fused, feeds)}),
                               np.float32)
     assert ok, detail

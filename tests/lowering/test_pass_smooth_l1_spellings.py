@@ -222,7 +222,8 @@ def _huber_folded(low_values: np.ndarray, ones: bool = True) -> onnx.ModelProto:
         nodes.insert(3, h.make_node("Mul", ["x", "ones"], ["mid"]))
     constants = [const_tensor("neg", -0.5), const_tensor("pos", 0.5)]
     constants += [onnx.numpy_helper.from_array(v.astype(np.float32), n) for n, v in
-                  ((("ones", np.ones(N)),) if ones else ()) + (("high", np.full(low_values.shape, 0.5)), ("low", low_values))]
+                  ((("ones", np.ones(N)),) if ones else ())
+                  + (("high", np.full(low_values.shape, 0.5)), ("low", low_values))]
     out_shape = np.broadcast_shapes(low_values.shape, (N,))
     return graph_model(nodes, {"p": (T.FLOAT, (N,)), "t": (T.FLOAT, (N,))}, {"grad": (T.FLOAT, out_shape)}, constants)
 

@@ -22,7 +22,8 @@ FMAX = float(np.finfo(np.float32).max)
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[str], output: str, consts: dict[str, object]) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in consts.items()]
-    graph = h.make_graph(nodes, "tf", [h.make_tensor_value_info(n, T.FLOAT, () if n == "go" else SHAPE) for n in inputs],
+    graph = h.make_graph(nodes, "tf", [h.make_tensor_value_info(n, T.FLOAT,
+                                                                () if n == "go" else SHAPE) for n in inputs],
                          [h.make_tensor_value_info(output, T.FLOAT, SHAPE)], inits)
     return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]))
 
