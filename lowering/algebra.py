@@ -23,7 +23,7 @@ the size of the pattern. Every view records the nodes it walked, which become th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +46,13 @@ class Monomial:
         """This monomial divided by name**exponent, or None when that factor is not there."""
         if self.factors.get(name, 0) != exponent:
             return None
+        rest = dict(self.factors)
+        del rest[name]
+        return Monomial(self.coef, rest, set(self.nodes))
+
+    def dividing_out(self, name: str) -> Monomial:
+        """This monomial without its factor `name`, whatever its exponent (a factor the caller
+        found among self.factors)."""
         rest = dict(self.factors)
         del rest[name]
         return Monomial(self.coef, rest, set(self.nodes))
@@ -92,7 +99,7 @@ class Algebra:
         self.seen: set[int] = set()  # nodes looked at since the caller last cleared it
         self._distances: dict[tuple[Reach, ...], set[str] | dict[str, int]] = {}
 
-    def producer(self, value: str, *ops: str) -> tuple[int, onnx.NodeProto] | None:
+    def producer(self, value: str, *ops: str) -> tuple[int, Node] | None:
         i = self.index.producer.get(value)
         if i is None or i in self.taken:
             return None
@@ -168,6 +175,7 @@ class Algebra:
                     coef *= c if exponent == 1 else 1.0 / c if c != 0 else math.inf
                     continue
             node = None
+            walked: int | None = None
             if i is None or i in taken or v in stop or budget <= 0:
                 owned = False
             elif v == value:
@@ -178,18 +186,19 @@ class Algebra:
                 users = consumers.get(v, ())
                 owned = (users[0] in nodes or users[0] in region) if len(users) == 1 else all(
                     u in nodes or u in region for u in users)
-            if owned:
+            if owned and i is not None:
+                walked = i
                 seen.add(i)
                 node = all_nodes[i]
                 op = node.op_type
                 if (op not in _PRODUCT_OPS or node.domain not in ("", "ai.onnx")
                         or (op in ("Mul", "Div") and len(node.input) != 2)):
                     node = None
-            if node is None:
+            if node is None or walked is None:
                 factors[v] = factors.get(v, 0) + exponent
                 continue
             budget -= 1
-            nodes.add(i)
+            nodes.add(walked)
             if op == "Mul":
                 stack.append((node.input[1], exponent))
                 stack.append((node.input[0], exponent))
@@ -291,7 +300,7 @@ class Algebra:
                 return Select(cond, when_true, when_false, {i} | nodes | a.nodes | b.nodes, arithmetic=True)
         return None
 
-    def _two_halves(self, addends: list[str]) -> tuple[Monomial, Monomial] | None:
+    def _two_halves(self, addends: Sequence[str]) -> tuple[Monomial, Monomial] | None:
         """The addends as two monomials, those with the same runtime factors added up: an Add's
         two, or a Sum's, where TensorFlow's gradient of x*x writes one term per operand
         (Sum(a, b, a), or a second copy of a multiplied in another order). The halves of an
@@ -320,7 +329,7 @@ class Algebra:
             for other, exp2 in b.factors.items():
                 nodes = self._complement_mask(name, cond, other) if exp2 == 1 else None
                 if nodes is not None:
-                    return cond, a.without(name), b.without(other), {cast[0]} | nodes
+                    return cond, a.dividing_out(name), b.dividing_out(other), {cast[0]} | nodes
         return None
 
     def _complement_mask(self, mask: str, cond: str, other: str) -> set[int] | None:
@@ -372,8 +381,8 @@ class Algebra:
                 sb = self._arithmetic_select(other, masked_terms=False) if exp2 == 1 and other != name else None
                 if sb is None or sb.cond != sa.cond or not is_zero(sb.when_true):
                     continue
-                return (sa.cond, product(a.without(name), sa.when_true), product(b.without(other), sb.when_false),
-                        sa.nodes | sb.nodes)
+                return (sa.cond, product(a.dividing_out(name), sa.when_true),
+                        product(b.dividing_out(other), sb.when_false), sa.nodes | sb.nodes)
         return None
 
     def _select_sum(self, value: str) -> Select | None:
@@ -404,12 +413,12 @@ class Algebra:
             if cond is not None and c != cond:
                 return None
             cond = c
-            sides[taken].append(product(term.without(branch[0]), branch[1]))
+            sides[taken].append(product(term.dividing_out(branch[0]), branch[1]))
             nodes |= term.nodes | where_nodes
-        merged = [sum_like(sides[side]) for side in (True, False)]
-        if cond is None or None in merged:
+        when_true, when_false = sum_like(sides[True]), sum_like(sides[False])
+        if cond is None or when_true is None or when_false is None:
             return None
-        return Select(cond, merged[0], merged[1], nodes | merged[0].nodes | merged[1].nodes, arithmetic=True)
+        return Select(cond, when_true, when_false, nodes | when_true.nodes | when_false.nodes, arithmetic=True)
 
     def _opened(self, term: Monomial) -> Monomial:
         """term with each factor that is a product (shared with other terms, so the walk left it
@@ -419,7 +428,7 @@ class Algebra:
                 continue
             sub = self.monomial(name)
             if sub.nodes:
-                term = product(term.without(name), sub)
+                term = product(term.dividing_out(name), sub)
         return term
 
     def _sum_leaves(self, root: int) -> tuple[list[str] | None, set[int]]:
@@ -431,8 +440,9 @@ class Algebra:
         while stack:
             v = stack.pop()
             found = self.producer(v, "Add", "Sum")
+            users = self.index.consumers.get(v)
             if (found is not None and len(found[1].input) >= 2 and v not in self.index.graph_outputs
-                    and self.index.consumers.get(v, ()) and all(c in nodes for c in self.index.consumers[v])):
+                    and users and all(c in nodes for c in users)):
                 nodes.add(found[0])
                 stack.extend(reversed(found[1].input))
             else:
@@ -510,7 +520,7 @@ class Algebra:
         found = None if inner is None else self.clamp(cast.input[0])
         to = attr(cast, "to")
         narrow = None if found is None else self.narrowed(found[0], to)
-        if narrow is None:
+        if found is None or narrow is None:
             return None
         _, lo, hi, nodes = found
         nodes = nodes | narrow[1] | {i}
@@ -549,7 +559,7 @@ class Algebra:
             return found[0], {found[1]}
         cast = self.producer(value, "Cast")
         inner = None if cast is None else self.unary(cast[1].input[0], op)
-        if inner is None:
+        if cast is None or inner is None:
             return None
         narrow = self.narrowed(inner[0], attr(cast[1], "to"))
         return None if narrow is None else (narrow[0], {cast[0], inner[1]} | narrow[1])
@@ -578,9 +588,10 @@ class Algebra:
         """The exact widening Casts that widened(value) looks through."""
         nodes = set()
         while value != self.widened(value):
-            i, node = self.producer(value, "Cast")
-            nodes.add(i)
-            value = node.input[0]
+            found = self.producer(value, "Cast")
+            assert found is not None  # widened() walked through this Cast
+            nodes.add(found[0])
+            value = found[1].input[0]
         return nodes
 
     def narrowed(self, value: str, to: int | None) -> tuple[str, set[int]] | None:
@@ -607,7 +618,8 @@ class Algebra:
         if vt is None or vt.shape is None or len(set(acc.dims)) != len(acc.dims):
             return None
         rest = [d for i, d in enumerate(vt.shape) if i not in acc.dims]
-        if not all(isinstance(d, int) for d in rest) or math.prod(rest) != acc.const:
+        static = [d for d in rest if isinstance(d, int)]
+        if len(static) != len(rest) or math.prod(static) != acc.const:
             return None
         return acc.tensor, acc.nodes
 

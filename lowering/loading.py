@@ -68,19 +68,21 @@ class BackgroundCheck:
         self._model, self._path = model, path
         self._proc = subprocess.Popen([sys.executable, "-c", _CHECK_CHILD], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert self._proc.stdin is not None and self._proc.stderr is not None  # both piped just above
+        self._stdin, self._stderr = self._proc.stdin, self._proc.stderr
         self._feeder = threading.Thread(target=self._feed, args=(serialized,), daemon=True)
         self._feeder.start()
 
     def _feed(self, serialized: bytes) -> None:
         try:
-            self._proc.stdin.write(serialized)
-            self._proc.stdin.close()
+            self._stdin.write(serialized)
+            self._stdin.close()
         except OSError:  # the child is gone; verdict() checks here instead
             pass
 
     def verdict(self) -> None:
         self._feeder.join()  # the child reads all of its input before it writes anything
-        err = self._proc.stderr.read()
+        err = self._stderr.read()
         self._proc.wait()
         if self._proc.returncode == 0:
             return
@@ -91,7 +93,7 @@ class BackgroundCheck:
     def stop(self) -> None:
         self._proc.kill()
         self._feeder.join()
-        self._proc.stderr.close()
+        self._stderr.close()
         self._proc.wait()
 
 

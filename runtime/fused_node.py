@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnx
 
 from lowering.fused_ops import DOMAIN, OP_SPECS, REDUCTIONS, SCALAR_FORMS
@@ -20,7 +22,7 @@ def fused_attrs(node: onnx.NodeProto) -> dict[str, object]:
     spec = OP_SPECS.get(node.op_type)
     if node.domain != DOMAIN or spec is None:
         raise FusedNodeError(f"node {node.name!r} ({node.domain}:{node.op_type}) is not a fused node")
-    attrs = dict(spec.attrs)
+    attrs: dict[str, Any] = dict(spec.attrs)
     for a in node.attribute:
         if a.name not in spec.attrs:
             raise FusedNodeError(f"node {node.name!r}: unknown attribute {a.name!r}")

@@ -122,7 +122,7 @@ def compare(name: str, actual: np.ndarray, golden: np.ndarray, through: str | No
     g = _as_f64(golden)
     t = THRESHOLDS[dname]
     widened = through is not None and THRESHOLDS.get(through, 0.0) > t
-    if widened:
+    if through is not None and widened:
         t = THRESHOLDS[through]
     a_nan, g_nan = np.isnan(a), np.isnan(g)
     nan_mismatch = int(np.count_nonzero(a_nan != g_nan))
@@ -147,7 +147,7 @@ def compare(name: str, actual: np.ndarray, golden: np.ndarray, through: str | No
         notes.append("MARE over 10x threshold")
         # the verdict stays the standard's; the note says when it is only rounding ties
         over = rel >= 10 * t
-        steps_of = half_dtype(through) if widened else actual.dtype
+        steps_of = half_dtype(through) if through is not None and widened else actual.dtype
         tiny, steps = subnormal_steps(steps_of, af[over], gf[over])
         if np.all(tiny & (steps <= 1)):
             notes.append(f"all {int(over.sum())} elements over it have a subnormal golden and are one step "
