@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
+from pass_forms import graph_model
 from pass_numerics import assert_runs_as_fused, assert_same_outputs, fused_nodes
 
 import lowering
@@ -22,10 +23,8 @@ FMAX = float(np.finfo(np.float32).max)
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[str], output: str, consts: dict[str, object]) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in consts.items()]
-    graph = h.make_graph(nodes, "tf", [h.make_tensor_value_info(n, T.FLOAT,
-                                                                () if n == "go" else SHAPE) for n in inputs],
-                         [h.make_tensor_value_info(output, T.FLOAT, SHAPE)], inits)
-    return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]))
+    return graph_model(nodes, {n: (T.FLOAT, () if n == "go" else SHAPE) for n in inputs}, {output: (T.FLOAT, SHAPE)},
+                       inits, opset=13, name="tf")
 
 
 def _feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
