@@ -924,9 +924,10 @@ def where_zeros_fn(var: torch.Tensor, delta: torch.Tensor, lr: torch.Tensor, l1:
 
 
 def probe_cases() -> list[Case]:
-    """Forms a probe of unseen exporter output found (2026-12-03); own generator, so the cases
-    before keep their inputs. (Native bfloat16 graphs it found are tested hand-built: onnxruntime's
-    CPU provider has no bfloat16 Sub to check a fixture with.)"""
+    """Spellings of exported user code: a tensor maximum clamp, float16 softshrink, zeros in a Where
+    branch, a select scaled afterwards; own generator, so the cases before keep their inputs.
+    (Native bfloat16 graphs of these forms are tested hand-built: onnxruntime's CPU provider has no
+    bfloat16 Sub to check a fixture with.)"""
     gen = torch.Generator().manual_seed(1203)
     f32, f16 = torch.float32, torch.float16
     c: list[Case] = []
@@ -971,9 +972,10 @@ def where_then_scale_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> t
 
 
 def probe2_cases() -> list[Case]:
-    """Forms a second probe of unseen exporter output found (2026-12-04); own generator, so the
-    cases before keep their inputs. (torch.sgn on bfloat16 gives the same Cast sandwich as on
-    float16; it is tested hand-built, for want of a bfloat16 Sub in onnxruntime's CPU provider.)"""
+    """Spellings of exported user code: torch.sgn in float16, F.threshold as the clamp, masks and
+    Huber clamps written by hand; own generator, so the cases before keep their inputs. (torch.sgn
+    on bfloat16 gives the same Cast sandwich as on float16; it is tested hand-built, for want of a
+    bfloat16 Sub in onnxruntime's CPU provider.)"""
     gen = torch.Generator().manual_seed(1204)
     f32, f16 = torch.float32, torch.float16
     c: list[Case] = []
@@ -1069,8 +1071,8 @@ class ModularStep(torch.nn.Module):
 
 
 def probe3_cases() -> list[Case]:
-    """Patterns inside model-local functions (2026-12-04); own generator, so the cases before keep
-    their inputs."""
+    """Patterns inside model-local functions, and clamp residuals; own generator, so the cases
+    before keep their inputs."""
     gen = torch.Generator().manual_seed(3204)
     modules = {"export_modules_as_functions": {SL1GradModule, ProxModule, BiasProxModule}}
     cases = [Case(fx("mixed_modular_step_functions_ts.onnx"), ModularStep(), step_args(gen), "torchscript", "mixed",
@@ -1150,8 +1152,8 @@ def sliced_sl1_fn(go: torch.Tensor, head: torch.Tensor, t: torch.Tensor) -> torc
 
 
 def probe4_cases() -> list[Case]:
-    """Expressions repeated per use, whose copies merge only once their equal constants do
-    (2026-12-04); own generator, so the cases before keep their inputs."""
+    """Expressions repeated per use, whose copies merge only once their equal constants do; own
+    generator, so the cases before keep their inputs."""
     gen = torch.Generator().manual_seed(4204)
     const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
     cases = [Case(fx(f"prox_const_{step}_repeated_f32_dyn.onnx"), repeated_step_fn(step),
@@ -1236,7 +1238,7 @@ FUNCTION_FIXTURES = Path("tests/fixtures/functions")
 
 
 def probe5_fn(form: str) -> Callable[..., torch.Tensor]:
-    """Shrinks found by exporting unseen user code (2026-12-04), then / k (Python-float scalars)."""
+    """Softshrink spellings of user code, then / k (Python-float scalars)."""
     def fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         p, t = var - LR * delta, LR * L1
         if form == "where_small":
@@ -1296,7 +1298,8 @@ def const_shrink_cases(gen: torch.Generator, table) -> list[Case]:
 
 
 def probe5_cases() -> list[Case]:
-    """Forms found by exporting unseen user code (2026-12-04); own generator."""
+    """Softshrink spellings, autograd of hand-written SmoothL1 losses and capped ratios; own
+    generator."""
     gen = torch.Generator().manual_seed(5205)
     const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
     cases = const_shrink_cases(gen, (
@@ -1362,8 +1365,8 @@ def row_target_sl1_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> tor
 
 
 def probe6_cases() -> list[Case]:
-    """Labels that broadcast to predict's shape, and the proximal shrinks a probe of TensorFlow
-    code found, as PyTorch users write them (2026-12-05); own generator."""
+    """Labels that broadcast to predict's shape, and the proximal shrinks TensorFlow users write,
+    as PyTorch users write them; own generator."""
     gen = torch.Generator().manual_seed(6206)
     shrinks = const_shrink_cases(gen, (
             ("min_residual", (("dynamo-optimized", "dynopt"), ("torchscript", "ts")),

@@ -479,7 +479,8 @@ def sl1_cases() -> list[Case]:
 
 
 def probe_cases() -> list[Case]:
-    """Forms a probe of TensorFlow user code found missed (2026-12-05)."""
+    """Spellings of TensorFlow user code: squares as x*x, Faster R-CNN's sigma, clamps capped at the
+    largest float, nested wheres, min residuals, a Keras dense training step."""
     c = []
     for form, note in (
             ("where", "TF's gradient of x*x sums one term per operand: Sum(a, b, a) around the arithmetic select"),
