@@ -2,11 +2,11 @@
 per element, for every op x variant x dtype x target. Run: python benchmarks/kernel_quality.py
 
 CANN figures:
-* ApplyProximalGradientDescent: the ops-nn arch35 kernel's own numbers (reference/cann_facts.md,
-  DESIGN section 4): 8 vector instructions per tile for float32 (float16 adds its 2 casts in and
+* ApplyProximalGradientDescent: the ops-nn arch35 kernel's own numbers (its tiling code sizes the UB
+  this way; docs/benchmarks.md lists them): 8 vector instructions per tile for float32 (float16 adds its 2 casts in and
   1 cast out), 24/36 bytes of UB per element single/double buffered for float32, 26/32 for
   float16. That kernel has no bfloat16 variant and always reads alpha/l1/l2 at run time.
-* SmoothL1LossGradV2: derived from the arch35 DAG as cann_facts.md describes it, written as our IR
+* SmoothL1LossGradV2: derived from the arch35 kernel's DAG (CANN's own formula, below), written as our IR
   and measured with our tools (one instruction per DAG node; a constant select operand becomes a
   Duplicate; our buffer allocator, which reuses buffers at least as well as atvoss, so the UB
   figure is a lower bound of CANN's):
@@ -71,7 +71,7 @@ def _variants(dtype: str) -> list[Variant]:
 
 
 def cann_smooth_l1_dag(dtype: str, scalar_dout: bool) -> Kernel:
-    """The arch35 SmoothL1LossGradV2 DAG (cann_facts.md, 'Arch35 kernel math') in our IR."""
+    """The arch35 SmoothL1LossGradV2 DAG (the formula in this module's docstring) in our IR."""
     b = KernelBuilder("SmoothL1LossGradV2", dtype)
     for name in ("predict", "label"):
         b.input(name, dtype)

@@ -24,7 +24,7 @@ bodies, so onnxscript does less work than our pass (one model-local function per
 fusion (quadratic in onnxscript 0.7), which is practical only with --quick.
 
 Prints a table and exits 1 with a MISMATCH line when the two disagree on what fused.
-Goals (issue 2): ours >= 5x faster than onnxscript at 200k nodes; our 200k/40k time ratio <= 5.5.
+Goals: ours >= 5x faster than onnxscript at 200k nodes; our 200k/40k time ratio <= 5.5.
 
 Usage: python benchmarks/pass_speed.py [--quick] [--seed 0] [--rounds 2]
                                        [--pattern-share 0.4] [--onnxscript-functions] [--profile]
@@ -51,8 +51,8 @@ from onnx import TensorProto
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lowering.errors import LoweringError  # noqa: E402
 from lowering.api import fuse_loaded  # noqa: E402
+from lowering.errors import LoweringError  # noqa: E402
 from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD  # noqa: E402
 from lowering.loading import load, save  # noqa: E402
 from lowering.report import FusionReport  # noqa: E402
@@ -263,7 +263,8 @@ def build_graph(nodes: int, seed: int = 0, pattern_share: float = 0.4) -> tuple[
     plan += [f"sl1:{kind}" for kind in NEAR_MISS_SL1 for _ in range(per_near_miss)]
     plan += [f"prox:{kind}" for kind in NEAR_MISS_PROX for _ in range(per_near_miss)]
     rng.shuffle(plan)
-    planted_nodes = per_family * (SL1_NODES + PROX_NODES) + per_near_miss * 9 * (len(NEAR_MISS_SL1) + len(NEAR_MISS_PROX))
+    planted_nodes = (per_family * (SL1_NODES + PROX_NODES)
+                     + per_near_miss * 9 * (len(NEAR_MISS_SL1) + len(NEAR_MISS_PROX)))
     filler_budget = max(len(plan), nodes - planted_nodes - nodes // (2 * SUM_FANIN))
     fill_per_slot = filler_budget / (len(plan) + 1)
     made = 0.0
@@ -483,7 +484,8 @@ def time_in_child(tool: str, src: Path, dst: Path, onnxscript_functions: bool) -
     if done.returncode != 0:
         raise LoweringError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    fusions = [Fused(op, out, None if replaced is None else frozenset(replaced)) for op, out, replaced in result["fusions"]]
+    fusions = [Fused(op, out, None if replaced is None else frozenset(replaced)) for op, out,
+               replaced in result["fusions"]]
     return result["seconds"], fusions
 
 
@@ -556,7 +558,8 @@ def profile_ours(src: Path, dst: Path, top: int = 25) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small graphs (2k and 10k nodes), one run each: a smoke run")
+    parser.add_argument("--quick", action="store_true",
+                        help="small graphs (2k and 10k nodes), one run each: a smoke run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=2,
                         help="runs of each tool on each graph, each in a fresh process; the best is kept")
@@ -591,9 +594,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure(graphs, 1 if args.quick else args.rounds, args.onnxscript_functions, Path(tmp))
     print()
     print(f"onnxscript writes function bodies: {'yes' if args.onnxscript_functions else 'no (ours does)'}")
-    print(f"{'graph':<6} {'nodes':>8} {'our fusions':>12} {'onnxscript fusions':>19} {'ours s':>8} {'onnxscript s':>13} {'ratio':>7}")
+    print(f"{'graph':<6} {'nodes':>8} {'our fusions':>12} {'onnxscript fusions':>19} {'ours s':>8} "
+          f"{'onnxscript s':>13} {'ratio':>7}")
     for r in rows:
-        print(f"{r.graph.label:<6} {r.graph.nodes:>8} {len(r.ours):>12} {len(r.theirs):>19} {r.ours_s:>8.2f} {r.theirs_s:>13.2f} "
+        print(f"{r.graph.label:<6} {r.graph.nodes:>8} {len(r.ours):>12} {len(r.theirs):>19} {r.ours_s:>8.2f} "
+              f"{r.theirs_s:>13.2f} "
               f"{r.theirs_s / r.ours_s:>6.2f}x")
     small, large = rows
     print(f"our {large.graph.label}/{small.graph.label} time ratio: {large.ours_s / small.ours_s:.2f} "

@@ -16,7 +16,7 @@ Bytes per element: the twin's measured GM traffic (the header set counts every D
 DataCopyPad and GetValue) against that minimum, and onnxruntime's as the sum of every unfused
 node's input and output tensors.
 
-Goals (issue 5): twin >= 4x faster than onnxruntime; twin within 2.5x of the bandwidth floor.
+Goals: twin >= 4x faster than onnxruntime; twin within 2.5x of the bandwidth floor.
 """
 
 from __future__ import annotations
@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = [smooth_l1(args.elements, True, rng), smooth_l1(args.elements, False, rng), proximal(args.elements, rng)]
     rows = [bench(c, args.target, args.rounds, backend) for c in cases]
     print(f"twin vs onnxruntime {ort.__version__} (unfused subgraph), {args.elements} float32 elements, "
-          f"target {args.target}, {backend.workers} twin worker thread(s), {os.cpu_count()} CPUs, best of {args.rounds}")
+          f"target {args.target}, {backend.workers} twin worker thread(s), {os.cpu_count()} CPUs, "
+          f"best of {args.rounds}")
     print()
     print("| kernel | ORT unfused ms | twin ms | speed-up | twin B/elem | min B/elem | ORT B/elem "
           "| copy GB/s | floor ms | twin / floor | goals |")

@@ -137,6 +137,7 @@ def allocate(k: Kernel) -> Allocation:
     for i, ins in enumerate(k.instrs):
         if ins.kind not in (Kind.TILE, Kind.MASK) or ins.op is Op.COPY_IN:
             continue
+        target: int | None
         if i in stored:
             target = stored[i]
             if not usable(target, i, i, ins.op in INPLACE_OPS):

@@ -117,6 +117,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import cast
 
 import numpy as np
 
@@ -421,7 +422,7 @@ def _verify_one(
                 _fail(i, ins, "value must be a float already rounded to float32")
         elif op in (Op.SINPUT, Op.SNUMEL):
             _expect(i, ins, 0, src)
-            name = ins.attr("name")
+            name = cast(str, ins.attr("name"))
             if name not in inputs:
                 _fail(i, ins, f"no input named {name!r}")
             if op is Op.SINPUT and inputs[name].kind is not Kind.SCALAR:
@@ -435,7 +436,7 @@ def _verify_one(
         return
     if op in (Op.COPY_IN, Op.COPY_IN_BRC):
         _expect(i, ins, 0, src)
-        name = ins.attr("name")
+        name = cast(str, ins.attr("name"))
         if name not in inputs:
             _fail(i, ins, f"no input named {name!r}")
         want = Kind.TILE if op is Op.COPY_IN else Kind.SCALAR
@@ -446,7 +447,7 @@ def _verify_one(
         return
     if op is Op.COPY_OUT:
         _expect(i, ins, 1, src)
-        name = ins.attr("name")
+        name = cast(str, ins.attr("name"))
         if name not in outputs:
             _fail(i, ins, f"no output named {name!r}")
         if name in written:
@@ -470,9 +471,9 @@ def _verify_one(
             )
         if (s.dtype, ins.dtype) not in {(F16, F32), (BF16, F32), (F32, F16), (F32, BF16)}:
             _fail(i, ins, f"unsupported Cast {s.dtype}->{ins.dtype}")
-        want = "CAST_NONE" if ins.dtype == F32 else "CAST_RINT"
-        if ins.attr("round") != want:
-            _fail(i, ins, f"Cast {s.dtype}->{ins.dtype} must use {want}")
+        round_mode = "CAST_NONE" if ins.dtype == F32 else "CAST_RINT"
+        if ins.attr("round") != round_mode:
+            _fail(i, ins, f"Cast {s.dtype}->{ins.dtype} must use {round_mode}")
         return
     if op is Op.COMPARE:
         _expect(i, ins, 2, src)
@@ -562,6 +563,7 @@ def _ref(k: Kernel, v: int) -> str:
 def _type(ins: Instr) -> str:
     if ins.kind is Kind.MASK:
         return "mask"
+    assert ins.kind is not None, "only CopyOut has no kind, and it defines no value to type"
     return f"{ins.kind.value}<{ins.dtype}>"
 
 
@@ -571,9 +573,9 @@ def format_instr(k: Kernel, i: int) -> str:
     attrs = []
     for key, val in ins.attrs:
         if key == "name":
-            operands.insert(0, val)
+            operands.insert(0, cast(str, val))
         elif key == "value":
-            operands.insert(0, format_float(val))
+            operands.insert(0, format_float(cast(float, val)))
         else:
             attrs.append(f"{key}={val}")
     body = " ".join([ins.op.value] + ([", ".join(operands)] if operands else []) + attrs)

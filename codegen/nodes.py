@@ -15,7 +15,7 @@ from onnx import numpy_helper
 from codegen.errors import CodegenError
 from lowering.fused_ops import DOMAIN, OP_SPECS
 
-_ONNX_DTYPES = {
+_ONNX_DTYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32",
     onnx.TensorProto.FLOAT16: "float16",
     onnx.TensorProto.BFLOAT16: "bfloat16",
@@ -35,7 +35,7 @@ class InputSpec:
     def numel(self) -> int | None:
         if self.shape is None or not all(isinstance(d, int) for d in self.shape):
             return None
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(np.prod([int(d) for d in self.shape if isinstance(d, int)], dtype=np.int64))
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,8 @@ class FunctionBodies:
             else:
                 value = self.index.const(name)
                 if value is None:
-                    raise LoweringError(f"internal error: a fused node reads {name}, which is neither an input nor a constant")
+                    raise LoweringError(f"internal error: a fused node reads {name}, "
+                                        "which is neither an input nor a constant")
                 key = array_key(value)
             self._values[name] = key
         return key

@@ -44,7 +44,8 @@ class ValueType:
     def __init__(self, elem_type: int, shape: Shape) -> None:
         self.elem_type = elem_type
         self.shape = shape
-        self.numel = math.prod(shape) if shape is not None and all(type(d) is int for d in shape) else None
+        dims = [d for d in shape if type(d) is int] if shape is not None else []
+        self.numel = math.prod(dims) if shape is not None and len(dims) == len(shape) else None
 
     def __repr__(self) -> str:
         return f"ValueType(elem_type={self.elem_type}, shape={self.shape})"
@@ -64,7 +65,7 @@ def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
     return ValueType(tt.elem_type, shape)
 
 
-_ELEM_TYPES = {
+_ELEM_TYPES: dict[np.dtype, int] = {
     np.dtype(np.float32): onnx.TensorProto.FLOAT,
     np.dtype(np.float16): onnx.TensorProto.FLOAT16,
     np.dtype(np.float64): onnx.TensorProto.DOUBLE,
@@ -72,7 +73,7 @@ _ELEM_TYPES = {
     np.dtype(np.int32): onnx.TensorProto.INT32,
 }
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-_FAST_DTYPES = {
+_FAST_DTYPES: dict[int, np.dtype] = {
     onnx.TensorProto.FLOAT: np.dtype(np.float32),
     onnx.TensorProto.FLOAT16: np.dtype(np.float16),
     onnx.TensorProto.DOUBLE: np.dtype(np.float64),
@@ -89,7 +90,8 @@ def tensor_value(t: onnx.TensorProto) -> np.ndarray:
         return _tensor_value(t)
     except (ValueError, KeyError, TypeError) as exc:
         what = f"tensor {t.name!r}" if t.name else "a constant tensor"
-        raise LoweringError(f"{what} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): "
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        raise LoweringError(f"{what} cannot be read ({type(exc).__name__}: {first_line}): "
                             f"its data does not match its data type {t.data_type} and dims {list(t.dims)}") from None
 
 
@@ -107,7 +109,10 @@ def _tensor_value(t: onnx.TensorProto) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
-_SCALAR_LAYOUTS = {onnx.TensorProto.FLOAT: ("float_data", "<f", 4), onnx.TensorProto.DOUBLE: ("double_data", "<d", 8)}
+_SCALAR_LAYOUTS: dict[int, tuple[str, str, int]] = {
+    onnx.TensorProto.FLOAT: ("float_data", "<f", 4),
+    onnx.TensorProto.DOUBLE: ("double_data", "<d", 8),
+}
 
 
 def scalar_of_tensor(t: onnx.TensorProto) -> float | None:
@@ -115,7 +120,8 @@ def scalar_of_tensor(t: onnx.TensorProto) -> float | None:
     scalars read once, and a numpy round trip costs ten times the read); None: ask numpy."""
     layout = _SCALAR_LAYOUTS.get(t.data_type)
     dims = t.dims
-    if layout is None or (len(dims) and (len(dims) > 1 or dims[0] != 1)) or t.data_location == onnx.TensorProto.EXTERNAL:
+    if (layout is None or (len(dims) and (len(dims) > 1 or dims[0] != 1))
+            or t.data_location == onnx.TensorProto.EXTERNAL):
         return None  # shapes like [1, 1] go the numpy way too
     field_name, fmt, size = layout
     data = getattr(t, field_name)
@@ -125,7 +131,10 @@ def scalar_of_tensor(t: onnx.TensorProto) -> float | None:
     return struct.unpack(fmt, raw)[0] if len(raw) == size else None
 
 
-_NATIVE_SCALARS = {onnx.TensorProto.FLOAT: ("float32", "=f"), onnx.TensorProto.DOUBLE: ("float64", "=d")}
+_NATIVE_SCALARS: dict[int, tuple[str, str]] = {
+    onnx.TensorProto.FLOAT: ("float32", "=f"),
+    onnx.TensorProto.DOUBLE: ("float64", "=d"),
+}
 
 
 def array_key(value: np.ndarray) -> tuple:
@@ -192,7 +201,7 @@ class Node:
         self.input = inputs
         self.output = outputs
         self.captures: tuple[str, ...] = ()  # outer values its subgraphs read by name
-        self._attribute = None
+        self._attribute: list[onnx.AttributeProto] | None = None
         self._new_attributes = False
         self.changed = False
 
@@ -370,7 +379,9 @@ class GraphIndex:
         """Whether const(name) can be a value, without reading one: the pre-checks of patterns
         ask this of every node of a kind, most of which read computed values."""
         i = self.producer.get(name)
-        return self.nodes[i].op_type == "Constant" if i is not None else name in self.initializers or name in self.folded
+        if i is not None:
+            return self.nodes[i].op_type == "Constant"
+        return name in self.initializers or name in self.folded
 
     def const(self, name: str) -> np.ndarray | None:
         """Value of a true constant: a Constant node or an initializer the user cannot override."""
@@ -414,8 +425,9 @@ class GraphIndex:
                 cache[name] = s
                 return s
         value = self.const(name)
-        numeric = value is not None and (value.dtype.kind in "fiu" or value.dtype == _BFLOAT16)  # bfloat16's kind is "V"
-        s = float(value.reshape(-1)[0]) if numeric and value.size == 1 else None
+        # bfloat16's kind is "V"
+        numeric = value is not None and (value.dtype.kind in "fiu" or value.dtype == _BFLOAT16)
+        s = float(value.reshape(-1)[0]) if value is not None and numeric and value.size == 1 else None
         cache[name] = s
         return s
 
@@ -442,6 +454,7 @@ class GraphIndex:
         if name in cache:
             return cache[name]
         value = self._constant_value(name)
+        t: int | None
         if value is not None:
             t = _ELEM_TYPES.get(value.dtype) or onnx.helper.np_dtype_to_tensor_dtype(value.dtype)
         elif (init := self.initializers.get(name)) is not None:

@@ -28,7 +28,7 @@ class LoadedModel:
     model: onnx.ModelProto
     source: Path | None  # where it was read from, None for in-memory models
     has_external_data: bool
-    pending: "BackgroundCheck | None" = None  # the ONNX checker, while it still runs beside the pass
+    pending: BackgroundCheck | None = None  # the ONNX checker, while it still runs beside the pass
     external_files: tuple[Path, ...] = ()  # the external data files it was read from
 
     def confirm(self) -> None:
@@ -69,19 +69,21 @@ class BackgroundCheck:
         self._model, self._path = model, path
         self._proc = subprocess.Popen([sys.executable, "-c", _CHECK_CHILD], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert self._proc.stdin is not None and self._proc.stderr is not None  # both piped just above
+        self._stdin, self._stderr = self._proc.stdin, self._proc.stderr
         self._feeder = threading.Thread(target=self._feed, args=(serialized,), daemon=True)
         self._feeder.start()
 
     def _feed(self, serialized: bytes) -> None:
         try:
-            self._proc.stdin.write(serialized)
-            self._proc.stdin.close()
+            self._stdin.write(serialized)
+            self._stdin.close()
         except OSError:  # the child is gone; verdict() checks here instead
             pass
 
     def verdict(self) -> None:
         self._feeder.join()  # the child reads all of its input before it writes anything
-        err = self._proc.stderr.read()
+        err = self._stderr.read()
         self._proc.wait()
         if self._proc.returncode == 0:
             return
@@ -92,7 +94,7 @@ class BackgroundCheck:
     def stop(self) -> None:
         self._proc.kill()
         self._feeder.join()
-        self._proc.stderr.close()
+        self._stderr.close()
         self._proc.wait()
 
 

@@ -23,7 +23,8 @@ def load_checker() -> Callable[..., list[dict]]:
     for folder in (REPO, REPO / "tests" / "lowering"):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location("fixtures_checker", REPO / "tests" / "lowering" / "test_fixtures_load.py")
+    spec = importlib.util.spec_from_file_location("fixtures_checker",
+                                                  REPO / "tests" / "lowering" / "test_fixtures_load.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.check_entry

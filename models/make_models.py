@@ -464,7 +464,8 @@ def sl1_cases(gen: torch.Generator) -> list[Case]:
                   "F.smooth_l1_loss + torch.autograd.grad inside forward (torch.export records the backward; the "
                   "unused forward loss is dropped). grad_output=ones is folded with norm into one initializer "
                   "mul_1=0.05, so g is a constant: Where(Less(Abs(d),0.5), Div(Mul(0.05,d),0.5), Mul(0.05,Sign(d))) "
-                  "with the constant as the FIRST Mul operand. No dout input: the constant is norm*1 (0.05 = 1/numel), so "
+                  "with the constant as the FIRST Mul operand. No dout input: the constant is norm*1 "
+                  "(0.05 = 1/numel), so "
                   "reduction 'mean' with dout 1.0 (equivalently reduction 'sum' with dout 0.05)."))
     c.append(Case(fx("sl1_autograd_mean_b05_f32_dyn.onnx"), autograd_sl1("mean", 0.5, False),
                   {"p": p.clone(), "t": t.clone()}, "dynamo", "smooth_l1_grad",
@@ -923,9 +924,10 @@ def where_zeros_fn(var: torch.Tensor, delta: torch.Tensor, lr: torch.Tensor, l1:
 
 
 def probe_cases() -> list[Case]:
-    """Forms a probe of unseen exporter output found (2026-12-03); own generator, so the cases
-    before keep their inputs. (Native bfloat16 graphs it found are tested hand-built: onnxruntime's
-    CPU provider has no bfloat16 Sub to check a fixture with.)"""
+    """Spellings of exported user code: a tensor maximum clamp, float16 softshrink, zeros in a Where
+    branch, a select scaled afterwards; own generator, so the cases before keep their inputs.
+    (Native bfloat16 graphs of these forms are tested hand-built: onnxruntime's CPU provider has no
+    bfloat16 Sub to check a fixture with.)"""
     gen = torch.Generator().manual_seed(1203)
     f32, f16 = torch.float32, torch.float16
     c: list[Case] = []
@@ -970,9 +972,10 @@ def where_then_scale_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> t
 
 
 def probe2_cases() -> list[Case]:
-    """Forms a second probe of unseen exporter output found (2026-12-04); own generator, so the
-    cases before keep their inputs. (torch.sgn on bfloat16 gives the same Cast sandwich as on
-    float16; it is tested hand-built, for want of a bfloat16 Sub in onnxruntime's CPU provider.)"""
+    """Spellings of exported user code: torch.sgn in float16, F.threshold as the clamp, masks and
+    Huber clamps written by hand; own generator, so the cases before keep their inputs. (torch.sgn
+    on bfloat16 gives the same Cast sandwich as on float16; it is tested hand-built, for want of a
+    bfloat16 Sub in onnxruntime's CPU provider.)"""
     gen = torch.Generator().manual_seed(1204)
     f32, f16 = torch.float32, torch.float16
     c: list[Case] = []
@@ -1004,7 +1007,8 @@ def probe2_cases() -> list[Case]:
                   dtype="float16", outputs=["grad"]))
     for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
         c.append(Case(fx(f"sl1_hand_where_then_scale_mean_b05_f32_{suffix}.onnx"), where_then_scale_fn,
-                      sl1_args("mean", f32, gen), exporter, "smooth_l1_grad", [sl1("grad", 0.5, "mean", "p", "t", "go")],
+                      sl1_args("mean", f32, gen), exporter, "smooth_l1_grad",
+                      [sl1("grad", 0.5, "mean", "p", "t", "go")],
                       "Where(|x| < 0.5, x/0.5, sign(x)) * go / numel: dout and the mean after the select.",
                       outputs=["grad"]))
     return c
@@ -1067,8 +1071,8 @@ class ModularStep(torch.nn.Module):
 
 
 def probe3_cases() -> list[Case]:
-    """Patterns inside model-local functions (2026-12-04); own generator, so the cases before keep
-    their inputs."""
+    """Patterns inside model-local functions, and clamp residuals; own generator, so the cases
+    before keep their inputs."""
     gen = torch.Generator().manual_seed(3204)
     modules = {"export_modules_as_functions": {SL1GradModule, ProxModule, BiasProxModule}}
     cases = [Case(fx("mixed_modular_step_functions_ts.onnx"), ModularStep(), step_args(gen), "torchscript", "mixed",
@@ -1078,7 +1082,8 @@ def probe3_cases() -> list[Case]:
                  "TorchScript with export_modules_as_functions: the main graph calls model-local functions "
                  "SL1GradModule (Where(Less(Abs(d),0.5), Div(Mul(c,d),0.5), Mul(c,Sign(d))), c = 1/64) and "
                  "ProxModule and BiasProxModule (the second takes Mul(lr,l1) and Add(Mul(lr,l2),1) from the "
-                 "first call's extra outputs: the exporter deduplicates across modules). The pass inlines the calls to see inside. The exporter ignores output_names with module "
+                 "first call's extra outputs: the exporter deduplicates across modules). The pass inlines the "
+                 "calls to see inside. The exporter ignores output_names with module "
                  "functions (it numbers the outputs, differently from run to run): make_models names them.",
                  opset=17, outputs=["W_new", "b_new"],
                  ts_kwargs=modules)]
@@ -1147,8 +1152,8 @@ def sliced_sl1_fn(go: torch.Tensor, head: torch.Tensor, t: torch.Tensor) -> torc
 
 
 def probe4_cases() -> list[Case]:
-    """Expressions repeated per use, whose copies merge only once their equal constants do
-    (2026-12-04); own generator, so the cases before keep their inputs."""
+    """Expressions repeated per use, whose copies merge only once their equal constants do; own
+    generator, so the cases before keep their inputs."""
     gen = torch.Generator().manual_seed(4204)
     const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
     cases = [Case(fx(f"prox_const_{step}_repeated_f32_dyn.onnx"), repeated_step_fn(step),
@@ -1163,7 +1168,8 @@ def probe4_cases() -> list[Case]:
         cases.append(Case(fx(f"prox_tensor_addalpha_f32_{suffix}.onnx"), prox_fn(step="add_alpha", scalars="tensor"),
                           prox_args("tensor", torch.float32, gen), exporter, "proximal_gd", [raw],
                           "p = var.add(delta, alpha=-lr) with a tensor lr: dynamo reads the number from the tensor "
-                          "with Gather(Reshape(Neg(lr), [-1]), 0), which is Neg(lr) for a 0-D lr.", outputs=["var_out"]))
+                          "with Gather(Reshape(Neg(lr), [-1]), 0), which is Neg(lr) for a 0-D lr.",
+                          outputs=["var_out"]))
     cases.append(Case(fx("nm_prox_tensor_clamp_residual_f32_dyn.onnx"), prox_fn(shrink="residual", scalars="tensor"),
                       prox_args("tensor", torch.float32, gen), "dynamo", "near_miss", [],
                       "Near miss: p - clamp(p, -t, t) with t = lr*l1 at runtime, not optimized: the bounds are "
@@ -1172,7 +1178,8 @@ def probe4_cases() -> list[Case]:
     for dtype in (torch.float32, torch.float16):
         name = TORCH_TO_NAME[dtype]
         cases.append(Case(fx(f"sl1_hand_sign_min_sum_b05_{name.replace('float', 'f')}_dyn.onnx"), sign_min_fn,
-                          sl1_args("sum", dtype, gen), "dynamo", "smooth_l1_grad", [sl1("grad", 0.5, "sum", "p", "t", "go")],
+                          sl1_args("sum", dtype, gen), "dynamo", "smooth_l1_grad",
+                          [sl1("grad", 0.5, "sum", "p", "t", "go")],
                           "sign(x) * torch.minimum(|x|/0.5, torch.ones_like(x)) * go, not optimized: ones_like is "
                           "Expand(CastLike(1, x), Shape(x, start=0)).", dtype=name, outputs=["grad"]))
     # only the optimized export: unoptimized, the constants are float32 literals cast to float16 at
@@ -1231,7 +1238,7 @@ FUNCTION_FIXTURES = Path("tests/fixtures/functions")
 
 
 def probe5_fn(form: str) -> Callable[..., torch.Tensor]:
-    """Shrinks found by exporting unseen user code (2026-12-04), then / k (Python-float scalars)."""
+    """Softshrink spellings of user code, then / k (Python-float scalars)."""
     def fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         p, t = var - LR * delta, LR * L1
         if form == "where_small":
@@ -1291,7 +1298,8 @@ def const_shrink_cases(gen: torch.Generator, table) -> list[Case]:
 
 
 def probe5_cases() -> list[Case]:
-    """Forms found by exporting unseen user code (2026-12-04); own generator."""
+    """Softshrink spellings, autograd of hand-written SmoothL1 losses and capped ratios; own
+    generator."""
     gen = torch.Generator().manual_seed(5205)
     const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
     cases = const_shrink_cases(gen, (
@@ -1303,7 +1311,8 @@ def probe5_cases() -> list[Case]:
             ("clamp_difference", (("torchscript", "ts"),),
              "clamp(p - t, min=0) - clamp(-p - t, min=0): a difference of ReLUs written as Clips."),
             ("sign_abs_mask", (("dynamo-optimized", "dynopt"),),
-             "sign(p) * (|p| - t) * (|p| > t).float(): softshrink with a float mask, the shift as sign times magnitude.")))
+             "sign(p) * (|p| - t) * (|p| > t).float(): softshrink with a float mask, the shift as sign times "
+             "magnitude.")))
     for exporter, suffix in (("dynamo-optimized", "dynopt"), ("torchscript", "ts")):
         cases.append(Case(fx(f"prox_const_clamp_f32_bias1_{suffix}.onnx"), prox_fn(),
                           prox_args("const", torch.float32, gen, shape=(1,)), exporter, "proximal_gd", [const],
@@ -1317,7 +1326,8 @@ def probe5_cases() -> list[Case]:
                       "shifts by t rounded to float16 (0.0010004); no float16 lies between, so it is the shrink at "
                       "the rounded t.", dtype="float16", outputs=["var_out"]))
     for style, reduction, exporter, suffix, out, dout in (("fvcore", "mean", "dynamo", "dyn", "mul_4", "expand"),
-                                                          ("mmdet", "sum", "dynamo-optimized", "dynopt", "mul_5", "expand")):
+                                                          ("mmdet", "sum", "dynamo-optimized", "dynopt",
+                                                           "mul_5", "expand")):
         p, t = randn(4, 5, gen=gen), randn(4, 5, gen=gen)
         cases.append(Case(fx(f"sl1_autograd_{style}_{reduction}_b011_f32_{suffix}.onnx"),
                           autograd_hand_sl1(style, reduction, 0.11), {"p": p, "t": t}, exporter, "smooth_l1_grad",
@@ -1355,8 +1365,8 @@ def row_target_sl1_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> tor
 
 
 def probe6_cases() -> list[Case]:
-    """Labels that broadcast to predict's shape, and the proximal shrinks a probe of TensorFlow
-    code found, as PyTorch users write them (2026-12-05); own generator."""
+    """Labels that broadcast to predict's shape, and the proximal shrinks TensorFlow users write,
+    as PyTorch users write them; own generator."""
     gen = torch.Generator().manual_seed(6206)
     shrinks = const_shrink_cases(gen, (
             ("min_residual", (("dynamo-optimized", "dynopt"), ("torchscript", "ts")),
@@ -1387,7 +1397,8 @@ def function_fixture_cases() -> list[Case]:
     gen = torch.Generator().manual_seed(3205)
     args = {"x": randn(16, 8, gen=gen), "target": randn(16, 4, gen=gen), "W": randn(8, 4, scale=0.5, gen=gen),
             "lr": torch.tensor(0.1), "l1": torch.tensor(0.01), "l2": torch.tensor(0.05)}
-    return [Case(str(FUNCTION_FIXTURES / "all_modules_as_functions_ts.onnx"), ModularNet(), args, "torchscript", "mixed",
+    return [Case(str(FUNCTION_FIXTURES / "all_modules_as_functions_ts.onnx"), ModularNet(), args,
+                 "torchscript", "mixed",
                  [], "every module a function, the top one too", opset=17, outputs=["W_new"],
                  ts_kwargs={"export_modules_as_functions": True})]
 
@@ -1485,7 +1496,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(2024)
-    cases = sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases() + probe3_cases() + probe4_cases() + probe5_cases() + probe6_cases()
+    cases = (sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases()
+             + probe3_cases() + probe4_cases() + probe5_cases() + probe6_cases())
     if opts.only:
         cases = [c for c in cases if opts.only in c.file]
     check_entry = load_checker()
@@ -1494,7 +1506,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         model = export(case)
         onnx.checker.check_model(model)
-        entry, worst = record(case.file, model, lambda m: entry_for(case, m), check_entry, limits, opts.show)
+        entry, worst = record(case.file, model, lambda m, case=case: entry_for(case, m), check_entry, limits, opts.show)
         entries.append(entry)
         rows.append((case.file, case.exporter, entry["opset"], entry["size_bytes"], worst, ops_histogram(model)))
     for case in function_fixture_cases():
@@ -1504,7 +1516,8 @@ def main(argv: list[str] | None = None) -> int:
         onnx.checker.check_model(model, full_check=True)
         (REPO / case.file).parent.mkdir(parents=True, exist_ok=True)
         onnx.save(model, str(REPO / case.file))
-        rows.append((case.file, case.exporter, case.opset, (REPO / case.file).stat().st_size, 0.0, ops_histogram(model)))
+        rows.append((case.file, case.exporter, case.opset, (REPO / case.file).stat().st_size, 0.0,
+                     ops_histogram(model)))
     if limits:
         raise RuntimeError(f"exporter limits recorded for files that were not generated: {sorted(limits)}")
     if not opts.only:

@@ -194,8 +194,9 @@ def prox_update(clamp: str = "maximum", step: str = "sub", scale: str = "div", s
     dtype max)), "clip_inf" (tf.clip_by_value(., 0, np.inf)), "min_residual" (p - sign(p) *
     tf.minimum(|p|, t), the kernel's own formula), "abs_minus_min" (sign(p) * (|p| - tf.minimum(|p|,
     t))), "nested_where" (tf.where(p > t, p - t, tf.where(p < -t, p + t, 0*p))), "softshrink_0p"
-    (tf.where(|p| > t, p - sign(p)*t, 0*p)), "residual" (no sign: ISTA's p - tf.clip_by_value(p, -t, t)), "relu_difference"
-    (relu(p - t) - relu(-p - t)), "masked" ((p - t*sign(p)) * cast(|p| > t)); step: "sub" (var - lr*delta) or "neg_mul" (var + (-lr)*delta); scale: "div" or
+    (tf.where(|p| > t, p - sign(p)*t, 0*p)), "residual" (no sign: ISTA's p - tf.clip_by_value(p, -t, t)),
+    "relu_difference" (relu(p - t) - relu(-p - t)), "masked" ((p - t*sign(p)) * cast(|p| > t)); step: "sub"
+    (var - lr*delta) or "neg_mul" (var + (-lr)*delta); scale: "div" or
     "recip" (times 1/(1 + lr*l2)) or "none" (l2 = 0); scalars: "const" (Python floats) or "tensor" (lr, l1, l2 inputs).
     """
     def fn(var: tf.Tensor, delta: tf.Tensor, *scalar_inputs: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -472,12 +473,14 @@ def sl1_cases() -> list[Case]:
                       f"The select written with float masks by hand, {note}: an arithmetic select."))
     c.append(Case("sl1_hand_sign_min_sum_b05_f32_op13.onnx", hand_mask_grad("sign_min"), sl1_signature(), 13,
                   "smooth_l1_grad", [sl1(0.5, "sum", "go")],
-                  "tf.sign(x) * tf.minimum(|x|/0.5, 1) * go: the gradient's magnitude capped at 1 (x/0.5 as Mul(x, 2))."))
+                  "tf.sign(x) * tf.minimum(|x|/0.5, 1) * go: the gradient's magnitude capped at 1 "
+                  "(x/0.5 as Mul(x, 2))."))
     return c
 
 
 def probe_cases() -> list[Case]:
-    """Forms a probe of TensorFlow user code found missed (2026-12-05)."""
+    """Spellings of TensorFlow user code: squares as x*x, Faster R-CNN's sigma, clamps capped at the
+    largest float, nested wheres, min residuals, a Keras dense training step."""
     c = []
     for form, note in (
             ("where", "TF's gradient of x*x sums one term per operand: Sum(a, b, a) around the arithmetic select"),
@@ -801,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
     entries, rows = [], []
     for case in sl1_cases() + prox_cases() + mixed_cases() + probe_cases():
         model = export(case)
-        entry, worst = record(case.file, model, lambda m: entry_for(case, m), check_entry, limits, opts.show)
+        entry, worst = record(case.file, model, lambda m, case=case: entry_for(case, m), check_entry, limits, opts.show)
         entries.append(entry)
         rows.append((case.name, entry["opset"], entry["size_bytes"], worst, ops_histogram(model)))
     if limits:

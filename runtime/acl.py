@@ -276,6 +276,7 @@ def tensor_from_numpy(array: np.ndarray) -> AclTensor:
     if dt is AclDataType.UNDEFINED:
         raise TypeError(f"no aclDataType for numpy dtype {array.dtype}")
     _, ptr = aclrtMalloc(max(array.nbytes, 1))
+    assert ptr is not None  # only a negative size fails
     aclrtMemcpy(ptr, ptr.size, array, array.nbytes, AclrtMemcpyKind.HOST_TO_DEVICE)
     tensor = aclCreateTensor(array.shape, dt, None, 0, AclFormat.ND, array.shape, ptr)
     assert tensor is not None  # a fresh contiguous buffer always fits its own shape

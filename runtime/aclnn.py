@@ -5,7 +5,7 @@
     status = aclnnSmoothL1LossBackward(workspace, workspace_size, executor, stream)
     aclrtSynchronizeStream(stream)
 
-Checks (cann_facts.md, operator sections; DESIGN section 7): a None tensor is 161001; a dtype
+Checks (the real aclnn API's for these operators): a None tensor is 161001; a dtype
 outside the list, rank > 8, a failed broadcast, reduction outside 0..2 or beta < 0 is 161002; an
 empty input succeeds with workspace 0 and launches nothing (the output stays untouched). The
 message of a failed call is in acl.aclGetRecentErrMsg().
@@ -137,11 +137,12 @@ def aclnnSmoothL1LossBackwardGetWorkspaceSize(
     if missing:
         return _fail(AclnnStatus.PARAM_NULLPTR, f"aclnnSmoothL1LossBackward: {missing[0]} is nullptr")
     assert grad_out is not None and self is not None and target is not None and grad_input is not None
+    present = {k: v for k, v in tensors.items() if v is not None}
     try:
-        for role, t in tensors.items():
+        for role, t in present.items():
             _dtype_ok(t, role, _FLOAT_TYPES)
         for role in ("gradOut", "self", "target"):
-            _rank_ok(tensors[role], role)
+            _rank_ok(present[role], role)
         if not 0 <= int(reduction) <= 2:
             raise _Invalid(AclnnStatus.PARAM_INVALID, f"reduction {reduction} is not 0 (none), 1 (mean) or 2 (sum)")
         if not float(beta) >= 0.0:
@@ -191,9 +192,10 @@ def aclnnApplyProximalGradientDescentGetWorkspaceSize(
     if missing:
         return _fail(AclnnStatus.PARAM_NULLPTR, f"aclnnApplyProximalGradientDescent: {missing[0]} is nullptr")
     assert var is not None and delta is not None and var_out is not None
+    present = {k: v for k, v in tensors.items() if v is not None}
     try:
         for role in ("var", "delta", "varOut"):
-            _dtype_ok(tensors[role], role, _FLOAT_TYPES)
+            _dtype_ok(present[role], role, _FLOAT_TYPES)
         if not var.dtype == delta.dtype == var_out.dtype:
             raise _Invalid(AclnnStatus.PARAM_INVALID,
                            f"var, delta and varOut must share one dtype, got {var.dtype.name}, "
@@ -205,7 +207,7 @@ def aclnnApplyProximalGradientDescentGetWorkspaceSize(
             if t.numel != 1:
                 raise _Invalid(AclnnStatus.PARAM_INVALID, f"{role} must hold one element, has {t.numel}")
         for role in ("var", "delta", "varOut"):
-            _rank_ok(tensors[role], role)
+            _rank_ok(present[role], role)
         if not var.view_dims == delta.view_dims == var_out.view_dims:
             raise _Invalid(AclnnStatus.PARAM_INVALID,
                            f"var {list(var.view_dims)}, delta {list(delta.view_dims)} and varOut "

@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -66,14 +67,16 @@ def eval_scalars(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[int, 
             if ins.kind is not Kind.SCALAR:
                 continue
             op = ins.op
+            v: float | np.float32
             if op is Op.SCONST:
-                v = np.float32(ins.attr("value"))
+                v = np.float32(cast(float, ins.attr("value")))
             elif op is Op.SINPUT:
                 v = np.asarray(inputs[str(ins.attr("name"))]).reshape(-1)[0].astype(np.float32)
             elif op is Op.SNUMEL:
                 v = np.float32(np.asarray(inputs[str(ins.attr("name"))]).size)
             elif op in ir.SCALAR_BINARY or op in ir.SCALAR_UNARY:
-                v = eval_scalar(op, *(values[s] for s in ins.srcs))
+                # float() of a float32 is exact, and eval_scalar rounds its operands to float32 again
+                v = eval_scalar(op, *(float(values[s]) for s in ins.srcs))
             else:
                 raise KernelExecutionError(f"instruction {i}: {op.value} is not a scalar op")
             values[i] = np.float32(v)
@@ -259,7 +262,7 @@ def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
             r[:, n:] = np.nan  # DataCopyPad pads the tail; the pad lanes are never stored
             ub.write(i, r)
             continue
-        a = [v(s) for s in ins.srcs]
+        a: list[Any] = [v(s) for s in ins.srcs]  # tiles, masks or scalars, as the verified IR says
         if op is Op.COPY_OUT:
             dst = outs[str(ins.attr("name"))][start:start + rows * n].reshape(rows, n)
             dst[...] = a[0][:, :n]

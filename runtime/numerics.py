@@ -10,7 +10,7 @@ Assumptions where the hardware is undocumented, stated here and nowhere else:
   * Maxs / Mins with a NaN lane: NAN_POLICY "propagate" (default) returns NaN, "scalar" returns the
     scalar operand. codegen/ir.py forbids a lowering from letting this decide an observable result,
     so the tests run the kernels under both policies and expect the same answer.
-  * No flush-to-zero: subnormals are kept, as numpy float32 keeps them (DESIGN: not modelled).
+  * No flush-to-zero: subnormals are kept, as numpy float32 keeps them (flush-to-zero is not modelled).
   * float32 -> float16 / bfloat16 overflow follows ACL_RT_OVERFLOW_MODE_INFNAN (the A2/A3 default
     and the only mode on 950): out-of-range values become +-inf, NaN stays NaN.
 Documented behaviour that is modelled as documented: Sign(NaN) = 0 and Sign(+-0) = +0;

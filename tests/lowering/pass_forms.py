@@ -1,11 +1,15 @@
-"""Hand-built graphs of every form in DESIGN section 2, and near misses, for the pass tests.
+"""Graph builders for the pass tests.
 
-Each builder returns a Case: the model, how many nodes of each fused op it should give, and the
-attributes the fused node must carry, so one table drives the structural and numeric tests.
+`G` builds a graph value by value (each op returns its output's name); `sl1` and `pgd` use it to
+build every form of the two families, and `splice` embeds one model in another. A test that spells
+out a graph node by node writes its nodes with `onnx.helper.make_node` on named values and wraps
+them with `graph_model`, taking constants from `const_node` (a Constant node) or `const_tensor` (an
+initializer); `fuse_checked` and `assert_not_fused` run the pass on such a model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import ml_dtypes
@@ -13,6 +17,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
+
+import lowering
 
 F, H, BF = TP.FLOAT, TP.FLOAT16, TP.BFLOAT16
 SL1, PGD = "SmoothL1LossGradV2", "ApplyProximalGradientDescent"
@@ -50,7 +56,8 @@ class G:
 
     def const_node(self, value: float, dtype: int = F) -> str:
         out = self.fresh("k")
-        self.nodes.append(helper.make_node("Constant", [], [out], value=numpy_helper.from_array(np.array(value, NP[dtype]))))
+        self.nodes.append(helper.make_node("Constant", [], [out],
+                                           value=numpy_helper.from_array(np.array(value, NP[dtype]))))
         return out
 
     def op(self, op_type: str, *inputs: str, **attrs) -> str:
@@ -66,6 +73,46 @@ class G:
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
         m.ir_version = 8
         return m
+
+
+Shape = Sequence[int | str] | None
+
+
+def const_tensor(name: str, value: float, dtype: int = F, shape: tuple[int, ...] = ()) -> onnx.TensorProto:
+    """An initializer `name` of `shape` filled with `value` (rounded once to `dtype`)."""
+    return numpy_helper.from_array(np.full(shape, value, np.float32).astype(NP[dtype]), name)
+
+
+def const_node(name: str, value: float, dtype: int = F, shape: tuple[int, ...] = ()) -> onnx.NodeProto:
+    """A Constant node computing `name`, filled as const_tensor fills an initializer."""
+    return helper.make_node("Constant", [], [name], value=const_tensor(name, value, dtype, shape))
+
+
+def graph_model(nodes: Iterable[onnx.NodeProto], inputs: dict[str, tuple[int, Shape]],
+                outputs: dict[str, tuple[int, Shape]], initializers: Iterable[onnx.TensorProto] = (),
+                opset: int = 17, name: str = "g") -> onnx.ModelProto:
+    """A model of `nodes` with the given inputs and outputs (name -> (dtype, shape)), shapes inferred."""
+    graph = helper.make_graph(list(nodes), name,
+                              [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+                              [helper.make_tensor_value_info(n, t, s) for n, (t, s) in outputs.items()],
+                              list(initializers))
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+
+
+def fuse_checked(model: onnx.ModelProto) -> tuple[onnx.ModelProto, lowering.FusionReport]:
+    """The pass's result, after the full ONNX checker accepted the fused model."""
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    return fused, report
+
+
+def assert_not_fused(model: onnx.ModelProto, reason: str | None = None) -> lowering.FusionReport:
+    """Nothing fuses; with `reason`, some near miss gives a reason containing it."""
+    _, report = lowering.fuse(model)
+    assert not report.fusions, report.summary()
+    if reason is not None:
+        assert any(reason in r.reason for r in report.rejections), report.summary()
+    return report
 
 
 @dataclass
@@ -99,7 +146,8 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
             n = g.op("Cast", g.op("Size", p), to=cd)
             gk = g.op("Div", go, n) if order % 2 == 0 else g.op("Mul", g.op("Reciprocal", n), go)
         else:
-            gk = g.op("Mul", go, g.const(1.0 / np.prod(shape), cd)) if order % 2 == 0 else g.op("Mul", g.const(1.0 / np.prod(shape), cd), go)
+            norm = g.const(1.0 / np.prod(shape), cd)
+            gk = g.op("Mul", go, norm) if order % 2 == 0 else g.op("Mul", norm, go)
     else:
         gk = go
     b = g.const_node(beta, cd) if beta_const_node else g.const(beta, cd)
@@ -122,7 +170,8 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
             y = g.op("Where", g.op("Not", g.op("Less", a, b)), sgn, lin)
         elif form == "tf2onnx":
             c = g.op("Less", a, b)
-            y = g.op("Add", g.op("Mul", g.op("Cast", c, to=cd), lin), g.op("Mul", sgn, g.op("Cast", g.op("Not", c), to=cd)))
+            y = g.op("Add", g.op("Mul", g.op("Cast", c, to=cd), lin),
+                     g.op("Mul", sgn, g.op("Cast", g.op("Not", c), to=cd)))
         else:  # masks written by hand: (|x| < b).float() and (|x| >= b).float(), or 1 - the first
             m = g.op("Cast", g.op("Less", a, b), to=cd)
             other = (g.op("Cast", g.op("GreaterOrEqual", a, b), to=cd) if form == "mask_ge"
@@ -139,7 +188,8 @@ def sl1(form: str = "where", beta: float = 0.5, reduction: str = "mean", dtype: 
         one = g.const(1.0, cd, shape=shape if form == "sign-min-ones-like" else ())
         y = g.op("Mul", g.op("Mul", g.op("Sign", x), g.op("Min", g.op("Div", g.op("Abs", x), b), one)), gk)
     elif form == "sign-clip-max":  # sign(x) * Clip(|x|/beta, max=1) * g (torch.clamp(., max=1))
-        y = g.op("Mul", g.op("Mul", g.op("Sign", x), g.op("Clip", g.op("Div", g.op("Abs", x), b), "", g.const(1.0, cd))), gk)
+        y = g.op("Mul",
+                 g.op("Mul", g.op("Sign", x), g.op("Clip", g.op("Div", g.op("Abs", x), b), "", g.const(1.0, cd))), gk)
     elif form == "select-sum":  # autograd of where(|x| < b, 0.5*|x|**2/b, |x| - 0.5*b), times sign(x)
         a = g.op("Abs", x)
         c = g.op("Less", a, b)
@@ -220,7 +270,8 @@ def pgd(clamp: str = "max", update: str = "sub", scalars: str = "const", scaling
         ap = g.op("Abs", p)
         s = g.op("Mul", g.op("Sign", p), g.op("Sub", ap, g.op("Min", ap, t)))
     elif shrink == "nested-where":  # Where(p > t, p - t, Where(p < -t, p + t, p*0)), a constant t
-        inner = g.op("Where", g.op("Less", p, g.const(-lr * l1, cd)), g.op("Add", p, t), g.op("Mul", p, g.const(0.0, cd)))
+        inner = g.op("Where", g.op("Less", p, g.const(-lr * l1, cd)), g.op("Add", p, t),
+                     g.op("Mul", p, g.const(0.0, cd)))
         s = g.op("Where", g.op("Greater", p, t), g.op("Sub", p, t), inner)
     elif shrink == "sign-abs-masked":  # sign(p) * (|p| - t) * Cast(|p| > t)
         ap = g.op("Abs", p)

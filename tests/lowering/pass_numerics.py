@@ -127,8 +127,28 @@ def make_feeds(model: onnx.ModelProto, rng: np.random.Generator, dims: dict[str,
     return feeds
 
 
+def normal_feeds(model: onnx.ModelProto, rng: np.random.Generator, scale: float = 2.0) -> dict[str, np.ndarray]:
+    """Normal values times `scale` for every graph input (static shapes), in the input's dtype."""
+    feeds = {}
+    for vi in model.graph.input:
+        t = vi.type.tensor_type
+        shape = tuple(d.dim_value for d in t.shape.dim)
+        feeds[vi.name] = (rng.standard_normal(shape) * scale).astype(np.float32).astype(_np_dtype(t.elem_type))
+    return feeds
+
+
+def intermediates(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value the standard nodes of a fused model compute, for the fused nodes' formulas."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    names = [o for n in probe.graph.node if n.domain != DOMAIN for o in n.output]
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names)
+    return dict(zip(names, run_ort(probe, feeds)))
+
+
 def precision_ok(actual: np.ndarray, golden: np.ndarray, dtype) -> tuple[bool, str]:
-    """CANN precision standard (DESIGN section 6) plus NaN positions."""
+    """CANN precision standard (runtime/precision.py) plus NaN positions."""
     a = np.asarray(actual, np.float64)
     g = np.asarray(golden, np.float64)
     if a.shape != g.shape:
@@ -203,7 +223,8 @@ def golden_of(fused: onnx.ModelProto, node: onnx.NodeProto, feeds: dict[str, np.
     if node.op_type == SMOOTH_L1_GRAD:
         return smooth_l1_grad_reference(*args, sigma=attrs["sigma"], reduction=attrs["reduction"], scale=attrs["scale"])
     if node.op_type == PROXIMAL_GD:
-        return proximal_gd_reference(*args, scalar_form=attrs["scalar_form"], shrink_max=attrs.get("shrink_max", np.inf))
+        return proximal_gd_reference(*args, scalar_form=attrs["scalar_form"],
+                                     shrink_max=attrs.get("shrink_max", np.inf))
     raise AssertionError(node.op_type)
 
 

@@ -95,7 +95,8 @@ def test_rejected_model_gives_the_checkers_line(tmp_path: Path, background, make
 
 
 @pytest.mark.parametrize("make", [_unknown_op, _cycle])
-def test_cli_writes_nothing_for_a_model_the_background_checker_rejects(tmp_path: Path, background, capsys, make) -> None:
+def test_cli_writes_nothing_for_a_model_the_background_checker_rejects(tmp_path: Path, background, capsys,
+                                                                       make) -> None:
     path = make(tmp_path)
     code = main([str(path), "--target", "ascend950", "-o", str(tmp_path / "out")])
     _, err = capsys.readouterr()

@@ -162,7 +162,11 @@ def test_interrupt_removes_partial_work(tmp_path: Path, slow_model: Path, sig: i
     before = _snapshot(outdir)
     proc = subprocess.Popen(_lower_cmd(slow_model, "--target", "ascend950", "-o", outdir, "-q"),
                             stderr=subprocess.PIPE, text=True)
-    time.sleep(0.8)
+    lock = tmp_path / ".out.lock"
+    deadline = time.monotonic() + 120
+    while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # the run holds OUTDIR: it is past start-up and at work
+    time.sleep(0.3)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     if proc.returncode == 0:  # the run had finished before the signal came

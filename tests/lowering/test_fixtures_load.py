@@ -4,7 +4,7 @@ Every manifest entry must load, pass onnx.checker, run under onnxruntime with gr
 disabled, and, for every fused-node instance listed in its "attrs", the graph value named there
 must match the float64 reference of lowering/fused_ops.py fed with the values bound in "inputs"
 (graph inputs, intermediates fetched from onnxruntime, or constants written as numbers), within the
-precision standard of DESIGN section 6.
+CANN precision standard (runtime/precision.py).
 
 models/make_models.py and models/make_tf_models.py import check_entry() from this file, so the
 generators and the test suite apply one and the same check.
@@ -21,7 +21,6 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-
 from fixture_manifests import MANIFESTS, manifest_entries
 
 from lowering import fused_ops
@@ -40,7 +39,7 @@ _ONNX_DTYPES = {
     "bfloat16": onnx.TensorProto.BFLOAT16,
     "int64": onnx.TensorProto.INT64,
 }
-# DESIGN section 6: T per output dtype; pass when MERE < T and MARE < 10 T.
+# the CANN precision standard (runtime/precision.py): T per output dtype; pass when MERE < T and MARE < 10 T.
 THRESHOLDS = {"float32": 2.0**-13, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 

@@ -14,14 +14,14 @@ import lowering
 from codegen.api import build_kernels
 from lowering.fused_ops import smooth_l1_grad_reference
 
-
 _PREDICT = object()  # the output shape default: predict's
 
 
 def _where_form(label_shape, predict_shape=(3, 4), dtype: int = F, out_shape=_PREDICT) -> onnx.ModelProto:
     """PyTorch's decomposition, sum reduction, beta 0.5, Cast-wrapped for float16."""
     g = G()
-    p, t, go = g.input("predict", dtype, predict_shape), g.input("label", dtype, label_shape), g.input("dout", dtype, ())
+    p, t, go = g.input("predict", dtype, predict_shape), g.input("label", dtype,
+                                                                 label_shape), g.input("dout", dtype, ())
     if dtype != F:
         p, t, go = (g.op("Cast", v, to=F) for v in (p, t, go))
     x = g.op("Sub", p, t)
@@ -34,11 +34,12 @@ def _where_form(label_shape, predict_shape=(3, 4), dtype: int = F, out_shape=_PR
     return g.model()
 
 
-def _feeds(model: onnx.ModelProto, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng()
+def _feeds(model: onnx.ModelProto, rng: np.random.Generator,
+           dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     feeds = {}
     for vi in model.graph.input:
-        shape = tuple(d.dim_value if d.HasField("dim_value") else dims[d.dim_param] for d in vi.type.tensor_type.shape.dim)
+        shape = tuple(d.dim_value if d.HasField("dim_value") else dims[d.dim_param]
+                      for d in vi.type.tensor_type.shape.dim)
         dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
         feeds[vi.name] = np.asarray(rng.standard_normal(shape)).astype(dtype)
     p, t = feeds["predict"].reshape(-1), feeds["label"].reshape(-1)
@@ -72,25 +73,25 @@ def _assert_fuses_with_broadcast(model: onnx.ModelProto, feeds: dict[str, np.nda
 
 
 @pytest.mark.parametrize("label_shape", [(4,), (3, 1), (1, 4), (1,), ()])
-def test_label_that_broadcasts_to_predict_fuses(label_shape) -> None:
+def test_label_that_broadcasts_to_predict_fuses(label_shape, rng: np.random.Generator) -> None:
     model = _where_form(label_shape)
-    _assert_fuses_with_broadcast(model, _feeds(model))
+    _assert_fuses_with_broadcast(model, _feeds(model, rng))
 
 
-def test_broadcast_label_with_a_dynamic_batch_fuses() -> None:
+def test_broadcast_label_with_a_dynamic_batch_fuses(rng: np.random.Generator) -> None:
     model = _where_form((4,), predict_shape=("batch", 4))
-    _assert_fuses_with_broadcast(model, _feeds(model, {"batch": 6}))
+    _assert_fuses_with_broadcast(model, _feeds(model, rng, {"batch": 6}))
 
 
-def test_broadcast_label_of_a_cast_wrapped_float16_graph_fuses() -> None:
+def test_broadcast_label_of_a_cast_wrapped_float16_graph_fuses(rng: np.random.Generator) -> None:
     model = _where_form((3, 1), dtype=H)
-    node = _assert_fuses_with_broadcast(model, _feeds(model))
+    node = _assert_fuses_with_broadcast(model, _feeds(model, rng))
     assert node.input[:1] == ["predict"]  # the Casts were absorbed: the fused node is float16
 
 
-def test_broadcast_label_in_autograd_of_a_where_loss_fuses() -> None:
+def test_broadcast_label_in_autograd_of_a_where_loss_fuses(rng: np.random.Generator) -> None:
     model = autograd_where_loss((3, 1))  # p - t[:, None]
-    node = _assert_fuses_with_broadcast(model, _feeds(model))
+    node = _assert_fuses_with_broadcast(model, _feeds(model, rng))
     assert {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}["reduction"] == b"mean"
 
 
@@ -105,10 +106,11 @@ def test_label_that_does_not_broadcast_to_predict_is_refused(label_shape, predic
         out_shape = predict_shape
     _, report = lowering.fuse(_where_form(label_shape, predict_shape, out_shape=out_shape))
     assert not report.fusions, report.summary()
-    assert any("only a label that broadcasts to predict's shape" in r.reason for r in report.rejections), report.summary()
+    assert any("only a label that broadcasts to predict's shape" in r.reason
+               for r in report.rejections), report.summary()
 
 
-def test_a_divide_by_the_broadcast_labels_numel_stays_outside() -> None:
+def test_a_divide_by_the_broadcast_labels_numel_stays_outside(rng: np.random.Generator) -> None:
     # dividing by numel(label) is not the mean over predict, which is all a reduction of the
     # kernel can say: the select fuses (reduction sum) and the divide stays after it
     g = G()
@@ -123,4 +125,4 @@ def test_a_divide_by_the_broadcast_labels_numel_stays_outside() -> None:
     assert report.counts() == {SL1: 1} and report.fusions[0].attributes["reduction"] == "sum"
     div = next(n for n in fused.graph.node if n.op_type == "Div")
     assert div.input[0] == fused_nodes(fused)[0].output[0]
-    assert_same_outputs(model, fused, _feeds(model, {"n": 5}))
+    assert_same_outputs(model, fused, _feeds(model, rng, {"n": 5}))

@@ -167,9 +167,9 @@ def test_model_folder_is_refused_as_output(tmp_path: Path, capsys) -> None:
     assert code == 2 and path.exists()
 
 
-def test_external_data_round_trip(tmp_path: Path, capsys) -> None:
+def test_external_data_round_trip(tmp_path: Path, capsys, rng: np.random.Generator) -> None:
     model = pgd(shape=(64, 64))
-    weight = onnx.numpy_helper.from_array(np.random.default_rng().standard_normal((64, 64)).astype(np.float32), "W")
+    weight = onnx.numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "W")
     model.graph.initializer.append(weight)
     model.graph.node.append(onnx.helper.make_node("Add", ["var", "W"], ["shifted"]))
     model.graph.output.append(onnx.helper.make_tensor_value_info("shifted", onnx.TensorProto.FLOAT, [64, 64]))
@@ -178,13 +178,14 @@ def test_external_data_round_trip(tmp_path: Path, capsys) -> None:
     on_disk = onnx.ModelProto()
     on_disk.CopyFrom(model)  # onnx.save rewrites the tensors it externalises
     onnx.save(on_disk, str(src / "m.onnx"), save_as_external_data=True, location="m.bin", size_threshold=0)
-    code, _, err = _run([str(src / "m.onnx"), "--target", "ascend950", "-o", str(tmp_path / "out"), "--emit", "onnx"], capsys)
+    code, _, err = _run([str(src / "m.onnx"), "--target", "ascend950", "-o", str(tmp_path / "out"),
+                         "--emit", "onnx"], capsys)
     assert code == 0, err
     out = tmp_path / "out" / "m.fused.onnx"
     assert (tmp_path / "out" / "m.fused.onnx.data").exists()
     fused = onnx.load(str(out))
     assert [n.op_type for n in fused_nodes(fused)] == [PGD]
-    feeds = make_feeds(model, np.random.default_rng())
+    feeds = make_feeds(model, rng)
     assert_same_outputs(model, fused, feeds)
 
 
@@ -228,19 +229,21 @@ def test_model_over_2gb_in_memory_is_checked_and_fused(monkeypatch) -> None:
     assert "lowering_check_" not in str(caught.value)  # the temporary copy is not named to the user
 
 
-def test_model_over_2gb_is_written_with_external_data(tmp_path: Path, capsys, monkeypatch) -> None:
+def test_model_over_2gb_is_written_with_external_data(tmp_path: Path, capsys, monkeypatch,
+                                                      rng: np.random.Generator) -> None:
     model = pgd(shape=(64, 64))
     model.graph.initializer.append(onnx.numpy_helper.from_array(np.full((64, 64), 0.5, np.float32), "W"))
     model.graph.node.append(onnx.helper.make_node("Add", ["var", "W"], ["shifted"]))
     model.graph.output.append(onnx.helper.make_tensor_value_info("shifted", onnx.TensorProto.FLOAT, [64, 64]))
     model_path = _save(model, tmp_path / "step.onnx")
     monkeypatch.setattr("lowering.loading.serialized_or_none", lambda model: None)
-    code, _, err = _run([str(model_path), "--target", "ascend950", "-o", str(tmp_path / "out"), "--emit", "onnx"], capsys)
+    code, _, err = _run([str(model_path), "--target", "ascend950", "-o", str(tmp_path / "out"),
+                         "--emit", "onnx"], capsys)
     assert code == 0, err
     assert (tmp_path / "out" / "step.fused.onnx.data").exists()
     fused = onnx.load(str(tmp_path / "out" / "step.fused.onnx"))
     assert [n.op_type for n in fused_nodes(fused)] == [PGD]
-    feeds = make_feeds(model, np.random.default_rng())
+    feeds = make_feeds(model, rng)
     assert_same_outputs(model, fused, feeds)
 
 

@@ -54,19 +54,18 @@ def _fused(model: onnx.ModelProto) -> tuple[onnx.ModelProto, lowering.FusionRepo
 
 
 @pytest.mark.parametrize("zero_of", [_zeros_full, _zero_scalar], ids=["full-zeros", "scalar-zero"])
-def test_proximal_clamp_in_float32_between_casts_fuses(zero_of) -> None:
+def test_proximal_clamp_in_float32_between_casts_fuses(zero_of, rng: np.random.Generator) -> None:
     model = _prox(zero_of)
     fused, report = _fused(model)
     assert [f.op_type for f in report.fusions] == [PGD]
     assert report.normalization["exact ops narrowed"] == 1
     assert report.fusions[0].dtype == "float16"
-    rng = np.random.default_rng()
     for nonfinite in (False, True):
         feeds = make_feeds(model, rng, edges=(0.005,), nonfinite=nonfinite)
         assert_runs_as_fused(model, fused, feeds)
 
 
-def test_capped_ratio_with_a_widened_constant_one_fuses() -> None:
+def test_capped_ratio_with_a_widened_constant_one_fuses(rng: np.random.Generator) -> None:
     """sign(x) * min(|x|/beta, 1) * dout with the Min in float32 and its 1 a folded widening."""
     g = G()
     p, t, go = g.input("predict", H), g.input("label", H), g.input("go", H)
@@ -79,7 +78,6 @@ def test_capped_ratio_with_a_widened_constant_one_fuses() -> None:
     fused, report = _fused(model)
     assert [(f.op_type, f.attributes["sigma"]) for f in report.fusions] == [(SL1, 0.5)]
     assert report.normalization["exact ops narrowed"] == 1
-    rng = np.random.default_rng()
     for nonfinite in (False, True):
         feeds = make_feeds(model, rng, edges=(0.5,), nonfinite=nonfinite)
         assert_runs_as_fused(model, fused, feeds)
@@ -111,7 +109,7 @@ def _clip_in_float32(g: G, y: str, lo: str, hi: str) -> str:
     return g.op("Cast", g.op("Max", g.op("Min", _widened(g, y), hi), lo), to=H)
 
 
-def test_smooth_l1_clip_in_float32_with_float32_bounds_fuses() -> None:
+def test_smooth_l1_clip_in_float32_with_float32_bounds_fuses(rng: np.random.Generator) -> None:
     g = G()
     p, t, go = g.input("predict", H), g.input("label", H), g.input("go", H)
     ratio = g.op("Mul", g.op("Sub", p, t), g.const(2.0, H))
@@ -120,12 +118,11 @@ def test_smooth_l1_clip_in_float32_with_float32_bounds_fuses() -> None:
     model = g.model()
     fused, report = _fused(model)
     assert [(f.op_type, f.attributes["sigma"]) for f in report.fusions] == [(SL1, 0.5)]
-    rng = np.random.default_rng()
     for nonfinite in (False, True):
         assert_runs_as_fused(model, fused, make_feeds(model, rng, edges=(0.5,), nonfinite=nonfinite))
 
 
-def test_clamp_residual_bound_is_the_float16_value_the_graph_clamps_at() -> None:
+def test_clamp_residual_bound_is_the_float16_value_the_graph_clamps_at(rng: np.random.Generator) -> None:
     """p - clip(p, -t, t) with t = 0.003 in float32: the float16 result is the clamp at t rounded
     to float16, so that is the fused node's threshold."""
     g = G()
@@ -142,7 +139,6 @@ def test_clamp_residual_bound_is_the_float16_value_the_graph_clamps_at() -> None
     assert float(onnx.numpy_helper.to_array(threshold)) == float(np.float16(0.003)) != 0.003
     # |p| == t is left out: onnxruntime's CPU provider runs that float16 Sub in float32 and drops the
     # Cast back to float16 between them (onnxruntime#8787), so it subtracts the float32 t there
-    rng = np.random.default_rng()
     for nonfinite in (False, True):
         assert_runs_as_fused(model, fused, make_feeds(model, rng, nonfinite=nonfinite))
 

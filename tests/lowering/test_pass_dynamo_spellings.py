@@ -8,7 +8,15 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-from pass_numerics import assert_runs_as_fused, assert_same, assert_same_outputs, fused_nodes, make_feeds, rounding_bound_ok, run_ort
+from pass_numerics import (
+    assert_runs_as_fused,
+    assert_same,
+    assert_same_outputs,
+    fused_nodes,
+    make_feeds,
+    rounding_bound_ok,
+    run_ort,
+)
 
 import lowering
 from lowering.graph import GraphInfo, decode_nodes
@@ -63,15 +71,15 @@ def test_castlike_to_the_same_type_is_dropped_so_a_runtime_bound_is_reported() -
     assert report.normalization["same-type casts removed"] == 2
 
 
-def test_castlike_of_constant_bounds_fuses() -> None:
+def test_castlike_of_constant_bounds_fuses(rng: np.random.Generator) -> None:
     model = _clamp_residual(t_runtime=False)
     fused, report = _fused(model)
     assert [f.op_type for f in report.fusions] == [PGD]
-    feeds = make_feeds(model, np.random.default_rng(), edges=(0.005,))
+    feeds = make_feeds(model, rng, edges=(0.005,))
     assert_same_outputs(model, fused, feeds)
 
 
-def test_castlike_widening_is_a_cast_so_the_cast_sandwich_is_absorbed() -> None:
+def test_castlike_widening_is_a_cast_so_the_cast_sandwich_is_absorbed(rng: np.random.Generator) -> None:
     """float16 var and delta widened with CastLike(x, a float32 value), the result cast back."""
     g = G()
     var, delta = g.input("var", dtype=H), g.input("delta", dtype=H)
@@ -82,8 +90,9 @@ def test_castlike_widening_is_a_cast_so_the_cast_sandwich_is_absorbed() -> None:
     g.output(g.op("Cast", g.op("Div", shrunk, g.const(1.001)), to=H), dtype=H)
     model = g.model()
     fused, report = _fused(model)
-    assert [(f.op_type, f.dtype, f.inputs[0], f.inputs[-1]) for f in report.fusions] == [(PGD, "float16", "var", "delta")]
-    _assert_half_update_runs_as_fused(model, fused, make_feeds(model, np.random.default_rng(), edges=(0.005,)))
+    fusions = [(f.op_type, f.dtype, f.inputs[0], f.inputs[-1]) for f in report.fusions]
+    assert fusions == [(PGD, "float16", "var", "delta")]
+    _assert_half_update_runs_as_fused(model, fused, make_feeds(model, rng, edges=(0.005,)))
 
 
 def _alpha_extracted(lr_shape: tuple[int, ...]) -> onnx.ModelProto:
@@ -98,17 +107,17 @@ def _alpha_extracted(lr_shape: tuple[int, ...]) -> onnx.ModelProto:
     return g.model()
 
 
-def test_a_scalar_read_through_reshape_and_gather_is_the_scalar() -> None:
+def test_a_scalar_read_through_reshape_and_gather_is_the_scalar(rng: np.random.Generator) -> None:
     model = _alpha_extracted(())
     fused, report = _fused(model)
     assert [(f.op_type, f.inputs[:2]) for f in report.fusions] == [(PGD, ["var", "lr"])]
     assert report.normalization["scalar extractions removed"] == 1
-    feeds = make_feeds(model, np.random.default_rng(), edges=(0.005,))
+    feeds = make_feeds(model, rng, edges=(0.005,))
     assert_runs_as_fused(model, fused, feeds)
 
 
 @pytest.mark.parametrize("shape", [(1,), (2,)], ids=["shape-1", "two-elements"])
-def test_extraction_from_a_non_0d_value_stays(shape) -> None:
+def test_extraction_from_a_non_0d_value_stays(shape, rng: np.random.Generator) -> None:
     # Gather(Reshape(s, [-1]), 0) of s with shape [1] is 0-D while s is not: not the same value;
     # the step delta * alpha then stays outside the fusion, read as delta with alpha 1
     model = _alpha_extracted(shape)
@@ -116,7 +125,7 @@ def test_extraction_from_a_non_0d_value_stays(shape) -> None:
     assert "scalar extractions removed" not in report.normalization
     assert any(n.op_type == "Gather" for n in fused.graph.node)
     assert [f.op_type for f in report.fusions] == [PGD]
-    feeds = make_feeds(model, np.random.default_rng(), edges=(0.005,))
+    feeds = make_feeds(model, rng, edges=(0.005,))
     assert_same_outputs(model, fused, feeds)
 
 
@@ -148,12 +157,12 @@ def _sign_min(ones: str) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("ones", ["expand", "constant-of-shape"])
-def test_ones_like_expanded_from_a_shape_fuses(ones) -> None:
+def test_ones_like_expanded_from_a_shape_fuses(ones, rng: np.random.Generator) -> None:
     model = _sign_min(ones)
     fused, report = _fused(model)
     assert [(f.pattern, f.attributes["sigma"]) for f in report.fusions] == [("smooth_l1_grad/capped-ratio", 0.5)]
     assert [n.op_type for n in fused.graph.node] == ["SmoothL1LossGradV2"]
-    feeds = make_feeds(model, np.random.default_rng(), edges=(0.5,))
+    feeds = make_feeds(model, rng, edges=(0.5,))
     assert_runs_as_fused(model, fused, feeds)
 
 
@@ -191,11 +200,11 @@ def _prox_clamped_in_float32(clamp: str) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("clamp,form", [("where", "where"), ("relu", "relu"), ("clip", "max")])
-def test_a_clamp_run_in_float32_and_cast_back_fuses(clamp, form) -> None:
+def test_a_clamp_run_in_float32_and_cast_back_fuses(clamp, form, rng: np.random.Generator) -> None:
     # Clip(d, 0, float32 max) sends inf to 3.4e38, which the cast back rounds to inf: max(d, 0)
     model = _prox_clamped_in_float32(clamp)
     fused, report = _fused(model)
     assert [(f.op_type, f.dtype, f.pattern) for f in report.fusions] == [(PGD, "float16", f"proximal_gd/{form}")]
     assert [n.op_type for n in fused.graph.node] == [PGD]
-    feeds = make_feeds(model, np.random.default_rng(), edges=(0.005,), nonfinite=True)
+    feeds = make_feeds(model, rng, edges=(0.005,), nonfinite=True)
     _assert_half_update_runs_as_fused(model, fused, feeds)

@@ -47,14 +47,15 @@ def _folded(g: G) -> str:  # dynamo's CastLike(literal, g), one per use
     return g.op("Cast", g.const(0.1, dtype=onnx.TensorProto.DOUBLE), to=onnx.TensorProto.FLOAT)
 
 
-@pytest.mark.parametrize("make_lr", [_initializer, _constant_node, _folded], ids=["initializer", "constant-node", "folded"])
-def test_copies_with_their_own_equal_constants_fuse(make_lr) -> None:
+@pytest.mark.parametrize("make_lr", [_initializer, _constant_node, _folded],
+                         ids=["initializer", "constant-node", "folded"])
+def test_copies_with_their_own_equal_constants_fuse(make_lr, rng: np.random.Generator) -> None:
     model = _prox_with_copies(make_lr)
     fused, report = _fused(model)
     assert [f.op_type for f in report.fusions] == [PGD]
     assert report.normalization["equal constants merged"] >= 1
     assert report.normalization["common subexpressions merged"] >= 2  # the Mul and the Sub
-    feeds = make_feeds(model, np.random.default_rng(), edges=(0.005,))
+    feeds = make_feeds(model, rng, edges=(0.005,))
     assert_runs_as_fused(model, fused, feeds)
 
 
@@ -100,14 +101,15 @@ def test_a_constant_that_is_a_graph_output_keeps_its_name() -> None:
         t.name for t in fused.graph.initializer}
 
 
-def test_sliced_predictions_repeated_per_use_fuse() -> None:
+def test_sliced_predictions_repeated_per_use_fuse(rng: np.random.Generator) -> None:
     """SmoothL1 of out[:, :4] written three times, each slice with its own index constants."""
     g = G()
     out, t, go = g.input("out", shape=(3, 6)), g.input("t"), g.input("go")
 
     def index(value: float) -> str:  # dynamo: Reshape(Cast(Constant), Constant [1])
         shape = g.fresh("shape")
-        g.nodes.append(helper.make_node("Constant", [], [shape], value=numpy_helper.from_array(np.array([1], np.int64))))
+        g.nodes.append(helper.make_node("Constant", [], [shape],
+                                        value=numpy_helper.from_array(np.array([1], np.int64))))
         return g.op("Reshape", g.op("Cast", g.const_node(value), to=onnx.TensorProto.INT64), shape)
 
     slices = []
@@ -118,14 +120,15 @@ def test_sliced_predictions_repeated_per_use_fuse() -> None:
 
     beta = 0.5
     small = g.op("Less", g.op("Abs", g.op("Sub", pred(), t)), g.const(beta))
-    grad = g.op("Where", small, g.op("Div", g.op("Sub", pred(), t), g.const(beta)), g.op("Sign", g.op("Sub", pred(), t)))
+    grad = g.op("Where", small, g.op("Div", g.op("Sub", pred(), t), g.const(beta)),
+                g.op("Sign", g.op("Sub", pred(), t)))
     g.output(g.op("Mul", grad, go))
     model = g.model()
     # as the exporter writes them: shape inference cannot see through the computed indices
     model.graph.value_info.extend(helper.make_tensor_value_info(s, onnx.TensorProto.FLOAT, [3, 4]) for s in slices)
     fused, report = _fused(model)
     assert [f.op_type for f in report.fusions] == [SL1]
-    feeds = make_feeds(model, np.random.default_rng(), edges=(0.5,))
+    feeds = make_feeds(model, rng, edges=(0.5,))
     assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
 
 

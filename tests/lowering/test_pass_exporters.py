@@ -72,13 +72,12 @@ def _computes_in_half(model: onnx.ModelProto, node: onnx.NodeProto, dtype: np.dt
 
 
 @pytest.mark.parametrize("entry", MANIFEST, ids=[Path(e["file"]).stem for e in MANIFEST])
-def test_exporter_fixture(entry: dict) -> None:
+def test_exporter_fixture(entry: dict, rng: np.random.Generator) -> None:
     model = onnx.load(str(ROOT / entry["file"]))
     fused, report = lowering.fuse(model)
     expected = {k: v for k, v in entry["expected"].items() if v}
     assert report.counts() == expected, report.summary()
     onnx.checker.check_model(fused, full_check=True)
-    rng = np.random.default_rng()
     for edges in (False, True):
         feeds = _feeds(entry, rng, edges)
         assert_same_outputs(model, fused, feeds)
@@ -133,12 +132,12 @@ def test_fixture_without_value_info_fuses_alike(entry: dict) -> None:
 
 
 @pytest.mark.parametrize("entry", HALF_PROXIMAL, ids=[Path(e["file"]).stem for e in HALF_PROXIMAL])
-def test_half_graph_bound_catches_a_wrong_alpha(entry: dict) -> None:
+def test_half_graph_bound_catches_a_wrong_alpha(entry: dict, rng: np.random.Generator) -> None:
     """The rounding bound that replaces the relative error for float16 graphs still has teeth:
     a golden computed with alpha 1% off is refused."""
     fused, _ = lowering.fuse(onnx.load(str(ROOT / entry["file"])))
     node, = fused_nodes(fused)
-    feeds = _feeds(entry, np.random.default_rng(), edges=False)
+    feeds = _feeds(entry, rng, edges=False)
     probe = _with_outputs(fused, sorted(set(node.input) | set(node.output)))
     values = dict(zip([o.name for o in probe.graph.output], run_ort(probe, feeds)))
     known = {**feeds, **{n: values[n] for n in node.input if n in values}}

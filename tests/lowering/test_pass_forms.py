@@ -1,4 +1,4 @@
-"""Every form of DESIGN section 2 fuses into one node with the right attributes and numerics."""
+"""Every form of the two families (docs/matched-forms.md) fuses into one node with the right attributes and numerics."""
 
 from __future__ import annotations
 
@@ -33,14 +33,17 @@ SL1_CASES = {
     "clip-beta1": (dict(form="clip", beta=1.0), dict(sigma=1.0)),
     "clip-opset10-attrs": (dict(form="clip", opset=10), dict(sigma=0.5)),
     "sign-min": (dict(form="sign-min"), dict(sigma=0.5, reduction="mean")),
-    "sign-min-ones-like-sum": (dict(form="sign-min-ones-like", beta=2.0, reduction="sum"), dict(sigma=2.0, reduction="sum")),
+    "sign-min-ones-like-sum": (dict(form="sign-min-ones-like", beta=2.0, reduction="sum"),
+                               dict(sigma=2.0, reduction="sum")),
     "sign-min-fp16-cast-wrapped": (dict(form="sign-min", dtype=H, cast_wrapped=True), dict(sigma=0.5)),
     "clip-delta-huber": (dict(form="clip-delta", beta=2.0), dict(sigma=2.0, reduction="mean", scale=2.0)),
-    "clip-delta-huber-sum": (dict(form="clip-delta", beta=0.5, reduction="sum"), dict(sigma=0.5, reduction="sum", scale=0.5)),
+    "clip-delta-huber-sum": (dict(form="clip-delta", beta=0.5, reduction="sum"),
+                             dict(sigma=0.5, reduction="sum", scale=0.5)),
     "minmax-delta-huber": (dict(form="minmax-delta", beta=1.5), dict(sigma=1.5, reduction="mean", scale=1.5)),
     "clip-delta-fp16-cast-wrapped": (dict(form="clip-delta", beta=2.0, dtype=H, cast_wrapped=True), dict(sigma=2.0)),
     "huber": (dict(form="huber", beta=0.7), dict(sigma=0.7, reduction="mean", scale=0.7)),
-    "huber-swapped": (dict(form="huber_swapped", beta=1.5, reduction="sum"), dict(sigma=1.5, reduction="sum", scale=1.5)),
+    "huber-swapped": (dict(form="huber_swapped", beta=1.5, reduction="sum"),
+                      dict(sigma=1.5, reduction="sum", scale=1.5)),
     "dynamic-mean-size": (dict(dynamic=True), dict(sigma=0.5, reduction="mean", scale=1.0)),
     "dynamic-mean-reciprocal": (dict(dynamic=True, order=1), dict(reduction="mean")),
     "fp16-cast-wrapped": (dict(dtype=H, cast_wrapped=True), dict(sigma=0.5, reduction="mean")),
@@ -108,13 +111,13 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return out
 
 
-def _numerics(model: onnx.ModelProto, fused: onnx.ModelProto, edges, nonfinite: bool) -> None:
-    feeds = make_feeds(model, np.random.default_rng(), edges=edges, nonfinite=nonfinite)
+def _numerics(model: onnx.ModelProto, fused: onnx.ModelProto, edges, nonfinite: bool, rng: np.random.Generator) -> None:
+    feeds = make_feeds(model, rng, edges=edges, nonfinite=nonfinite)
     assert_runs_as_fused(model, fused, feeds)
 
 
 @pytest.mark.parametrize("case", sorted(SL1_CASES))
-def test_smooth_l1_forms_fuse(case: str) -> None:
+def test_smooth_l1_forms_fuse(case: str, rng: np.random.Generator) -> None:
     kwargs, expected = SL1_CASES[case]
     model = sl1(**kwargs)
     fused, report = lowering.fuse(model)
@@ -132,11 +135,11 @@ def test_smooth_l1_forms_fuse(case: str) -> None:
         return  # onnxruntime has no bfloat16 CPU kernels for these ops
     beta = kwargs.get("beta", 0.5)
     nonfinite = kwargs.get("form") not in ("tf2onnx", "mask_ge", "mask_one_minus") and not native_half
-    _numerics(model, fused, edges=(beta,), nonfinite=nonfinite)
+    _numerics(model, fused, edges=(beta,), nonfinite=nonfinite, rng=rng)
 
 
 @pytest.mark.parametrize("case", sorted(PGD_CASES))
-def test_proximal_forms_fuse(case: str) -> None:
+def test_proximal_forms_fuse(case: str, rng: np.random.Generator) -> None:
     kwargs, scalar_form = PGD_CASES[case]
     model = pgd(**kwargs)
     fused, _ = lowering.fuse(model)
@@ -144,17 +147,17 @@ def test_proximal_forms_fuse(case: str) -> None:
     assert _attrs(node)["scalar_form"] == scalar_form
     # var = +-threshold hits the clamp exactly only where the threshold is representable
     edges = (0.1 * 0.05,) if kwargs.get("dtype", F) == F else ()
-    _numerics(model, fused, edges=edges, nonfinite=True)
+    _numerics(model, fused, edges=edges, nonfinite=True, rng=rng)
     if kwargs.get("clamp") == "clip":  # Clip without max: inf maps to the dtype's largest finite value
         assert _attrs(node)["shrink_max"] == float(np.finfo(np.float16 if kwargs.get("dtype") == H else np.float32).max)
 
 
 @pytest.mark.parametrize("dtype", [F, H])
-def test_smooth_l1_fp16_extremes(dtype: int) -> None:
+def test_smooth_l1_fp16_extremes(dtype: int, rng: np.random.Generator) -> None:
     model = sl1(dtype=H, cast_wrapped=True, reduction="sum", beta=1.0)
     fused, _ = lowering.fuse(model)
     node = fused_nodes(fused)[0]
-    feeds = make_feeds(model, np.random.default_rng())
+    feeds = make_feeds(model, rng)
     feeds["predict"].reshape(-1)[:4] = np.array([65504, -65504, 6e-8, -6e-8], np.float16)
     feeds["dout"][...] = np.float16(60000)
     before, after = run_ort(model, feeds)[0], run_ort(fused, feeds)[0]

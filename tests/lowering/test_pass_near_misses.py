@@ -1,4 +1,4 @@
-"""Near misses must not fuse, and the report must say why (DESIGN section 2, "Never fuse when")."""
+"""Near misses must not fuse, and the report must say why (docs/matched-forms.md, "Never fused")."""
 
 from __future__ import annotations
 
@@ -145,7 +145,8 @@ def test_proximal_with_abs_instead_of_max_is_not_fused() -> None:
     g = G()
     var, delta = g.input("var"), g.input("delta")
     p = g.op("Sub", var, g.op("Mul", g.const(0.1), delta))
-    y = g.op("Div", g.op("Mul", g.op("Sign", p), g.op("Abs", g.op("Sub", g.op("Abs", p), g.const(0.005)))), g.const(1.02))
+    y = g.op("Div", g.op("Mul", g.op("Sign", p), g.op("Abs", g.op("Sub", g.op("Abs", p), g.const(0.005)))),
+             g.const(1.02))
     g.output(y)
     assert not fused_nodes(_fuse(g.model())[0])
 

@@ -38,8 +38,7 @@ def _loss_and_gradient() -> onnx.ModelProto:
     return g.model()
 
 
-def _feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng()
+def _feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
     feeds = {}
     for vi in model.graph.input:
         shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
@@ -53,7 +52,7 @@ def test_shared_intermediates_are_refused_by_default_with_the_way_out() -> None:
     assert any("outside the match (lower --recompute-shared" in r.reason for r in report.rejections), report.summary()
 
 
-def test_recompute_shared_fuses_and_keeps_what_the_loss_reads() -> None:
+def test_recompute_shared_fuses_and_keeps_what_the_loss_reads(rng: np.random.Generator) -> None:
     model = _loss_and_gradient()
     fused, report = lowering.fuse(model, recompute_shared=True)
     onnx.checker.check_model(fused, full_check=True)
@@ -64,10 +63,10 @@ def test_recompute_shared_fuses_and_keeps_what_the_loss_reads() -> None:
     ops = sorted(n.op_type for n in fused.graph.node)
     assert ops.count("Abs") == 1 and ops.count("Less") == 1 and "Sign" not in ops
     for _ in range(3):
-        assert_same_outputs(model, fused, _feeds(model))
+        assert_same_outputs(model, fused, _feeds(model, rng))
 
 
-def test_recompute_shared_on_onnxruntimes_optimized_training_step(tmp_path: Path) -> None:
+def test_recompute_shared_on_onnxruntimes_optimized_training_step(tmp_path: Path, rng: np.random.Generator) -> None:
     # onnxruntime's basic offline optimizer merges the loss's and the gradient's common nodes
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -78,7 +77,7 @@ def test_recompute_shared_on_onnxruntimes_optimized_training_step(tmp_path: Path
     fused, report = lowering.fuse(model, recompute_shared=True)
     assert SL1 not in plain.counts() and report.counts()[SL1] == 1, (plain.summary(), report.summary())
     assert report.counts() == lowering.fuse(onnx.load(str(BOX_HEAD)))[1].counts()
-    feeds = _feeds(model)
+    feeds = _feeds(model, rng)
     assert_same_outputs(model, fused, feeds)
     assert len(fused_nodes(fused)) == sum(report.counts().values())
 

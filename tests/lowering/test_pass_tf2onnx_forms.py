@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
+from pass_forms import graph_model
 from pass_numerics import assert_runs_as_fused, assert_same_outputs, fused_nodes
 
 import lowering
@@ -22,9 +23,8 @@ FMAX = float(np.finfo(np.float32).max)
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[str], output: str, consts: dict[str, object]) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in consts.items()]
-    graph = h.make_graph(nodes, "tf", [h.make_tensor_value_info(n, T.FLOAT, () if n == "go" else SHAPE) for n in inputs],
-                         [h.make_tensor_value_info(output, T.FLOAT, SHAPE)], inits)
-    return onnx.shape_inference.infer_shapes(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]))
+    return graph_model(nodes, {n: (T.FLOAT, () if n == "go" else SHAPE) for n in inputs}, {output: (T.FLOAT, SHAPE)},
+                       inits, opset=13, name="tf")
 
 
 def _feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -38,12 +38,12 @@ def _feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.nda
     return feeds
 
 
-def _fuses_exactly(model: onnx.ModelProto, op_type: str) -> lowering.FusionReport:
+def _fuses_exactly(model: onnx.ModelProto, op_type: str, rng: np.random.Generator) -> lowering.FusionReport:
     """One fusion; the fused model runs as the original; the fused node meets the standard."""
     fused, report = lowering.fuse(model)
     onnx.checker.check_model(fused, full_check=True)
     assert report.counts() == {op_type: 1}, report.summary()
-    feeds = _feeds(model, np.random.default_rng())
+    feeds = _feeds(model, rng)
     assert_runs_as_fused(model, fused, feeds)
     return report
 
@@ -60,26 +60,26 @@ def _mask_pair(cond: str, prefix: str) -> list[onnx.NodeProto]:
             h.make_node("Cast", [f"{prefix}_n"], [f"{prefix}_f"], to=T.FLOAT)]
 
 
-def test_arithmetic_select_whose_condition_is_a_not() -> None:
+def test_arithmetic_select_whose_condition_is_a_not(rng: np.random.Generator) -> None:
     """Before opset 12 tf2onnx writes |x| <= 2 as Not(|x| > 2); the false mask is then Not(Not(.))."""
     nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Abs", ["x"], ["a"]),
              h.make_node("Greater", ["a", "beta"], ["gt"]), h.make_node("Not", ["gt"], ["le"]), *_mask_pair("le", "m"),
              h.make_node("Mul", ["x", "half"], ["lin"]), h.make_node("Mul", ["m_t", "lin"], ["tl"]),
              h.make_node("Sign", ["x"], ["s"]), h.make_node("Mul", ["s", "m_f"], ["ts"]),
              h.make_node("Add", ["tl", "ts"], ["grad"])]
-    report = _fuses_exactly(_model(nodes, ["p", "t"], "grad", {"beta": 2.0, "half": 0.5}), "SmoothL1LossGradV2")
+    report = _fuses_exactly(_model(nodes, ["p", "t"], "grad", {"beta": 2.0, "half": 0.5}), "SmoothL1LossGradV2", rng)
     assert report.fusions[0].attributes["sigma"] == 2.0
 
 
 @pytest.mark.parametrize("outer", ["Max", "Min"])
-def test_unit_clamp_in_either_nesting(outer: str) -> None:
+def test_unit_clamp_in_either_nesting(outer: str, rng: np.random.Generator) -> None:
     inner = "Min" if outer == "Max" else "Max"
     bound = {"Min": "one", "Max": "minus_one"}
     nodes = [h.make_node("Sub", ["p", "t"], ["x"]), h.make_node("Mul", ["x", "inv_beta"], ["y"]),
              h.make_node(inner, ["y", bound[inner]], ["c1"]), h.make_node(outer, ["c1", bound[outer]], ["c"]),
              h.make_node("Mul", ["c", "go"], ["grad"])]
     consts = {"inv_beta": 2.0, "one": 1.0, "minus_one": -1.0}
-    report = _fuses_exactly(_model(nodes, ["go", "p", "t"], "grad", consts), "SmoothL1LossGradV2")
+    report = _fuses_exactly(_model(nodes, ["go", "p", "t"], "grad", consts), "SmoothL1LossGradV2", rng)
     assert report.fusions[0].attributes["sigma"] == 0.5
 
 
@@ -103,9 +103,9 @@ def _prox(clamp: list[onnx.NodeProto], consts: dict[str, object]) -> onnx.ModelP
     [h.make_node("Max", ["d", "zero"], ["c"]), h.make_node("Min", ["c", "fmax"], ["m"])],
     [h.make_node("Clip", ["d", "zero", "fmax"], ["m"])],
 ], ids=["max-of-min", "min-of-max", "clip-with-max"])
-def test_proximal_clamp_capped_at_the_largest_float(clamp: list[onnx.NodeProto]) -> None:
+def test_proximal_clamp_capped_at_the_largest_float(clamp: list[onnx.NodeProto], rng: np.random.Generator) -> None:
     """tf.clip_by_value(d, 0, float32.max) is Clip without max: inf -> the largest float."""
-    report = _fuses_exactly(_prox(clamp, {"zero": 0.0, "fmax": FMAX}), "ApplyProximalGradientDescent")
+    report = _fuses_exactly(_prox(clamp, {"zero": 0.0, "fmax": FMAX}), "ApplyProximalGradientDescent", rng)
     assert report.fusions[0].attributes["shrink_max"] == FMAX
 
 
@@ -127,9 +127,9 @@ def _softshrink_arithmetic(zero_branch: str) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("zero_branch", ["zeros", "zero"])
-def test_softshrink_with_zero_branch_under_arithmetic_select_fuses(zero_branch: str) -> None:
+def test_softshrink_with_zero_branch_under_arithmetic_select_fuses(zero_branch: str, rng: np.random.Generator) -> None:
     """The 0 mask multiplies the taken branch too, so NaN in p stays NaN, as in the fused op."""
-    _fuses_exactly(_softshrink_arithmetic(zero_branch), "ApplyProximalGradientDescent")
+    _fuses_exactly(_softshrink_arithmetic(zero_branch), "ApplyProximalGradientDescent", rng)
 
 
 def _keras_huber(delta: float, second_cond: str = "le") -> onnx.ModelProto:
@@ -151,8 +151,8 @@ def _keras_huber(delta: float, second_cond: str = "le") -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("delta", [0.5, 1.0, 2.0])
-def test_keras_huber_gradient_fuses(delta: float) -> None:
-    report = _fuses_exactly(_keras_huber(delta), "SmoothL1LossGradV2")
+def test_keras_huber_gradient_fuses(delta: float, rng: np.random.Generator) -> None:
+    report = _fuses_exactly(_keras_huber(delta), "SmoothL1LossGradV2", rng)
     fusion, = report.fusions
     assert fusion.attributes["sigma"] == delta and fusion.attributes["scale"] == pytest.approx(delta)
     assert any("arithmetic select" in c for c in fusion.caveats)  # inf in x gives NaN in the graph
@@ -175,13 +175,13 @@ def _where_then_scaled(scaling: list[onnx.NodeProto], inputs: list[str], consts:
 
 
 @pytest.mark.parametrize("mean", [False, True], ids=["times-dout", "times-dout-over-numel"])
-def test_scaling_after_the_select_joins_the_fusion(mean: bool) -> None:
+def test_scaling_after_the_select_joins_the_fusion(mean: bool, rng: np.random.Generator) -> None:
     """tf.where(...) * dout [/ n]: the scaling becomes the fused node's dout and reduction."""
     scaling = [h.make_node("Mul", ["sel", "go"], ["gs" if mean else "grad"])]
     if mean:
         scaling.append(h.make_node("Div", ["gs", "n"], ["grad"]))
     model = _where_then_scaled(scaling, ["go", "p", "t"], {"n": float(np.prod(SHAPE))})
-    report = _fuses_exactly(model, "SmoothL1LossGradV2")
+    report = _fuses_exactly(model, "SmoothL1LossGradV2", rng)
     fusion, = report.fusions
     assert fusion.output == "grad" and fusion.inputs[2] == "go"
     assert fusion.attributes["reduction"] == ("mean" if mean else "sum")
@@ -190,7 +190,7 @@ def test_scaling_after_the_select_joins_the_fusion(mean: bool) -> None:
 
 
 @pytest.mark.parametrize("case", ["broadcast-scale", "select-used-twice"])
-def test_scaling_that_cannot_join_leaves_the_select_fused_alone(case: str) -> None:
+def test_scaling_that_cannot_join_leaves_the_select_fused_alone(case: str, rng: np.random.Generator) -> None:
     if case == "broadcast-scale":  # a [1, 8] scale is neither one element nor predict's shape
         model = _where_then_scaled([h.make_node("Mul", ["sel", "row"], ["grad"])], ["p", "t"],
                                    {"row": np.full((1, SHAPE[1]), 0.25)})
@@ -201,7 +201,7 @@ def test_scaling_that_cannot_join_leaves_the_select_fused_alone(case: str) -> No
     onnx.checker.check_model(fused, full_check=True)
     fusion, = report.fusions
     assert fusion.output == "sel" and [n.op_type for n in fused.graph.node] == ["SmoothL1LossGradV2", "Mul"]
-    feeds = _feeds(model, np.random.default_rng())
+    feeds = _feeds(model, rng)
     assert_same_outputs(model, fused, feeds)
 
 
@@ -229,9 +229,9 @@ def _v1_huber(delta: float, w: float, c: float, minus_w: float | None = None, co
 
 
 @pytest.mark.parametrize("delta, w", [(1.0, 1 / 32), (2.0, 2.0), (0.5, 0.25)])
-def test_v1_huber_loss_gradient_fuses(delta: float, w: float) -> None:
+def test_v1_huber_loss_gradient_fuses(delta: float, w: float, rng: np.random.Generator) -> None:
     """sign(x) * (w + [|x| <= d] * (2c*min(|x|, d) - w)) = w/d * x inside, w * sign(x) outside."""
-    report = _fuses_exactly(_v1_huber(delta, w, c=w / delta / 2), "SmoothL1LossGradV2")
+    report = _fuses_exactly(_v1_huber(delta, w, c=w / delta / 2), "SmoothL1LossGradV2", rng)
     fusion, = report.fusions
     assert fusion.pattern == "smooth_l1_grad/capped" and fusion.attributes["sigma"] == delta
     assert not fusion.caveats  # the Min keeps the branch not taken finite: exact for inf and NaN too

@@ -1,0 +1,218 @@
+"""Imports follow the data flow: no cycle among the project's modules, and the kernel generator
+(codegen) and runtime (runtime) do not import the graph pass.
+
+The import graph is read from the source with ast (every import statement, also those inside
+functions, except under `if TYPE_CHECKING:`), so the test needs no import side effects. Importing
+a module also runs its packages' __init__ modules, so where a layer must not reach a module, the
+test follows those implicit edges too.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("lowering", "codegen", "runtime")
+
+# What codegen and runtime may take from lowering/: the contract of the fused ops and plain ONNX
+# helpers (errors, loading and saving models, reading constants), none of which imports the pass.
+ALLOWED_FROM_LOWERING = frozenset({"lowering.fused_ops", "lowering.errors", "lowering.loading", "lowering.graph"})
+
+# Import edges that break the layering today, each one to be removed by moving the module it
+# needs out of the pass's package (issue 20, "layers that point one way"): codegen and runtime
+# import lowering.fused_ops, lowering.loading and lowering.graph, and importing any of them runs
+# lowering/__init__.py, which imports lowering.api and with it the whole pass.
+# Cycles that exist only through imports for type checkers (`if TYPE_CHECKING:`), which do not run:
+# codegen.emit and its host_src, kernel_src and project_files modules name codegen.api's
+# KernelArtifact in their annotations, while codegen.api imports codegen.emit (one component).
+KNOWN_TYPE_ONLY_CYCLES = [["codegen.api", "codegen.emit", "codegen.emit.host_src", "codegen.emit.kernel_src",
+                           "codegen.emit.project_files"]]
+
+KNOWN_PASS_REACH = {
+    "lowering": "lowering/__init__.py imports .api (fuse), .report and .errors at import time",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool, modules: dict[str, Path],
+             type_only: bool = False) -> set[str]:
+    """The project modules `module` imports by name (not its parent packages); with `type_only`,
+    also those imported only for type checkers."""
+    package = module if is_package else module.rpartition(".")[0]
+    targets: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_only:
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                targets.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                targets.add(sub if sub in modules else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {t for t in targets if t in modules and t != module}
+
+
+def _graph(type_only: bool = False) -> dict[str, set[str]]:
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        graph[name] = _imports(tree, name, path.name == "__init__.py", modules, type_only)
+    return graph
+
+
+def _ancestors(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def strongconnect(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph)))
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return found
+
+
+def _without_package_inits(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph without a module's edges to its own ancestor packages: a submodule that reads a
+    name its package's __init__ re-exports is the ordinary package layout, not a cycle."""
+    return {m: {t for t in targets if t not in _ancestors(m)} for m, targets in graph.items()}
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module importing `start` runs, with the module that imports it (or whose package
+    __init__ it is), counting the implicit imports of parent packages."""
+    via: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        m = todo.pop()
+        for t in sorted(graph[m] | {a for a in _ancestors(m) if a in graph}):
+            if t not in via and t != start:
+                via[t] = m
+                todo.append(t)
+    return via
+
+
+def _is_pass_module(module: str) -> bool:
+    return module.startswith("lowering.") and module not in ALLOWED_FROM_LOWERING
+
+
+def test_no_import_cycle_among_the_projects_modules() -> None:
+    assert _cycles(_without_package_inits(_graph())) == []
+
+
+def test_type_only_imports_add_only_the_known_cycles() -> None:
+    assert _cycles(_without_package_inits(_graph(type_only=True))) == KNOWN_TYPE_ONLY_CYCLES
+
+
+def test_codegen_and_runtime_name_no_pass_module() -> None:
+    graph = _graph()
+    named = sorted((m, t) for m, targets in graph.items() if m.split(".")[0] in ("codegen", "runtime")
+                   for t in targets if _is_pass_module(t) or t == "lowering")
+    assert named == [], "codegen/runtime import these pass modules: " + ", ".join(f"{m} -> {t}" for m, t in named)
+
+
+def test_codegen_and_runtime_reach_the_pass_only_through_the_known_package_init() -> None:
+    """Following every import, also the implicit one of each parent package, a codegen or runtime
+    module reaches a pass module only by way of the package inits listed in KNOWN_PASS_REACH."""
+    graph = _graph()
+    known_gates = set(KNOWN_PASS_REACH)
+    pruned = {m: (set() if m in known_gates else targets) for m, targets in graph.items()}
+    leaks = {}
+    for module in graph:
+        if module.split(".")[0] not in ("codegen", "runtime"):
+            continue
+        via = _reach({**pruned, **{g: set() for g in known_gates}}, module)
+        reached = sorted(t for t in via if _is_pass_module(t))
+        if reached:
+            leaks[module] = reached
+    assert leaks == {}
+
+
+@pytest.mark.parametrize("gate", sorted(KNOWN_PASS_REACH))
+def test_each_known_gate_still_leads_to_the_pass(gate: str) -> None:
+    """A listed gate that no longer reaches a pass module must leave KNOWN_PASS_REACH (and then
+    codegen and runtime import no pass module at all: the issue's goal)."""
+    reached = [t for t in _reach(_graph(), gate) if _is_pass_module(t)]
+    assert reached, f"{gate} no longer imports the pass: remove it from KNOWN_PASS_REACH"
+
+
+@pytest.mark.xfail(bool(KNOWN_PASS_REACH), strict=True,
+                   reason="known: " + "; ".join(f"{g}: {why}" for g, why in KNOWN_PASS_REACH.items()))
+def test_importing_codegen_rules_loads_no_pass_module() -> None:
+    """What Python really imports for `import codegen.rules` (the lowering rules, which need two op
+    names from the contract): no pass module."""
+    code = "import sys, codegen.rules; print(' '.join(sorted(m for m in sys.modules if m.startswith('lowering'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=ROOT).stdout.split()
+    assert [m for m in loaded if _is_pass_module(m)] == []
