@@ -25,12 +25,20 @@ from runtime.progress import Progress
 BATCH_ELEMENTS = 1 << 24
 
 
-def _call(node: onnx.NodeProto, fn: onnx.FunctionProto, k: int) -> tuple[onnx.NodeProto, list[str], list[str]]:
+def _call(node: onnx.NodeProto, fn: onnx.FunctionProto, k: int, taken: set[str]
+          ) -> tuple[onnx.NodeProto, list[str], list[str]]:
     """Node `node` as call number k: its attributes the function declares, inputs and outputs
-    renamed to r<k>_in_<j> / r<k>_out_<j>, so calls never share a value."""
+    renamed to r<k>_in_<j> / r<k>_out_<j>, so calls never share a value, and a name not in
+    `taken` (onnxruntime refuses two nodes of one name; a model may still have them)."""
     declared = set(fn.attribute) | {a.name for a in fn.attribute_proto}
     call = onnx.NodeProto()
     call.CopyFrom(node)
+    copy = 0
+    while call.name in taken:
+        copy += 1
+        call.name = f"{node.name}~{copy}"
+    if call.name:
+        taken.add(call.name)
     del call.attribute[:]
     call.attribute.extend(a for a in node.attribute if a.name in declared)
     call.input[:] = [f"r{k}_in_{j}" for j in range(len(node.input))]
@@ -65,10 +73,10 @@ def function_body_references(model: onnx.ModelProto, runs: Sequence[FusedRun],
     if progress:
         progress.stage("onnxruntime: fused nodes' function bodies", total=len(with_body))
     for group in _batches(with_body):
-        calls, feeds, outputs = [], {}, []
+        calls, feeds, outputs, taken = [], {}, [], set()
         for k in group:
             run = with_body[k]
-            call, ins, outs = _call(run.node, bodies[where[k]], k)
+            call, ins, outs = _call(run.node, bodies[where[k]], k, taken)
             calls.append(call)
             op = OP_SPECS[run.node.op_type]
             feeds.update((name, np.asarray(run.inputs[role])) for name, role in zip(ins, op.inputs))
