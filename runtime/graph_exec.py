@@ -1,10 +1,11 @@
 """Run a fused model end to end: onnxruntime for the standard nodes, a backend for fused nodes.
 
-The main graph is cut at its fused nodes: each maximal run of standard nodes becomes a small
-model that onnxruntime runs on the values computed so far, and each fused node goes through the
-aclnn shim to the backend's kernel. The function body a fused node carries is never used here;
-runtime/node_references.py runs it separately, as the reference for that node. Each segment
-model carries only the local functions its own nodes call.
+The main graph is cut into levels by how many fused nodes lie upstream (_Schedule): the standard
+nodes of a level become one small model that onnxruntime runs on the values computed so far,
+then each fused node of that level goes through the aclnn shim to the backend's kernel. Each
+segment model carries only the local functions its own nodes call. The function body a fused
+node carries is never used here; runtime/node_references.py runs it separately, as the
+reference for that node.
 """
 
 from __future__ import annotations
@@ -95,53 +96,72 @@ def node_spec_at_runtime(node: onnx.NodeProto, inputs: Mapping[str, np.ndarray],
     return NodeSpec(node.name, node.op_type, specs, fused_attrs(node))
 
 
-def _last_reads(nodes: list[onnx.NodeProto], outputs: list[str]) -> dict[str, int]:
-    """For every value: the position of the last node that reads it (len(nodes) for graph
-    outputs), so a segment exports only what is read after it."""
-    last: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for name in _node_reads(node):
-            last[name] = i
-    last.update(dict.fromkeys(outputs, len(nodes)))
-    return last
+@dataclass
+class _Schedule:
+    """The graph cut into levels by fused-node depth: level L's standard nodes run as one
+    onnxruntime model, then the fused nodes that read values of depth L at most. A value's depth
+    is the most fused nodes on a path to it, so the sessions number the longest chain of fused
+    nodes plus one, not the fused nodes: an optimizer's thousand parallel updates take two."""
+
+    standard: list[list[onnx.NodeProto]]  # by level, in graph order
+    fused: list[list[tuple[int, onnx.NodeProto]]]  # by level: (graph position, node)
+    exported: set[str]  # values read outside the level's standard batch, or graph outputs
+
+
+def _schedule(nodes: list[onnx.NodeProto], outputs: list[str]) -> _Schedule:
+    depth: dict[str, int] = {}
+    batch_of: dict[str, tuple[bool, int]] = {}  # value -> (made by a fused node, level)
+    standard: list[list[onnx.NodeProto]] = []
+    fused: list[list[tuple[int, onnx.NodeProto]]] = []
+    exported = set(outputs)
+    for position, node in enumerate(nodes):
+        reads = _node_reads(node)
+        level = max((depth.get(r, 0) for r in reads), default=0)
+        here = (is_fused(node), level)
+        exported.update(r for r in reads if batch_of.get(r, here) != here)
+        while len(standard) <= level:
+            standard.append([])
+            fused.append([])
+        if here[0]:
+            fused[level].append((position, node))
+        else:
+            standard[level].append(node)
+        for o in filter(None, node.output):
+            depth[o] = level + here[0]
+            batch_of[o] = here
+    return _Schedule(standard, fused, exported)
 
 
 def run_fused_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend,
                     target: str, progress: Progress | None = None
                     ) -> tuple[dict[str, np.ndarray], list[FusedRun]]:
-    """Graph outputs of the fused model on `feeds`, and a record of every fused node's run."""
+    """Graph outputs of the fused model on `feeds`, and a record of every fused node's run (in
+    graph order)."""
     graph = model.graph
     constants = model_constants(model)
     functions = LocalFunctions(model)
     env: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     env.update(feeds)
     nodes = list(graph.node)
-    last_read = _last_reads(nodes, [o.name for o in graph.output])
+    plan = _schedule(nodes, [o.name for o in graph.output])
     if progress:
         progress.stage(f"fused model: fused nodes on the {backend.name} backend",
-                       total=sum(map(is_fused, nodes)))
-    runs: list[FusedRun] = []
-    i = 0
-    while i < len(nodes):
-        if is_fused(nodes[i]):
-            runs.append(_run_fused_node(nodes[i], env, constants, backend, target))
-            if progress:
-                progress.advance()
-            i += 1
-            continue
-        j = i
-        while j < len(nodes) and not is_fused(nodes[j]):
-            j += 1
-        segment = nodes[i:j]
-        outputs = [o for n in segment for o in n.output if o and last_read.get(o, -1) >= j]
+                       total=sum(map(len, plan.fused)))
+    runs: list[tuple[int, FusedRun]] = []
+    for segment, fused_nodes in zip(plan.standard, plan.fused):
+        outputs = [o for n in segment for o in n.output if o in plan.exported]
         if outputs:
             seg = _segment_model(model, functions, segment, env, outputs)
             env.update(run_model(seg, {vi.name: env[vi.name] for vi in seg.graph.input}))
-        i = j
+        for position, node in fused_nodes:
+            runs.append((position, _run_fused_node(node, env, constants, backend, target)))
+            if progress:
+                progress.advance()
     missing = [o.name for o in graph.output if o.name not in env]
     if missing:
         raise GraphExecError(f"graph output '{terminal_text(missing[0])}' was never computed")
-    return {o.name: env[o.name] for o in graph.output}, runs
+    runs.sort(key=lambda item: item[0])
+    return {o.name: env[o.name] for o in graph.output}, [run for _, run in runs]
 
 
 def _run_fused_node(node: onnx.NodeProto, env: dict[str, np.ndarray], constants: Mapping[str, np.ndarray],
