@@ -143,14 +143,18 @@ def fused_prox_model(shape: tuple[int, ...] = (1000,)) -> onnx.ModelProto:
                         functions=[fn])
 
 
-def prox_chain_model(count: int, shape: tuple[int, ...] = (64,)) -> onnx.ModelProto:
-    """`count` proximal updates in a row, a standard Neg after each (so the fused model alternates
-    fused nodes and segments), each with its own constants (so each fused node gets its own
-    function)."""
-    nodes, inits = [], []
+def prox_chain_model(count: int, shape: tuple[int, ...] = (64,), parallel: bool = False) -> onnx.ModelProto:
+    """`count` proximal updates, each with its own constants (so each fused node gets its own
+    function) and a standard Neg after it. In a row by default: update i+1 reads the Neg of
+    update i, so the fused model alternates fused nodes and standard nodes. `parallel`: every
+    update reads its own Neg of the input var and ends in its own graph output."""
+    nodes, inits, outputs = [], [], []
     var = "var"
     for i in range(count):
-        body, consts = prox_body(out=f"upd{i}")
+        if parallel:
+            var = f"pre{i}"
+            nodes.append(h.make_node("Neg", ["var"], [var]))
+        body, _ = prox_body(out=f"upd{i}")
         rename = {n: f"{n}{i}" for n in ("ad", "prox", "ap", "t", "apt", "m", "sp", "num", "al2", "den",
                                          "one", "alpha", "l1", "l2")}
         rename["var"] = var
@@ -163,8 +167,11 @@ def prox_chain_model(count: int, shape: tuple[int, ...] = (64,)) -> onnx.ModelPr
         nodes += body
         var = f"next{i}"
         nodes.append(h.make_node("Neg", [f"upd{i}"], [var]))
+        if parallel:
+            outputs.append(var)
+    outputs = outputs or [var]
     graph = h.make_graph(nodes, "prox_chain", [h.make_tensor_value_info(n, T.FLOAT, list(shape)) for n in ("var", "delta")],
-                         [h.make_tensor_value_info(var, T.FLOAT, list(shape))], initializer=inits)
+                         [h.make_tensor_value_info(o, T.FLOAT, list(shape)) for o in outputs], initializer=inits)
     return h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
 
 

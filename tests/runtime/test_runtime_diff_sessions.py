@@ -100,3 +100,27 @@ def test_segments_load_only_the_functions_their_nodes_call(build, diff_args, cap
     assert run_verify(model, fused, "ascend950", diff_args()) == 0, capsys.readouterr().out
     segments = [s for s in sessions if s[0] == "segment"]
     assert [functions for _, functions, _ in segments] == [0, 0, 1]
+
+
+@pytest.mark.parametrize("count", [3, 10])
+def test_parallel_fused_nodes_share_the_standard_sessions(build, diff_args, capsys, sessions, count):
+    """Independent updates (an optimizer step): the standard nodes before all of them run as one
+    model, those after as another, whatever the count."""
+    model = build.prox_chain_model(count, parallel=True)
+    fused, report = lowering.fuse(model)
+    assert len(report.fusions) == count
+    assert run_verify(model, fused, "ascend950", diff_args()) == 0, capsys.readouterr().out
+    segments = [nodes for name, _, nodes in sessions if name == "segment"]
+    # the pass merges the identical Neg(var) of every update into one
+    assert len(segments) == 2 and segments[1] == count
+
+
+def test_rows_follow_graph_order_not_run_order(build, diff_args, tmp_path, capsys):
+    """A chain and independent updates mixed: the schedule runs them by level, the report lists
+    fused nodes as the graph holds them."""
+    model = build.prox_chain_model(4, parallel=True)
+    fused, _ = lowering.fuse(model)
+    out_json = tmp_path / "r.json"
+    assert run_verify(model, fused, "ascend950", diff_args("--json", str(out_json))) == 0
+    names = [r["name"] for r in json.loads(out_json.read_text())["rows"] if r["kind"] == "node"]
+    assert names == [n.name for n in fused.graph.node if n.domain == DOMAIN]
