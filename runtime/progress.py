@@ -76,7 +76,10 @@ class Progress:
     def _print(self, now: float, text: str) -> None:
         self._last_line = now
         self.lines += 1
-        print(f"{self.prefix}: [{now - self.start:6.1f} s] {text}", file=self.stream, flush=True)
+        try:
+            print(f"{self.prefix}: [{now - self.start:6.1f} s] {text}", file=self.stream, flush=True)
+        except (OSError, ValueError):  # stderr closed or a broken pipe: progress is not worth an error
+            self.enabled = False
 
     def _watch(self) -> None:
         while not self._stop.wait(_TICK):
