@@ -193,14 +193,15 @@ def _diff(unfused: onnx.ModelProto, fused: onnx.ModelProto, unfused_name: str, f
 def run_diff(unfused_path: str | os.PathLike, fused_path: str | os.PathLike, args: argparse.Namespace) -> int:
     """`lower diff UNFUSED FUSED`: check the options, load both models and diff them."""
     prog = "lower diff"
+    target = getattr(args, "target", None) or DEFAULT_TARGET
     try:
+        get_target(target)
         check_options(args)
         unfused = load(unfused_path).model
         fused = load(fused_path).model
-    except LoweringError as exc:
+    except (LoweringError, UnknownTargetError) as exc:
         _say(prog, "error", exc)
         return 2
-    target = getattr(args, "target", None) or DEFAULT_TARGET
     return _diff(unfused, fused, str(unfused_path), str(fused_path), target, args, prog)
 
 

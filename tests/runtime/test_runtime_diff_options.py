@@ -102,10 +102,12 @@ def test_unreadable_inputs_file_is_exit_2(models, tmp_path, capsys, no_onnxrunti
     assert "cannot read it (Permission denied)" in err and err.count("\n") == 1
 
 
-def test_options_are_checked_before_the_models_are_read(tmp_path, capsys):
-    assert main(["diff", str(tmp_path / "none.onnx"), str(tmp_path / "none2.onnx"), "--seed", "-1"]) == 2
+@pytest.mark.parametrize("argv,message", [(["--seed", "-1"], "--seed -1"), (["--target", "ascend999"], "ascend999"),
+                                          (["--inputs", "x.npy"], "--inputs x.npy")])
+def test_options_are_checked_before_the_models_are_read(tmp_path, capsys, argv, message):
+    assert main(["diff", str(tmp_path / "none.onnx"), str(tmp_path / "none2.onnx"), *argv]) == 2
     err = capsys.readouterr().err
-    assert "--seed -1" in err and "none.onnx" not in err
+    assert message in err and "none.onnx" not in err and err.count("\n") == 1
 
 
 def test_check_input_options_for_lower_before_lowering(build, diff_args, tmp_path):
