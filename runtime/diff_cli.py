@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,16 +159,22 @@ def _say(prog: str, kind: str, exc: BaseException) -> None:
     print(f"{prog}: {kind}: {terminal_text(str(exc), MESSAGE_WIDTH)}", file=sys.stderr)
 
 
-def _diff(unfused: onnx.ModelProto, fused: onnx.ModelProto, unfused_name: str, fused_name: str,
-          target: str, args: argparse.Namespace, prog: str) -> int:
+ModelPair = Callable[[Progress], tuple[onnx.ModelProto, onnx.ModelProto]]
+
+
+def _diff(models: ModelPair, unfused_name: str, fused_name: str, target: str, args: argparse.Namespace,
+          prog: str) -> int:
+    """Check, run and print one diff; `models` gets the two models (reading them counts as part
+    of the run, for progress). Errors are printed after the progress thread has stopped."""
     quiet = bool(getattr(args, "quiet", False))
     try:
-        get_target(target)
-        opts = check_input_options(args, unfused)
-        feeds, source = _feeds(unfused, fused, opts)
-        report = DiffReport(unfused_name, fused_name, opts.backend.name, target, source,
-                            {k: list(np.asarray(v).shape) for k, v in feeds.items()})
         with Progress(prog, enabled=not quiet) as progress:
+            unfused, fused = models(progress)
+            opts = check_input_options(args, unfused)
+            progress.stage("reading --inputs" if opts.npz else "generating inputs")
+            feeds, source = _feeds(unfused, fused, opts)
+            report = DiffReport(unfused_name, fused_name, opts.backend.name, target, source,
+                                {k: list(np.asarray(v).shape) for k, v in feeds.items()})
             diff_models(unfused, fused, feeds, opts.backend, target, report, progress)
     except _BAD_INPUT as exc:
         _say(prog, "error", exc)
@@ -197,15 +204,24 @@ def run_diff(unfused_path: str | os.PathLike, fused_path: str | os.PathLike, arg
     try:
         get_target(target)
         check_options(args)
-        unfused = load(unfused_path).model
-        fused = load(fused_path).model
     except (LoweringError, UnknownTargetError) as exc:
         _say(prog, "error", exc)
         return 2
-    return _diff(unfused, fused, str(unfused_path), str(fused_path), target, args, prog)
+
+    def models(progress: Progress) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+        progress.stage("reading the models")
+        return load(unfused_path).model, load(fused_path).model
+
+    return _diff(models, str(unfused_path), str(fused_path), target, args, prog)
 
 
 def run_verify(unfused_model: onnx.ModelProto, fused_model: onnx.ModelProto, target: str,
                args: argparse.Namespace) -> int:
     """`lower MODEL --target T --verify`: diff the model just fused against its original."""
-    return _diff(unfused_model, fused_model, "model", "fused model", target, args, "lower --verify")
+    prog = "lower --verify"
+    try:
+        get_target(target)
+    except UnknownTargetError as exc:
+        _say(prog, "error", exc)
+        return 2
+    return _diff(lambda progress: (unfused_model, fused_model), "model", "fused model", target, args, prog)
