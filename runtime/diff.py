@@ -82,8 +82,6 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress |
         progress.stage("comparing fused nodes with their references", total=len(runs))
     rows = []
     for run, ref in zip(runs, refs):
-        if progress:
-            progress.advance()
         for role, actual in run.outputs.items():
             if ref is not None:
                 golden, where = ref[role], "matched subgraph"
@@ -101,6 +99,8 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress |
                 cmp.passed = False
                 cmp.note = f"kernel failed: {run.error}"
             rows.append(Row("node", run.node.name, where, cmp, run.node.op_type))
+        if progress:
+            progress.advance()
     return rows
 
 
