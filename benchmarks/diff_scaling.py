@@ -10,7 +10,9 @@ fresh Python process per size (no kernel cache carried over), timed in-process a
 
 Prints per size: fused nodes, graph nodes, onnxruntime sessions, total seconds, milliseconds per
 fused node, and that per-node time against the smallest size's. Goal: per-node time flat within
-1.5x from 100 to 1000 fused nodes. Exits 1 if any diff does not PASS (the models are built so
+1.5x from 100 to 1000 fused nodes, i.e. no size's per-node time over 1.5x the smallest size's
+(the per-node time may fall with size: the fixed costs, reading the models and the unfused
+model's session, are spread over more nodes). Exits 1 if any diff does not PASS (the models are built so
 that they do), never on timing.
 
 Usage: python benchmarks/diff_scaling.py [--sizes 100,250,500,1000] [--repeat 3] [--seed 0]
@@ -125,9 +127,10 @@ def format_rows(rows: list[dict[str, float | int]]) -> str:
         lines.append(f"{r['fused_nodes']:>11}  {r['graph_nodes']:>11}  {r['sessions']:>8}  {r['seconds']:>8.2f}  "
                      f"{per * 1e3:>13.2f}  {per / base:>7.2f}x  {'PASS' if r['rc'] == 0 else 'FAIL'}")
     pers = [r["seconds"] / r["fused_nodes"] for r in rows]
-    spread = max(pers) / min(pers)
-    verdict = "met" if spread <= GOAL_RATIO else "missed"
-    lines.append(f"per-node time spread {spread:.2f}x (max/min); goal <= {GOAL_RATIO}x: {verdict}")
+    growth = max(pers) / pers[0]
+    verdict = "met" if growth <= GOAL_RATIO else "missed"
+    lines.append(f"per-node time: at most {growth:.2f}x the smallest size's (goal <= {GOAL_RATIO}x: {verdict}); "
+                 f"spread max/min {max(pers) / min(pers):.2f}x (fixed costs weigh most at the smallest size)")
     return "\n".join(lines)
 
 
