@@ -71,7 +71,9 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--edge-nonfinite", action="store_true",
                    help="also put inf, -inf and NaN among the generated edge values")
     g.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
-    g.add_argument("--backend", default="cpu", choices=backend_names(),
+    # defaults are None where a caller must tell "not given" from the default value (lower
+    # refuses diff options without --verify); the checks below fill them in
+    g.add_argument("--backend", choices=backend_names(),
                    help="where fused nodes run: cpu (IR interpreter, default), twin (the emitted AscendC "
                         "compiled with g++ against our CPU header set) or npu (CANN device)")
 

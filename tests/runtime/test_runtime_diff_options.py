@@ -257,3 +257,11 @@ def test_progress_to_a_closed_stream_goes_quiet():
     p.poll()
     p.finish()
     assert not p.enabled
+
+
+def test_options_not_given_are_none_so_lower_can_refuse_them_without_verify(diff_args):
+    args = diff_args()
+    assert (args.inputs, args.seed, args.shape, args.edge_nonfinite, args.json, args.backend) == (
+        None, None, [], False, None, None)
+    opts = check_input_options(args, onnx.helper.make_model(onnx.helper.make_graph([], "empty", [], [])))
+    assert opts.seed == 0 and opts.backend.name == "cpu"
