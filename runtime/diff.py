@@ -21,12 +21,9 @@ from lowering.fused_ops import (
     smooth_l1_grad_reference,
 )
 from runtime.backend import Backend
-from runtime.graph_exec import (
-    FusedRun,
-    function_body,
-    run_function_body,
-    run_fused_model,
-)
+from runtime.graph_exec import FusedRun, run_fused_model
+from runtime.local_functions import LocalFunctions
+from runtime.node_references import function_body_references
 from runtime.ort_exec import run_model
 from runtime.precision import HALF_TYPES, THRESHOLDS, compare, rounded_to
 from runtime.progress import Progress
@@ -76,10 +73,15 @@ def _masked_select_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden:
     return ""
 
 
-def node_rows(fused: onnx.ModelProto, runs: list[FusedRun]) -> list[Row]:
+def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress | None = None) -> list[Row]:
+    """One row per output of each fused node: its kernel against its function body (or the
+    float64 formula when it has none)."""
+    functions = LocalFunctions(fused)
+    refs = function_body_references(fused, runs, progress)
+    if progress:
+        progress.stage("comparing fused nodes with their references", total=len(runs))
     rows = []
-    for run in runs:
-        ref = run_function_body(fused, run.node, run.inputs)
+    for run, ref in zip(runs, refs):
         for role, actual in run.outputs.items():
             if ref is not None:
                 golden, where = ref[role], "matched subgraph"
@@ -87,7 +89,7 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun]) -> list[Row]:
                 golden, where = formula_golden(run), "float64 formula"
             cmp = compare(run.node.name, actual, golden)
             if (cmp.inf_mismatch or cmp.nan_mismatch) and ref is not None:
-                found = function_body(fused, run.node)
+                found = functions.called_by(run.node)
                 body = list(found.node) if found else []
                 if cmp.inf_mismatch:
                     cmp.note += _clip_hint(body, actual, golden)
@@ -97,6 +99,8 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun]) -> list[Row]:
                 cmp.passed = False
                 cmp.note = f"kernel failed: {run.error}"
             rows.append(Row("node", run.node.name, where, cmp, run.node.op_type))
+        if progress:
+            progress.advance()
     return rows
 
 
@@ -143,11 +147,11 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
                 progress: Progress | None = None) -> DiffReport:
     """Fill `report.rows` with the comparisons of `fused` against `unfused` on `feeds`."""
     if progress:
-        progress("onnxruntime: unfused model")
+        progress.stage("onnxruntime: unfused model")
     golden = run_model(unfused, feeds)
-    if progress:
-        progress("fused model")
     actual, runs = run_fused_model(fused, feeds, backend, target, progress)
+    if progress:
+        progress.stage("comparing graph outputs")
     through = _computed_through(unfused)
     for out in unfused.graph.output:
         if out.name not in actual:
@@ -167,7 +171,5 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
         if cmp.nan_mismatch:
             cmp.note += _masked_select_hint(list(unfused.graph.node), actual[out.name], golden[out.name])
         report.rows.append(Row("output", out.name, "unfused graph", cmp))
-    if progress:
-        progress("per-node references")
-    report.rows += node_rows(fused, runs)
+    report.rows += node_rows(fused, runs, progress)
     return report

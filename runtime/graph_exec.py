@@ -1,14 +1,16 @@
 """Run a fused model end to end: onnxruntime for the standard nodes, a backend for fused nodes.
 
-The main graph is cut at its fused nodes: each maximal run of standard nodes becomes a small
-model that onnxruntime runs on the values computed so far, and each fused node goes through the
-aclnn shim to the backend's kernel. The function body a fused node carries is never used here;
-`run_function_body` runs it separately, as the reference for that node.
+The main graph is cut into levels by how many fused nodes lie upstream (_Schedule): the standard
+nodes of a level become one small model that onnxruntime runs on the values computed so far,
+then each fused node of that level goes through the aclnn shim to the backend's kernel. Each
+segment model carries only the local functions its own nodes call. The function body a fused
+node carries is never used here; runtime/node_references.py runs it separately, as the
+reference for that node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -16,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from codegen.names import terminal_text
 from codegen.nodes import InputSpec, NodeSpec
 from lowering.fused_ops import OP_SPECS
 from lowering.graph import model_constants, subgraph_inputs
@@ -23,10 +26,10 @@ from runtime import aclnn
 from runtime.backend import Backend, BackendError
 from runtime.fused_node import fused_attrs, is_fused
 from runtime.interpreter import KernelExecutionError
+from runtime.local_functions import LocalFunctions
 from runtime.numerics import NUMPY_DTYPES
 from runtime.ort_exec import run_model
-
-Progress = Callable[[str], None]
+from runtime.progress import Progress
 
 _DTYPE_NAME = {v: k for k, v in NUMPY_DTYPES.items()}
 
@@ -52,7 +55,7 @@ def _elem_type(arr: np.ndarray) -> int:
     return helper.np_dtype_to_tensor_dtype(arr.dtype)
 
 
-def _value_info(name: str, arr: np.ndarray) -> onnx.ValueInfoProto:
+def value_info(name: str, arr: np.ndarray) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, _elem_type(arr), list(arr.shape))
 
 
@@ -60,18 +63,18 @@ def _node_reads(node: onnx.NodeProto) -> list[str]:
     return [n for n in node.input if n] + sorted(subgraph_inputs(node))
 
 
-def _segment_model(model: onnx.ModelProto, nodes: list[onnx.NodeProto], env: Mapping[str, np.ndarray],
-                   outputs: list[str]) -> onnx.ModelProto:
+def _segment_model(model: onnx.ModelProto, functions: LocalFunctions, nodes: list[onnx.NodeProto],
+                   env: Mapping[str, np.ndarray], outputs: list[str]) -> onnx.ModelProto:
     produced = {o for n in nodes for o in n.output if o}
     # once each, also when one node reads a value twice (Slice(x, c, c, c), Mul(x, x))
     reads = list(dict.fromkeys(r for n in nodes for r in _node_reads(n) if r not in produced))
     missing = [r for r in reads if r not in env]
     if missing:
-        raise GraphExecError(f"value {missing[0]!r} is used before it is computed")
-    graph = helper.make_graph(nodes, "segment", [_value_info(r, np.asarray(env[r])) for r in reads],
+        raise GraphExecError(f"value '{terminal_text(missing[0])}' is used before it is computed")
+    graph = helper.make_graph(nodes, "segment", [value_info(r, np.asarray(env[r])) for r in reads],
                               [onnx.ValueInfoProto(name=o) for o in outputs])
     seg = helper.make_model(graph, opset_imports=list(model.opset_import),
-                            functions=list(model.functions))
+                            functions=functions.needed_by(nodes))
     seg.ir_version = model.ir_version
     return seg
 
@@ -84,7 +87,8 @@ def node_spec_at_runtime(node: onnx.NodeProto, inputs: Mapping[str, np.ndarray],
     for role, value in zip(op.inputs, node.input):
         arr = inputs[role]
         if arr.dtype not in _DTYPE_NAME:
-            raise GraphExecError(f"node {node.name!r}: input {role} is {arr.dtype}; fused ops take float32, float16, bfloat16")
+            raise GraphExecError(f"node '{terminal_text(node.name)}': input {role} is {arr.dtype}; "
+                                 "fused ops take float32, float16, bfloat16")
         const = None
         if value in constants and constants[value].size == 1:
             const = float(np.asarray(constants[value], np.float64).reshape(-1)[0])
@@ -92,56 +96,83 @@ def node_spec_at_runtime(node: onnx.NodeProto, inputs: Mapping[str, np.ndarray],
     return NodeSpec(node.name, node.op_type, specs, fused_attrs(node))
 
 
+@dataclass
+class _Schedule:
+    """The graph cut into levels by fused-node depth: level L's standard nodes run as one
+    onnxruntime model, then the fused nodes that read values of depth L at most. A value's depth
+    is the most fused nodes on a path to it, so the sessions number the longest chain of fused
+    nodes plus one, not the fused nodes: an optimizer's thousand parallel updates take two."""
+
+    standard: list[list[onnx.NodeProto]]  # by level, in graph order
+    fused: list[list[tuple[int, onnx.NodeProto]]]  # by level: (graph position, node)
+    exported: set[str]  # values read outside the level's standard batch, or graph outputs
+
+
+def _schedule(nodes: list[onnx.NodeProto], outputs: list[str]) -> _Schedule:
+    depth: dict[str, int] = {}
+    batch_of: dict[str, tuple[bool, int]] = {}  # value -> (made by a fused node, level)
+    standard: list[list[onnx.NodeProto]] = []
+    fused: list[list[tuple[int, onnx.NodeProto]]] = []
+    exported = set(outputs)
+    for position, node in enumerate(nodes):
+        reads = _node_reads(node)
+        level = max((depth.get(r, 0) for r in reads), default=0)
+        here = (is_fused(node), level)
+        exported.update(r for r in reads if batch_of.get(r, here) != here)
+        while len(standard) <= level:
+            standard.append([])
+            fused.append([])
+        if here[0]:
+            fused[level].append((position, node))
+        else:
+            standard[level].append(node)
+        for o in filter(None, node.output):
+            depth[o] = level + here[0]
+            batch_of[o] = here
+    return _Schedule(standard, fused, exported)
+
+
 def run_fused_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend,
                     target: str, progress: Progress | None = None
                     ) -> tuple[dict[str, np.ndarray], list[FusedRun]]:
-    """Graph outputs of the fused model on `feeds`, and a record of every fused node's run."""
+    """Graph outputs of the fused model on `feeds`, and a record of every fused node's run (in
+    graph order)."""
     graph = model.graph
     constants = model_constants(model)
+    functions = LocalFunctions(model)
     env: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     env.update(feeds)
     nodes = list(graph.node)
-    # names read at or after each node position, plus the graph outputs
-    needed_after: list[set[str]] = [set()] * (len(nodes) + 1)
-    acc = {o.name for o in graph.output}
-    needed_after[len(nodes)] = set(acc)
-    for i in range(len(nodes) - 1, -1, -1):
-        acc |= set(_node_reads(nodes[i]))
-        needed_after[i] = set(acc)
-    runs: list[FusedRun] = []
-    i = 0
-    while i < len(nodes):
-        if is_fused(nodes[i]):
-            runs.append(_run_fused_node(nodes[i], env, constants, backend, target, progress))
-            i += 1
-            continue
-        j = i
-        while j < len(nodes) and not is_fused(nodes[j]):
-            j += 1
-        segment = nodes[i:j]
-        outputs = [o for n in segment for o in n.output if o and o in needed_after[j]]
+    plan = _schedule(nodes, [o.name for o in graph.output])
+    if progress:
+        progress.stage(f"fused model: fused nodes on the {backend.name} backend",
+                       total=sum(map(len, plan.fused)))
+    runs: list[tuple[int, FusedRun]] = []
+    for segment, fused_nodes in zip(plan.standard, plan.fused):
+        outputs = [o for n in segment for o in n.output if o in plan.exported]
         if outputs:
+            seg = _segment_model(model, functions, segment, env, outputs)
+            env.update(run_model(seg, {vi.name: env[vi.name] for vi in seg.graph.input}))
+        for position, node in fused_nodes:
+            runs.append((position, _run_fused_node(node, env, constants, backend, target)))
             if progress:
-                progress(f"onnxruntime: {len(segment)} standard node(s)")
-            env.update(run_model(_segment_model(model, segment, env, outputs), env))
-        i = j
+                progress.advance()
     missing = [o.name for o in graph.output if o.name not in env]
     if missing:
-        raise GraphExecError(f"graph output {missing[0]!r} was never computed")
-    return {o.name: env[o.name] for o in graph.output}, runs
+        raise GraphExecError(f"graph output '{terminal_text(missing[0])}' was never computed")
+    runs.sort(key=lambda item: item[0])
+    return {o.name: env[o.name] for o in graph.output}, [run for _, run in runs]
 
 
 def _run_fused_node(node: onnx.NodeProto, env: dict[str, np.ndarray], constants: Mapping[str, np.ndarray],
-                    backend: Backend, target: str, progress: Progress | None) -> FusedRun:
+                    backend: Backend, target: str) -> FusedRun:
     op = OP_SPECS[node.op_type]
     missing = [n for n in node.input if n not in env]
     if missing:
-        raise GraphExecError(f"node {node.name!r}: input {missing[0]!r} is not computed")
+        raise GraphExecError(f"node '{terminal_text(node.name)}': input '{terminal_text(missing[0])}' "
+                             "is not computed")
     inputs = {role: np.asarray(env[name]) for role, name in zip(op.inputs, node.input)}
     spec = node_spec_at_runtime(node, inputs, constants)
-    if progress:
-        n = inputs[op.inputs[0]].size
-        progress(f"{backend.name} backend: {node.op_type} {node.name!r} ({n} elements)")
     error = ""
     try:
         outputs = aclnn.run_fused(spec, inputs, backend, target)
@@ -153,39 +184,3 @@ def _run_fused_node(node: onnx.NodeProto, env: dict[str, np.ndarray], constants:
     for role, name in zip(op.outputs, node.output):
         env[name] = outputs[role]
     return FusedRun(node, spec, inputs, outputs, error)
-
-
-def function_body(model: onnx.ModelProto, node: onnx.NodeProto) -> onnx.FunctionProto | None:
-    for fn in model.functions:
-        if fn.domain == node.domain and fn.name == node.op_type and fn.overload == node.overload:
-            return fn
-    return None
-
-
-def run_function_body(model: onnx.ModelProto, node: onnx.NodeProto,
-                      inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
-    """onnxruntime on the fused node's matched subgraph (its function body); None without one.
-
-    `inputs` and the result are keyed by contract names (OP_SPECS).
-    """
-    fn = function_body(model, node)
-    if fn is None:
-        return None
-    op = OP_SPECS[node.op_type]
-    declared = set(fn.attribute) | {a.name for a in fn.attribute_proto}
-    call = onnx.NodeProto()
-    call.CopyFrom(node)
-    del call.attribute[:]
-    call.attribute.extend(a for a in node.attribute if a.name in declared)
-    in_names = [f"in_{k}" for k in range(len(node.input))]
-    out_names = [f"out_{k}" for k in range(len(node.output))]
-    call.input[:] = in_names
-    call.output[:] = out_names
-    feeds = {n: np.asarray(inputs[role]) for n, role in zip(in_names, op.inputs)}
-    graph = helper.make_graph([call], "fused_node_reference",
-                              [_value_info(n, a) for n, a in feeds.items()],
-                              [onnx.ValueInfoProto(name=o) for o in out_names])
-    ref = helper.make_model(graph, opset_imports=list(model.opset_import), functions=list(model.functions))
-    ref.ir_version = model.ir_version
-    result = run_model(ref, feeds)
-    return {role: result[o] for role, o in zip(op.outputs, out_names)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -21,6 +22,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 
+from codegen.names import terminal_text
+from lowering.errors import LoweringError
 from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD, proximal_scalars
 from lowering.graph import model_constants
 from runtime.fused_node import fused_attrs
@@ -39,8 +42,15 @@ _THRESHOLD_SHARE = 0.125
 GENERATE_LIMIT = 1 << 28
 
 
-class InputError(ValueError):
-    """Bad user input for a diff; the message is one line for the terminal."""
+class InputError(LoweringError):
+    """Bad user input for a diff (an option, an input file); one line, exit code 2."""
+
+
+def check_seed(seed: object) -> int:
+    """A seed numpy's generator takes: a non-negative integer."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"--seed {terminal_text(str(seed))}: must be a non-negative integer")
+    return seed
 
 
 @dataclass(frozen=True)
@@ -56,7 +66,7 @@ def _np_dtype(elem_type: int, name: str) -> np.dtype:
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
-        raise InputError(f"input {name!r} has an unsupported element type {elem_type}") from None
+        raise InputError(f"input '{terminal_text(name)}' has an unsupported element type {elem_type}") from None
 
 
 def model_input_specs(model: onnx.ModelProto) -> list[InputSpec]:
@@ -67,7 +77,7 @@ def model_input_specs(model: onnx.ModelProto) -> list[InputSpec]:
         if vi.name in inits:
             continue
         if not vi.type.HasField("tensor_type"):
-            raise InputError(f"input {vi.name!r} is not a tensor; only tensor inputs are supported")
+            raise InputError(f"input '{terminal_text(vi.name)}' is not a tensor; only tensor inputs are supported")
         tt = vi.type.tensor_type
         shape: tuple[Dim, ...] | None = None
         if tt.HasField("shape"):
@@ -87,9 +97,9 @@ def parse_shape_options(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     for item in items or []:
         name, eq, dims = item.rpartition("=")
         if not eq or not name:
-            raise InputError(f"--shape {item!r}: expected NAME=DIMS, for example x=2,3")
+            raise InputError(f"--shape '{terminal_text(item)}': expected NAME=DIMS, for example x=2,3")
         if not _DIMS.match(dims):
-            raise InputError(f"--shape {item!r}: DIMS must be non-negative integers like 2,3")
+            raise InputError(f"--shape '{terminal_text(item)}': DIMS must be non-negative integers like 2,3")
         numbers = re.findall(r"\d+", dims)
         shapes[name] = tuple(int(n) for n in numbers)
     return shapes
@@ -106,7 +116,8 @@ def resolve_shapes(
     known = {s.name for s in specs}
     for name in overrides:
         if name not in known:
-            raise InputError(f"--shape {name}: the model has no such input (inputs: {', '.join(sorted(known))})")
+            raise InputError(f"--shape {terminal_text(name)}: the model has no such input "
+                             f"(inputs: {terminal_text(', '.join(sorted(known)))})")
     bound: dict[str, int] = {}
     out: dict[str, tuple[int, ...]] = {}
     for s in specs:
@@ -115,12 +126,12 @@ def resolve_shapes(
             continue
         if s.shape is not None:
             if len(given) != len(s.shape):
-                raise InputError(f"--shape {s.name}: rank {len(given)} but the model says rank {len(s.shape)}")
+                raise InputError(f"--shape {terminal_text(s.name)}: rank {len(given)} but the model says rank {len(s.shape)}")
             for g, d in zip(given, s.shape):
                 if isinstance(d, int) and d != g:
-                    raise InputError(f"--shape {s.name}={_fmt(given)} disagrees with the static shape {_fmt(s.shape)}")
+                    raise InputError(f"--shape {terminal_text(s.name)}={_fmt(given)} disagrees with the static shape {_fmt(s.shape)}")
                 if isinstance(d, str) and bound.setdefault(d, g) != g:
-                    raise InputError(f"--shape {s.name}: dim {d!r} is {g} here but {bound[d]} elsewhere")
+                    raise InputError(f"--shape {terminal_text(s.name)}: dim '{terminal_text(d)}' is {g} here but {bound[d]} elsewhere")
         out[s.name] = given
     unresolved = []
     for s in specs:
@@ -131,13 +142,13 @@ def resolve_shapes(
         else:
             unresolved.append(s)
     if unresolved:
-        listed = ", ".join(f"{s.name} {'(unknown rank)' if s.shape is None else _fmt(s.shape)}" for s in unresolved)
+        listed = ", ".join(f"{terminal_text(s.name)} {'(unknown rank)' if s.shape is None else _fmt(s.shape)}" for s in unresolved)
         raise InputError(f"dynamic input shapes need --shape NAME=DIMS: {listed}")
     for name, shape in out.items():
         if any(d < 0 for d in shape):
-            raise InputError(f"input {name!r} has a negative dimension {_fmt(shape)}")
+            raise InputError(f"input '{terminal_text(name)}' has a negative dimension {_fmt(shape)}")
         if math.prod(shape) > GENERATE_LIMIT:
-            raise InputError(f"input {name!r} {_fmt(shape)} holds {math.prod(shape)} elements, more than the "
+            raise InputError(f"input '{terminal_text(name)}' {_fmt(shape)} holds {math.prod(shape)} elements, more than the "
                              f"{GENERATE_LIMIT} generated inputs may; pass smaller --shape or --inputs FILE.npz")
     return out
 
@@ -146,34 +157,101 @@ def _fmt(shape: tuple[Dim, ...]) -> str:
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
 
 
+def _arg(path: str) -> str:
+    return f"--inputs {terminal_text(str(path))}"
+
+
+def _npy_header(fh: object) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of the .npy stream `fh`, reading only its header where the format
+    version has a public reader (1.0 and 2.0; numpy writes 3.0 only for unusual field names)."""
+    version = np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+    else:
+        arr = np.lib.format.read_array(fh, allow_pickle=False)
+        shape, dtype = arr.shape, arr.dtype
+    return tuple(int(d) for d in shape), np.dtype(dtype)
+
+
+def _unreadable(path: str, exc: BaseException) -> InputError:
+    return InputError(f"{_arg(path)}: not a readable .npz file "
+                      f"({terminal_text(str(exc).strip() or type(exc).__name__)})")
+
+
+def npz_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape and dtype of every array in the .npz at `path`, by name, without reading the data;
+    InputError when the file is missing, unreadable or not an .npz of plain arrays."""
+    if not os.path.exists(path):
+        raise InputError(f"{_arg(path)}: no such file")
+    if not os.path.isfile(path):
+        raise InputError(f"{_arg(path)}: not a file")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            headers = {}
+            for info in zf.infolist():
+                name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                with zf.open(info) as fh:
+                    headers[name] = _npy_header(fh)
+    except PermissionError as exc:
+        raise InputError(f"{_arg(path)}: cannot read it ({exc.strerror})") from None
+    except zipfile.BadZipFile:
+        raise InputError(f"{_arg(path)}: not an .npz file (numpy.savez writes one)") from None
+    except (OSError, ValueError, EOFError, RuntimeError, NotImplementedError) as exc:
+        raise _unreadable(path, exc) from None
+    return headers
+
+
+def _as_model_dtype(spec: InputSpec, dtype: np.dtype) -> np.dtype:
+    """The dtype an array of `dtype` is read as for `spec`: numpy stores ml_dtypes' bfloat16 as
+    raw 2-byte records, taken for bfloat16 where the model wants it."""
+    if spec.dtype == _BF16 and dtype.itemsize == 2 and dtype.kind in "Vu":
+        return _BF16
+    return dtype
+
+
+def _check_arrays(path: str, specs: list[InputSpec],
+                  found: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+    by_name = {s.name: s for s in specs}
+    extra = sorted(set(found) - set(by_name))
+    if extra:
+        raise InputError(f"{_arg(path)}: '{terminal_text(extra[0])}' is not a model input "
+                         f"(inputs: {terminal_text(', '.join(by_name))})")
+    for s in specs:
+        if s.name not in found:
+            raise InputError(f"{_arg(path)}: no array for input '{terminal_text(s.name)}'")
+        shape, dtype = found[s.name]
+        dtype = _as_model_dtype(s, dtype)
+        if dtype != s.dtype:
+            raise InputError(f"{_arg(path)}: '{terminal_text(s.name)}' is {dtype} but the model wants {s.dtype}")
+        if s.shape is not None:
+            ok = len(shape) == len(s.shape) and all(
+                not isinstance(d, int) or d == a for d, a in zip(s.shape, shape))
+            if not ok:
+                raise InputError(f"{_arg(path)}: '{terminal_text(s.name)}' has shape {list(shape)}, "
+                                 f"model says {_fmt(s.shape)}")
+
+
+def check_npz(path: str, specs: list[InputSpec]) -> None:
+    """The .npz at `path` holds one array per input in `specs`, of its dtype and shape (read
+    from the array headers only)."""
+    _check_arrays(path, specs, npz_headers(path))
+
+
 def load_npz(path: str, specs: list[InputSpec]) -> dict[str, np.ndarray]:
     """Inputs from an .npz whose keys are the model's input names."""
-    if not os.path.isfile(path):
-        raise InputError(f"--inputs {path}: no such file")
+    check_npz(path, specs)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise InputError(f"--inputs {path}: not a readable .npz file ({exc})") from None
-    by_name = {s.name: s for s in specs}
-    extra = sorted(set(arrays) - set(by_name))
-    if extra:
-        raise InputError(f"--inputs {path}: {extra[0]!r} is not a model input (inputs: {', '.join(by_name)})")
+    except (OSError, ValueError, EOFError, RuntimeError, zipfile.BadZipFile) as exc:
+        raise _unreadable(path, exc) from None
+    _check_arrays(path, specs, {k: (a.shape, a.dtype) for k, a in arrays.items()})
     out = {}
     for s in specs:
-        if s.name not in arrays:
-            raise InputError(f"--inputs {path}: no array for input {s.name!r}")
         arr = arrays[s.name]
-        if s.dtype == _BF16 and arr.dtype.itemsize == 2 and arr.dtype.kind in "Vu":
-            arr = arr.view(_BF16)  # numpy stores ml_dtypes arrays as raw 2-byte records
-        if arr.dtype != s.dtype:
-            raise InputError(f"--inputs {path}: {s.name!r} is {arr.dtype} but the model wants {s.dtype}")
-        if s.shape is not None:
-            ok = len(arr.shape) == len(s.shape) and all(
-                not isinstance(d, int) or d == a for d, a in zip(s.shape, arr.shape))
-            if not ok:
-                raise InputError(f"--inputs {path}: {s.name!r} has shape {list(arr.shape)}, model says {_fmt(s.shape)}")
-        out[s.name] = arr
+        out[s.name] = arr.view(_BF16) if _as_model_dtype(s, arr.dtype) != arr.dtype else arr
     return out
 
 
@@ -343,7 +421,7 @@ def generate_inputs(
         elif s.dtype.kind in "iu":
             out[s.name] = rng.integers(0, 10, size=shape).astype(s.dtype)
         else:
-            raise InputError(f"cannot generate values for input {s.name!r} of type {s.dtype}")
+            raise InputError(f"cannot generate values for input '{terminal_text(s.name)}' of type {s.dtype}")
     rng = np.random.default_rng([seed, len(specs)])
     # hints name inputs; one that is also an initializer has its default and is not generated
     for p, lab, sigma in hints.sigma_pairs:

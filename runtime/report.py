@@ -6,7 +6,11 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from codegen.names import terminal_text
 from runtime.precision import Comparison
+
+NAME_WIDTH = 40  # the table's name column; the failure lines below it show up to 80 characters
+NOTE_WIDTH = 400  # a note may quote a kernel error that names a node
 
 
 @dataclass
@@ -52,44 +56,41 @@ class DiffReport:
         return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
 
 
-def display(text: str, width: int = 0) -> str:
-    """Model text made safe for a terminal: control characters escaped, optionally shortened."""
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    if width and len(shown) > width:
-        shown = shown[: width - 3] + "..."
-    return shown
-
-
 def _num(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.3e}"
 
 
 def format_table(report: DiffReport) -> str:
-    """A fixed-width table, one row per comparison, then one summary line."""
+    """A fixed-width table, one row per comparison, then the summary lines (format_failures)."""
     head = ("kind", "name", "reference", "dtype", "shape", "max abs err", "MERE", "MARE",
             "T", "NaN/Inf mism.", "status")
     lines = []
     for r in report.rows:
         c = r.comparison
-        name = display(r.name, 40) + (f" ({r.op_type})" if r.op_type else "")
+        name = terminal_text(r.name, NAME_WIDTH) + (f" ({r.op_type})" if r.op_type else "")
         lines.append((r.kind, name, r.reference, c.dtype, "[" + ",".join(map(str, c.shape)) + "]",
                       _num(c.max_abs_err), _num(c.mere), _num(c.mare), _num(c.threshold),
                       f"{c.nan_mismatch}/{c.inf_mismatch}", "PASS" if c.passed else "FAIL"))
     widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(head)]
-    title = (f"diff {display(report.unfused)} (unfused) vs {display(report.fused)} (fused); "
-             f"backend {report.backend}, target {report.target}, inputs: {display(report.inputs)}")
+    title = (f"diff {terminal_text(report.unfused, 0)} (unfused) vs {terminal_text(report.fused, 0)} (fused); "
+             f"backend {report.backend}, target {report.target}, inputs: {terminal_text(report.inputs, 0)}")
     out = [title,
            "  ".join(h.ljust(w) for h, w in zip(head, widths)),
            "  ".join("-" * w for w in widths)]
     out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in lines]
-    fails = report.failures()
     if not report.rows:
         out.append("no graph outputs to compare")
-    if fails:
-        out.append(f"FAIL: {len(fails)} of {len(report.rows)} comparisons")
-        for r in fails:
-            what = f"fused node {display(r.name)!s} ({r.op_type})" if r.kind == "node" else f"output {display(r.name)}"
-            out.append(f"  {what}: {r.comparison.note or 'over threshold'}")
-    else:
-        out.append(f"PASS: {len(report.rows)} of {len(report.rows)} comparisons")
+    return "\n".join(out) + "\n" + format_failures(report)
+
+
+def format_failures(report: DiffReport) -> str:
+    """The summary: PASS and the count, or FAIL and one line per failing comparison."""
+    fails = report.failures()
+    if not fails:
+        return f"PASS: {len(report.rows)} of {len(report.rows)} comparisons\n"
+    out = [f"FAIL: {len(fails)} of {len(report.rows)} comparisons"]
+    for r in fails:
+        what = (f"fused node {terminal_text(r.name)} ({r.op_type})" if r.kind == "node"
+                else f"output {terminal_text(r.name)}")
+        out.append(f"  {what}: {terminal_text(r.comparison.note, NOTE_WIDTH) or 'over threshold'}")
     return "\n".join(out) + "\n"

@@ -143,12 +143,45 @@ def fused_prox_model(shape: tuple[int, ...] = (1000,)) -> onnx.ModelProto:
                         functions=[fn])
 
 
+def prox_chain_model(count: int, shape: tuple[int, ...] = (64,), parallel: bool = False) -> onnx.ModelProto:
+    """`count` proximal updates, each with its own constants (so each fused node gets its own
+    function) and a standard Neg after it. In a row by default: update i+1 reads the Neg of
+    update i, so the fused model alternates fused nodes and standard nodes. `parallel`: every
+    update reads its own Neg of the input var and ends in its own graph output."""
+    nodes, inits, outputs = [], [], []
+    var = "var"
+    for i in range(count):
+        if parallel:
+            var = f"pre{i}"
+            nodes.append(h.make_node("Neg", ["var"], [var]))
+        body, _ = prox_body(out=f"upd{i}")
+        rename = {n: f"{n}{i}" for n in ("ad", "prox", "ap", "t", "apt", "m", "sp", "num", "al2", "den",
+                                         "one", "alpha", "l1", "l2")}
+        rename["var"] = var
+        for node in body:
+            node.input[:] = [rename.get(x, x) for x in node.input]
+            node.output[:] = [rename.get(x, x) for x in node.output]
+        inits += [h.make_tensor(f"one{i}", T.FLOAT, [], [1.0]),
+                  h.make_tensor(f"alpha{i}", T.FLOAT, [], [0.1 + 0.001 * i]),
+                  h.make_tensor(f"l1{i}", T.FLOAT, [], [0.05]), h.make_tensor(f"l2{i}", T.FLOAT, [], [0.2])]
+        nodes += body
+        var = f"next{i}"
+        nodes.append(h.make_node("Neg", [f"upd{i}"], [var]))
+        if parallel:
+            outputs.append(var)
+    outputs = outputs or [var]
+    graph = h.make_graph(nodes, "prox_chain", [h.make_tensor_value_info(n, T.FLOAT, list(shape)) for n in ("var", "delta")],
+                         [h.make_tensor_value_info(o, T.FLOAT, list(shape)) for o in outputs], initializer=inits)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
+
+
 class Builders:
     smooth_l1_model = staticmethod(smooth_l1_model)
     prox_model = staticmethod(prox_model)
     fused_smooth_l1_model = staticmethod(fused_smooth_l1_model)
     unfused_for_hand_fused = staticmethod(unfused_for_hand_fused)
     fused_prox_model = staticmethod(fused_prox_model)
+    prox_chain_model = staticmethod(prox_chain_model)
 
 
 @pytest.fixture

@@ -184,16 +184,11 @@ def test_every_shipped_model_verifies(diff_args, capsys, path):
     assert rc == 0, captured.out + captured.err
 
 
-def test_progress_lines_for_large_inputs_only(build, diff_args, capsys):
+def test_no_progress_lines_for_a_short_run(build, diff_args, capsys):
     small = build.prox_model(shape=(1000,))
     fused, _ = lowering.fuse(small)
     assert run_verify(small, fused, "ascend950", diff_args()) == 0
     assert capsys.readouterr().err == ""
-    big = build.prox_model(shape=(1 << 20,))
-    fused, _ = lowering.fuse(big)
-    assert run_verify(big, fused, "ascend950", diff_args()) == 0
-    err = capsys.readouterr().err
-    assert "onnxruntime: unfused model" in err and "cpu backend: ApplyProximalGradientDescent" in err
 
 
 @pytest.mark.parametrize("dims,message", [((-1, 5), "negative dimension"), ((100000, 100000), "more than")])

@@ -8,6 +8,7 @@ The CLI entry points take --backend twin.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -59,9 +60,12 @@ def test_model_kernels_match_onnxruntime_and_cpu_backend(path, target, twin, cpu
 def test_lower_verify_and_lower_diff_take_the_twin_backend(twin, tmp_path, capsys):
     model = next(p for p in MODELS if p.stem == "box_head_train_step")
     out = tmp_path / "lowered"
-    assert main([str(model), "--target", "ascend910b", "-o", str(out), "--verify", "--backend", "twin", "-q"]) == 0
-    verify = capsys.readouterr().out
-    assert "backend twin" in verify and "PASS" in verify
+    report = tmp_path / "verify.json"
+    assert main([str(model), "--target", "ascend910b", "-o", str(out), "--verify", "--backend", "twin", "-q",
+                 "--json", str(report)]) == 0
+    assert capsys.readouterr() == ("", "")  # -q: nothing on success, --verify included
+    verify = json.loads(report.read_text())
+    assert verify["backend"] == "twin" and verify["status"] == "PASS"
     fused = out / f"{model.stem}.fused.onnx"
     assert main(["diff", str(model), str(fused), "--backend", "twin", "--target", "ascend950", "--edge-nonfinite"]) == 0
     assert "backend twin, target ascend950" in capsys.readouterr().out
