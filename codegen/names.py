@@ -3,8 +3,7 @@
 Model-derived text (node names) never reaches a path or a C++ identifier: paths and identifiers
 are built from the fused-op contract (op types, parameter names) and a hash of the IR. Node
 names only appear in documentation, after `safe_text`, and on the terminal, after
-`terminal_text`. This module imports nothing heavy, so the graph pass, codegen and the runtime
-can all use it.
+`lowering.terminal.printable`.
 """
 
 from __future__ import annotations
@@ -29,23 +28,6 @@ def safe_text(text: str, max_len: int = 64) -> str:
     cleaned = _UNSAFE.sub("_", text)[:max_len]
     cleaned = re.sub(r"^\.+", lambda m: "_" * len(m.group()), cleaned)
     return cleaned or "_"
-
-
-TERMINAL_WIDTH = 80
-_ELLIPSIS = "..."
-
-
-def terminal_text(text: str, width: int = TERMINAL_WIDTH) -> str:
-    """Model text fit to print: control and other non-printable characters escaped as Python
-    escapes (an ANSI escape shows as \\x1b[31m, a newline as \\n), then shortened to `width`
-    characters with an ellipsis in the middle, so both ends of a long name stay readable
-    (`width` 0: never shortened)."""
-    shown = text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    if width and len(shown) > width:
-        keep = max(width - len(_ELLIPSIS), 2)
-        head = keep - keep // 2
-        shown = shown[:head] + _ELLIPSIS + shown[len(shown) - keep // 2:]
-    return shown
 
 
 def check_identifier(name: str) -> str:

@@ -19,7 +19,7 @@ import onnx
 from codegen.api import build_kernels, emit_kernels, format_ir
 from codegen.errors import CodegenError
 from codegen.targets import UnknownTargetError, get_target, known_targets
-from runtime.diff_cli import add_input_options, run_diff, run_verify
+from runtime.diff_cli import add_input_options, check_input_options, check_options, run_diff, run_verify
 
 from .api import fuse_loaded
 from .errors import LoweringError, ToolError
@@ -59,9 +59,8 @@ exit codes:
   3    internal error, a bug of lower's (set LOWER_DEBUG=1 for the traceback)
   130  interrupted (SIGINT); 143 terminated (SIGTERM): nothing of the run is left behind"""
 
-# the options that only --verify reads, with the defaults they get when given nothing
+# the options that only --verify reads (their defaults mean "not given")
 _VERIFY_DESTS = ("inputs", "seed", "shape", "edge_nonfinite", "json", "backend")
-_VERIFY_DEFAULTS: dict[str, object] = {}
 
 
 def _targets() -> tuple[str, ...]:
@@ -96,10 +95,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "them for those readers; by default such a match is refused")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     add_input_options(parser)
-    for action in parser._actions:  # None marks "not given", so that _check_options sees them
-        if action.dest in _VERIFY_DESTS:
-            _VERIFY_DEFAULTS[action.dest] = action.default
-            action.default = None
     return parser
 
 
@@ -115,6 +110,8 @@ def build_diff_parser() -> argparse.ArgumentParser:
     parser.add_argument("unfused", help="the original model")
     parser.add_argument("fused", help="the fused model (e.g. OUTDIR/<stem>.fused.onnx from lower)")
     parser.add_argument("--target", metavar="T", help=f"target whose schedule the kernels run with: {', '.join(_targets())}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing when every comparison PASSes, "
+                        "only the failures otherwise")
     add_input_options(parser)
     return parser
 
@@ -126,9 +123,9 @@ def safe_stem(path: Path) -> str:
 
 
 def _given_verify_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
-    """The diff-input options set on the command line (their defaults are None until then)."""
+    """The diff-input options set on the command line."""
     return [a.option_strings[0] for a in parser._actions
-            if a.dest in _VERIFY_DESTS and getattr(args, a.dest) not in (None, False, [])]
+            if a.dest in _VERIFY_DESTS and getattr(args, a.dest) != a.default]
 
 
 def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -141,9 +138,8 @@ def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                                  ("--force", args.force)) if on]
         if clash:
             raise LoweringError(f"--emit ir prints the kernel IR and writes nothing; drop {', '.join(clash)}")
-    for action in parser._actions:  # back to the documented defaults
-        if action.dest in _VERIFY_DESTS and getattr(args, action.dest) is None:
-            setattr(args, action.dest, _VERIFY_DEFAULTS[action.dest])
+    if args.verify:
+        check_options(args)
 
 
 def _write_outputs(staging: Path, stem: str, loaded: LoadedModel, fused: onnx.ModelProto,
@@ -184,6 +180,8 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     with OutputTransaction(outdir, force=args.force, protected=[model_path], command=command) as tx:
         loaded = load(model_path, background=True)
         tx.protected.extend(loaded.external_files)
+        if args.verify:  # --inputs and --shape against the model's inputs, before the work
+            check_input_options(args, loaded.model)
         fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared)
         kernels = _kernels(fused, args.target) if args.emit == "all" else []
         data = report.to_dict()

@@ -12,7 +12,7 @@ Exit codes: 0 every comparison PASSes, 1 any FAILs, 2 bad input (one line on std
 goes to stdout, the same data to --json FILE, progress lines to stderr when the run takes more
 than a couple of seconds. With args.quiet (lower's -q) nothing is printed on success and only
 the failures on FAIL. The target for `lower diff` is args.target when the parser has one, else
-the default target. Everything printed from the model is escaped and shortened (terminal_text).
+the default target. Everything printed from the model is escaped and shortened (printable).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import numpy as np
 import onnx
 
 from codegen.errors import CodegenError
-from codegen.names import terminal_text
 from codegen.targets import UnknownTargetError, get_target
 from lowering.errors import LoweringError
 from lowering.loading import load
+from lowering.terminal import printable
 from runtime.backend import DEFAULT_TARGET, Backend, BackendError
 from runtime.backends import backend_names, get_backend
 from runtime.diff import diff_models
@@ -91,12 +91,12 @@ class InputOptions:
 
 
 def _check_json_path(path: str) -> None:
-    shown = terminal_text(path)
+    shown = printable(path)
     if os.path.isdir(path):
         raise InputError(f"--json {shown}: is a directory")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise InputError(f"--json {shown}: no folder {terminal_text(parent)}")
+        raise InputError(f"--json {shown}: no folder {printable(parent)}")
     if not os.access(path if os.path.exists(path) else parent, os.W_OK):
         raise InputError(f"--json {shown}: not writable")
 
@@ -116,7 +116,7 @@ def check_options(args: argparse.Namespace) -> None:
         npz_headers(npz)
     backend = getattr(args, "backend", None) or "cpu"
     if backend not in backend_names():
-        raise InputError(f"--backend {terminal_text(str(backend))}: unknown; known backends: "
+        raise InputError(f"--backend {printable(str(backend))}: unknown; known backends: "
                          f"{', '.join(backend_names())}")
     if getattr(args, "json", None):
         _check_json_path(args.json)
@@ -150,7 +150,7 @@ def _feeds(unfused: onnx.ModelProto, fused: onnx.ModelProto, opts: InputOptions
     fused_names = [s.name for s in model_input_specs(fused)]
     if sorted(fused_names) != sorted(s.name for s in specs):
         raise InputError("the models take different inputs: unfused "
-                         f"{terminal_text(', '.join(s.name for s in specs))}; fused {terminal_text(', '.join(fused_names))}")
+                         f"{printable(', '.join(s.name for s in specs))}; fused {printable(', '.join(fused_names))}")
     if opts.npz:
         return load_npz(opts.npz, specs), opts.npz
     feeds = generate_inputs(specs, opts.shapes, opts.seed, opts.nonfinite, edge_hints(fused))
@@ -158,7 +158,7 @@ def _feeds(unfused: onnx.ModelProto, fused: onnx.ModelProto, opts: InputOptions
 
 
 def _say(prog: str, kind: str, exc: BaseException) -> None:
-    print(f"{prog}: {kind}: {terminal_text(str(exc), MESSAGE_WIDTH)}", file=sys.stderr)
+    print(f"{prog}: {kind}: {printable(str(exc), MESSAGE_WIDTH)}", file=sys.stderr)
 
 
 ModelPair = Callable[[Progress], tuple[onnx.ModelProto, onnx.ModelProto]]
@@ -193,8 +193,8 @@ def _diff(models: ModelPair, unfused_name: str, fused_name: str, target: str, ar
             with open(opts.json, "w", encoding="utf-8") as fh:
                 fh.write(report.to_json_text())
         except OSError as exc:
-            print(f"{prog}: error: cannot write --json {terminal_text(opts.json)}: "
-                  f"{terminal_text(exc.strerror or str(exc))}", file=sys.stderr)
+            print(f"{prog}: error: cannot write --json {printable(opts.json)}: "
+                  f"{printable(exc.strerror or str(exc))}", file=sys.stderr)
             return 2
     return 0 if report.passed else 1
 

@@ -18,10 +18,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from codegen.names import terminal_text
 from codegen.nodes import InputSpec, NodeSpec
 from lowering.fused_ops import OP_SPECS
 from lowering.graph import model_constants, subgraph_inputs
+from lowering.terminal import printable
 from runtime import aclnn
 from runtime.backend import Backend, BackendError
 from runtime.fused_node import fused_attrs, is_fused
@@ -70,7 +70,7 @@ def _segment_model(model: onnx.ModelProto, functions: LocalFunctions, nodes: lis
     reads = list(dict.fromkeys(r for n in nodes for r in _node_reads(n) if r not in produced))
     missing = [r for r in reads if r not in env]
     if missing:
-        raise GraphExecError(f"value '{terminal_text(missing[0])}' is used before it is computed")
+        raise GraphExecError(f"value '{printable(missing[0])}' is used before it is computed")
     graph = helper.make_graph(nodes, "segment", [value_info(r, np.asarray(env[r])) for r in reads],
                               [onnx.ValueInfoProto(name=o) for o in outputs])
     seg = helper.make_model(graph, opset_imports=list(model.opset_import),
@@ -87,7 +87,7 @@ def node_spec_at_runtime(node: onnx.NodeProto, inputs: Mapping[str, np.ndarray],
     for role, value in zip(op.inputs, node.input):
         arr = inputs[role]
         if arr.dtype not in _DTYPE_NAME:
-            raise GraphExecError(f"node '{terminal_text(node.name)}': input {role} is {arr.dtype}; "
+            raise GraphExecError(f"node '{printable(node.name)}': input {role} is {arr.dtype}; "
                                  "fused ops take float32, float16, bfloat16")
         const = None
         if value in constants and constants[value].size == 1:
@@ -159,7 +159,7 @@ def run_fused_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], bac
                 progress.advance()
     missing = [o.name for o in graph.output if o.name not in env]
     if missing:
-        raise GraphExecError(f"graph output '{terminal_text(missing[0])}' was never computed")
+        raise GraphExecError(f"graph output '{printable(missing[0])}' was never computed")
     runs.sort(key=lambda item: item[0])
     return {o.name: env[o.name] for o in graph.output}, [run for _, run in runs]
 
@@ -169,7 +169,7 @@ def _run_fused_node(node: onnx.NodeProto, env: dict[str, np.ndarray], constants:
     op = OP_SPECS[node.op_type]
     missing = [n for n in node.input if n not in env]
     if missing:
-        raise GraphExecError(f"node '{terminal_text(node.name)}': input '{terminal_text(missing[0])}' "
+        raise GraphExecError(f"node '{printable(node.name)}': input '{printable(missing[0])}' "
                              "is not computed")
     inputs = {role: np.asarray(env[name]) for role, name in zip(op.inputs, node.input)}
     spec = node_spec_at_runtime(node, inputs, constants)

@@ -22,10 +22,10 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from codegen.names import terminal_text
 from lowering.errors import LoweringError
 from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD, proximal_scalars
 from lowering.graph import model_constants
+from lowering.terminal import printable
 from runtime.fused_node import fused_attrs
 from runtime.precision import HALF_TYPES, rounded_to
 
@@ -49,7 +49,7 @@ class InputError(LoweringError):
 def check_seed(seed: object) -> int:
     """A seed numpy's generator takes: a non-negative integer."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise InputError(f"--seed {terminal_text(str(seed))}: must be a non-negative integer")
+        raise InputError(f"--seed {printable(str(seed))}: must be a non-negative integer")
     return seed
 
 
@@ -66,7 +66,7 @@ def _np_dtype(elem_type: int, name: str) -> np.dtype:
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
-        raise InputError(f"input '{terminal_text(name)}' has an unsupported element type {elem_type}") from None
+        raise InputError(f"input '{printable(name)}' has an unsupported element type {elem_type}") from None
 
 
 def model_input_specs(model: onnx.ModelProto) -> list[InputSpec]:
@@ -77,7 +77,7 @@ def model_input_specs(model: onnx.ModelProto) -> list[InputSpec]:
         if vi.name in inits:
             continue
         if not vi.type.HasField("tensor_type"):
-            raise InputError(f"input '{terminal_text(vi.name)}' is not a tensor; only tensor inputs are supported")
+            raise InputError(f"input '{printable(vi.name)}' is not a tensor; only tensor inputs are supported")
         tt = vi.type.tensor_type
         shape: tuple[Dim, ...] | None = None
         if tt.HasField("shape"):
@@ -97,9 +97,9 @@ def parse_shape_options(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     for item in items or []:
         name, eq, dims = item.rpartition("=")
         if not eq or not name:
-            raise InputError(f"--shape '{terminal_text(item)}': expected NAME=DIMS, for example x=2,3")
+            raise InputError(f"--shape '{printable(item)}': expected NAME=DIMS, for example x=2,3")
         if not _DIMS.match(dims):
-            raise InputError(f"--shape '{terminal_text(item)}': DIMS must be non-negative integers like 2,3")
+            raise InputError(f"--shape '{printable(item)}': DIMS must be non-negative integers like 2,3")
         numbers = re.findall(r"\d+", dims)
         shapes[name] = tuple(int(n) for n in numbers)
     return shapes
@@ -116,8 +116,8 @@ def resolve_shapes(
     known = {s.name for s in specs}
     for name in overrides:
         if name not in known:
-            raise InputError(f"--shape {terminal_text(name)}: the model has no such input "
-                             f"(inputs: {terminal_text(', '.join(sorted(known)))})")
+            raise InputError(f"--shape {printable(name)}: the model has no such input "
+                             f"(inputs: {printable(', '.join(sorted(known)))})")
     bound: dict[str, int] = {}
     out: dict[str, tuple[int, ...]] = {}
     for s in specs:
@@ -126,12 +126,15 @@ def resolve_shapes(
             continue
         if s.shape is not None:
             if len(given) != len(s.shape):
-                raise InputError(f"--shape {terminal_text(s.name)}: rank {len(given)} but the model says rank {len(s.shape)}")
+                raise InputError(f"--shape {printable(s.name)}: rank {len(given)} "
+                                 f"but the model says rank {len(s.shape)}")
             for g, d in zip(given, s.shape):
                 if isinstance(d, int) and d != g:
-                    raise InputError(f"--shape {terminal_text(s.name)}={_fmt(given)} disagrees with the static shape {_fmt(s.shape)}")
+                    raise InputError(f"--shape {printable(s.name)}={_fmt(given)} disagrees with "
+                                     f"the static shape {_fmt(s.shape)}")
                 if isinstance(d, str) and bound.setdefault(d, g) != g:
-                    raise InputError(f"--shape {terminal_text(s.name)}: dim '{terminal_text(d)}' is {g} here but {bound[d]} elsewhere")
+                    raise InputError(f"--shape {printable(s.name)}: dim '{printable(d)}' is {g} here "
+                                     f"but {bound[d]} elsewhere")
         out[s.name] = given
     unresolved = []
     for s in specs:
@@ -142,13 +145,15 @@ def resolve_shapes(
         else:
             unresolved.append(s)
     if unresolved:
-        listed = ", ".join(f"{terminal_text(s.name)} {'(unknown rank)' if s.shape is None else _fmt(s.shape)}" for s in unresolved)
+        listed = ", ".join(f"{printable(s.name)} {'(unknown rank)' if s.shape is None else _fmt(s.shape)}"
+                           for s in unresolved)
         raise InputError(f"dynamic input shapes need --shape NAME=DIMS: {listed}")
     for name, shape in out.items():
         if any(d < 0 for d in shape):
-            raise InputError(f"input '{terminal_text(name)}' has a negative dimension {_fmt(shape)}")
+            raise InputError(f"input '{printable(name)}' has a negative dimension {_fmt(shape)}")
         if math.prod(shape) > GENERATE_LIMIT:
-            raise InputError(f"input '{terminal_text(name)}' {_fmt(shape)} holds {math.prod(shape)} elements, more than the "
+            raise InputError(f"input '{printable(name)}' {_fmt(shape)} holds {math.prod(shape)} elements, "
+                             "more than the "
                              f"{GENERATE_LIMIT} generated inputs may; pass smaller --shape or --inputs FILE.npz")
     return out
 
@@ -158,7 +163,7 @@ def _fmt(shape: tuple[Dim, ...]) -> str:
 
 
 def _arg(path: str) -> str:
-    return f"--inputs {terminal_text(str(path))}"
+    return f"--inputs {printable(str(path))}"
 
 
 def _npy_header(fh: object) -> tuple[tuple[int, ...], np.dtype]:
@@ -177,7 +182,7 @@ def _npy_header(fh: object) -> tuple[tuple[int, ...], np.dtype]:
 
 def _unreadable(path: str, exc: BaseException) -> InputError:
     return InputError(f"{_arg(path)}: not a readable .npz file "
-                      f"({terminal_text(str(exc).strip() or type(exc).__name__)})")
+                      f"({printable(str(exc).strip() or type(exc).__name__)})")
 
 
 def npz_headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -216,20 +221,20 @@ def _check_arrays(path: str, specs: list[InputSpec],
     by_name = {s.name: s for s in specs}
     extra = sorted(set(found) - set(by_name))
     if extra:
-        raise InputError(f"{_arg(path)}: '{terminal_text(extra[0])}' is not a model input "
-                         f"(inputs: {terminal_text(', '.join(by_name))})")
+        raise InputError(f"{_arg(path)}: '{printable(extra[0])}' is not a model input "
+                         f"(inputs: {printable(', '.join(by_name))})")
     for s in specs:
         if s.name not in found:
-            raise InputError(f"{_arg(path)}: no array for input '{terminal_text(s.name)}'")
+            raise InputError(f"{_arg(path)}: no array for input '{printable(s.name)}'")
         shape, dtype = found[s.name]
         dtype = _as_model_dtype(s, dtype)
         if dtype != s.dtype:
-            raise InputError(f"{_arg(path)}: '{terminal_text(s.name)}' is {dtype} but the model wants {s.dtype}")
+            raise InputError(f"{_arg(path)}: '{printable(s.name)}' is {dtype} but the model wants {s.dtype}")
         if s.shape is not None:
             ok = len(shape) == len(s.shape) and all(
                 not isinstance(d, int) or d == a for d, a in zip(s.shape, shape))
             if not ok:
-                raise InputError(f"{_arg(path)}: '{terminal_text(s.name)}' has shape {list(shape)}, "
+                raise InputError(f"{_arg(path)}: '{printable(s.name)}' has shape {list(shape)}, "
                                  f"model says {_fmt(s.shape)}")
 
 
@@ -421,7 +426,7 @@ def generate_inputs(
         elif s.dtype.kind in "iu":
             out[s.name] = rng.integers(0, 10, size=shape).astype(s.dtype)
         else:
-            raise InputError(f"cannot generate values for input '{terminal_text(s.name)}' of type {s.dtype}")
+            raise InputError(f"cannot generate values for input '{printable(s.name)}' of type {s.dtype}")
     rng = np.random.default_rng([seed, len(specs)])
     # hints name inputs; one that is also an initializer has its default and is not generated
     for p, lab, sigma in hints.sigma_pairs:

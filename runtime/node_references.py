@@ -66,17 +66,19 @@ def function_body_references(model: onnx.ModelProto, runs: Sequence[FusedRun],
     """For each run, onnxruntime's outputs of its node's function body on the run's inputs, by
     contract output name (OP_SPECS); None for a node without a function body."""
     functions = LocalFunctions(model)
-    bodies = [functions.called_by(run.node) for run in runs]
-    with_body = [run for run, fn in zip(runs, bodies) if fn is not None]
-    where = [k for k, fn in enumerate(bodies) if fn is not None]
+    found = [(k, run, functions.called_by(run.node)) for k, run in enumerate(runs)]
+    with_body = [(k, run, fn) for k, run, fn in found if fn is not None]
     refs: list[dict[str, np.ndarray] | None] = [None] * len(runs)
     if progress:
         progress.stage("onnxruntime: fused nodes' function bodies", total=len(with_body))
-    for group in _batches(with_body):
-        calls, feeds, outputs, taken = [], {}, [], set()
+    for group in _batches([run for _, run, _ in with_body]):
+        calls: list[onnx.NodeProto] = []
+        feeds: dict[str, np.ndarray] = {}
+        outputs: list[list[str]] = []
+        taken: set[str] = set()
         for k in group:
-            run = with_body[k]
-            call, ins, outs = _call(run.node, bodies[where[k]], k, taken)
+            _, run, body = with_body[k]
+            call, ins, outs = _call(run.node, body, k, taken)
             calls.append(call)
             op = OP_SPECS[run.node.op_type]
             feeds.update((name, np.asarray(run.inputs[role])) for name, role in zip(ins, op.inputs))
@@ -87,8 +89,9 @@ def function_body_references(model: onnx.ModelProto, runs: Sequence[FusedRun],
         ref.ir_version = model.ir_version
         result = run_model(ref, feeds)
         for k, outs in zip(group, outputs):
-            op = OP_SPECS[with_body[k].node.op_type]
-            refs[where[k]] = {role: result[o] for role, o in zip(op.outputs, outs)}
+            index, run, _ = with_body[k]
+            op = OP_SPECS[run.node.op_type]
+            refs[index] = {role: result[o] for role, o in zip(op.outputs, outs)}
         if progress:
             progress.advance(len(group))
     return refs

@@ -6,7 +6,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from codegen.names import terminal_text
+from lowering.terminal import printable
 from runtime.precision import Comparison
 
 NAME_WIDTH = 40  # the table's name column; the failure lines below it show up to 80 characters
@@ -67,13 +67,13 @@ def format_table(report: DiffReport) -> str:
     lines = []
     for r in report.rows:
         c = r.comparison
-        name = terminal_text(r.name, NAME_WIDTH) + (f" ({r.op_type})" if r.op_type else "")
+        name = printable(r.name, NAME_WIDTH) + (f" ({r.op_type})" if r.op_type else "")
         lines.append((r.kind, name, r.reference, c.dtype, "[" + ",".join(map(str, c.shape)) + "]",
                       _num(c.max_abs_err), _num(c.mere), _num(c.mare), _num(c.threshold),
                       f"{c.nan_mismatch}/{c.inf_mismatch}", "PASS" if c.passed else "FAIL"))
     widths = [max(len(h), *(len(row[i]) for row in lines)) if lines else len(h) for i, h in enumerate(head)]
-    title = (f"diff {terminal_text(report.unfused, 0)} (unfused) vs {terminal_text(report.fused, 0)} (fused); "
-             f"backend {report.backend}, target {report.target}, inputs: {terminal_text(report.inputs, 0)}")
+    title = (f"diff {printable(report.unfused, 0)} (unfused) vs {printable(report.fused, 0)} (fused); "
+             f"backend {report.backend}, target {report.target}, inputs: {printable(report.inputs, 0)}")
     out = [title,
            "  ".join(h.ljust(w) for h, w in zip(head, widths)),
            "  ".join("-" * w for w in widths)]
@@ -90,7 +90,7 @@ def format_failures(report: DiffReport) -> str:
         return f"PASS: {len(report.rows)} of {len(report.rows)} comparisons\n"
     out = [f"FAIL: {len(fails)} of {len(report.rows)} comparisons"]
     for r in fails:
-        what = (f"fused node {terminal_text(r.name)} ({r.op_type})" if r.kind == "node"
-                else f"output {terminal_text(r.name)}")
-        out.append(f"  {what}: {terminal_text(r.comparison.note, NOTE_WIDTH) or 'over threshold'}")
+        what = (f"fused node {printable(r.name)} ({r.op_type})" if r.kind == "node"
+                else f"output {printable(r.name)}")
+        out.append(f"  {what}: {printable(r.comparison.note, NOTE_WIDTH) or 'over threshold'}")
     return "\n".join(out) + "\n"

@@ -233,7 +233,11 @@ def test_output_files_share_one_mode(tmp_path: Path) -> None:
     (lambda t: ["--seed", "3"], "--seed only applies with --verify"),
     (lambda t: ["--inputs", str(t / "x.npz"), "--backend", "cpu"], "only apply with --verify"),
     (lambda t: ["--emit", "ir", "--verify"], "--emit ir"),
-], ids=["under-a-file", "unwritable", "seed-without-verify", "inputs-without-verify", "ir-with-verify"])
+    (lambda t: ["--verify", "--seed", "-5"], "--seed"),
+    (lambda t: ["--verify", "--inputs", str(t / "file")], "--inputs"),
+    (lambda t: ["--verify", "--shape", "nosuch=3"], "nosuch"),
+], ids=["under-a-file", "unwritable", "seed-without-verify", "inputs-without-verify", "ir-with-verify",
+        "verify-negative-seed", "verify-inputs-not-npz", "verify-shape-of-no-input"])
 def test_user_mistakes_exit_2_with_one_line_and_write_nothing(tmp_path: Path, make_args, needle: str) -> None:
     (tmp_path / "file").write_text("a regular file")
     proc = _run(SAMPLE, "--target", "ascend950", *make_args(tmp_path))
@@ -257,7 +261,7 @@ NEAR_MISS = Path(__file__).resolve().parents[1] / "fixtures" / "exporters" / "nm
 @pytest.mark.parametrize("name, shown", [
     ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
     ("two\nlines", "two\\nlines"),
-    ("x" * 5000, "x" * 39 + "\u2026"),
+    ("x" * 5000, "x" * 39 + "..."),
 ], ids=["ansi", "newline", "5000-chars"])
 def test_terminal_output_escapes_and_shortens_model_names(tmp_path: Path, capsys, name: str, shown: str) -> None:
     model = onnx.load(str(NEAR_MISS))

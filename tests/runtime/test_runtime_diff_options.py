@@ -14,9 +14,9 @@ import pytest
 import lowering
 import runtime.ort_exec as ort_exec
 import runtime.progress as progress_mod
-from codegen.names import TERMINAL_WIDTH, terminal_text
 from lowering.cli import main
 from lowering.errors import LoweringError
+from lowering.terminal import NAME_LIMIT, printable
 from runtime.diff_cli import InputOptions, check_input_options, check_options, run_diff, run_verify
 from runtime.progress import Progress
 
@@ -215,13 +215,13 @@ def test_progress_shows_on_a_long_run_whatever_the_tensor_sizes(build, diff_args
 # -------------------------------------------------------------------------- terminal text
 
 
-def test_terminal_text_escapes_and_shortens():
-    assert terminal_text("a\x1b[31mb\nc\td") == "a\\x1b[31mb\\nc\\td"
-    assert terminal_text("\u202eevil") == "\\u202eevil"
+def test_printable_escapes_and_shortens():
+    assert printable("a\x1b[31mb\nc\td") == "a\\x1b[31mb\\nc\\td"
+    assert printable("\u202eevil") == "\\u202eevil"
     long = "head_" + "x" * 5000 + "_tail"
-    shown = terminal_text(long)
-    assert len(shown) == TERMINAL_WIDTH and shown.startswith("head_") and shown.endswith("_tail") and "..." in shown
-    assert terminal_text(long, 0) == long and terminal_text("plain") == "plain"
+    shown = printable(long)
+    assert len(shown) == NAME_LIMIT and shown.startswith("head_") and shown.endswith("_tail") and "..." in shown
+    assert printable(long, 0) == long and printable("plain") == "plain"
 
 
 def test_long_and_hostile_names_are_safe_in_table_and_failures(build, diff_args, tmp_path, capsys):
