@@ -7,8 +7,9 @@
     artifact.emit(kernels_dir)             -> [Path] of the AscendC project written
     emit_kernels(artifacts, kernels_dir)   -> [Path] for all of them
 
-Distinct kernels are deduplicated by variant: nodes whose optimised IR prints the same share one
-artifact (and one emitted project). A variant's name is the op type, the dtype and a hash of its
+Distinct kernels are deduplicated twice: nodes that look the same to the lowering rules (op type,
+input dtypes, shapes and constants, attributes: `spec_key`) are lowered once, and nodes whose
+optimised IR prints the same share one artifact (and one emitted project). A variant's name is the op type, the dtype and a hash of its
 IR text, so it depends only on what the kernel computes, never on node names.
 """
 
@@ -105,15 +106,41 @@ class KernelArtifact:
         return emit_project(self, Path(kernels_dir))
 
 
+def _exact(value: object) -> object:
+    """A dict-key form of an attribute or constant that keeps apart what compares equal in
+    Python but lowers differently: 0.0 and -0.0, and NaNs (float.hex spells them)."""
+    if isinstance(value, float):
+        return ("float", value.hex())
+    if isinstance(value, (list, tuple)):
+        return tuple(_exact(v) for v in value)
+    return (type(value).__name__, value)
+
+
+def spec_key(spec: NodeSpec) -> tuple:
+    """Everything of a node the lowering rules read, i.e. all of it but its name."""
+    inputs = tuple(
+        (role, i.dtype, i.shape, None if i.const is None else i.const.hex())
+        for role, i in spec.inputs.items()
+    )
+    attrs = tuple(sorted((k, _exact(v)) for k, v in spec.attrs.items()))
+    return spec.op_type, inputs, attrs
+
+
 def build_kernels(model: onnx.ModelProto, target: str) -> list[KernelArtifact]:
     """One artifact per distinct kernel of the model's fused nodes, in first-use order."""
     tgt = get_target(target)
+    by_key: dict[tuple, str] = {}
     by_text: dict[str, tuple[Kernel, list[str]]] = {}
     tables = ModelTables(model)
     for node in fused_nodes(model):
-        kernel = kernel_for_node(model, node, tables)
-        text = format_kernel(kernel)
-        by_text.setdefault(text, (kernel, []))[1].append(node.name)
+        spec = node_spec(model, node, tables)
+        key = spec_key(spec)
+        text = by_key.get(key)
+        if text is None:
+            kernel = kernel_for_spec(spec)
+            text = by_key[key] = format_kernel(kernel)
+            by_text.setdefault(text, (kernel, []))
+        by_text[text][1].append(node.name)
     return [
         KernelArtifact(kernel, tgt, tuple(names), allocate(kernel))
         for kernel, names in by_text.values()

@@ -1,10 +1,10 @@
 """AscendC project emitter: one custom-op project per distinct kernel (DESIGN section 5).
 
-    <kernels_dir>/<file_stem>/
-        op_host/<stem>_def.cpp, <stem>_infershape.cpp, <stem>_tiling.cpp
-        op_kernel/<stem>.cpp, <stem>.h, <stem>_tiling_data.h, <stem>_tiling_key.h
-        examples/test_aclnn_<stem>.cpp
-        CMakeLists.txt, build.sh, README.md
+    <kernels_dir>/<file_stem>/                       (the msopgen `customize` layout)
+        CMakeLists.txt, CMakePresets.json, build.sh, README.md
+        op_host/CMakeLists.txt, <stem>_def.cpp, <stem>_infershape.cpp, <stem>_tiling.cpp
+        op_kernel/CMakeLists.txt, <stem>.cpp, <stem>.h, <stem>_tiling_data.h, <stem>_tiling_key.h
+        examples/CMakeLists.txt, test_aclnn_<stem>.cpp
 
 Every path and identifier is built from the op type, contract parameter names and the IR hash
 (codegen/api.py); node names only reach README.md through codegen.names.safe_text. Output is a
@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING
 
 from codegen.emit.host_src import def_cpp, infershape_cpp, tiling_cpp
 from codegen.emit.kernel_src import kernel_cpp, kernel_h, tiling_data_h, tiling_key_h
-from codegen.emit.project_files import build_sh, cmakelists, example_cpp, readme
+from codegen.emit.project_files import (
+    build_sh,
+    cmake_presets,
+    cmakelists,
+    example_cmakelists,
+    example_cpp,
+    op_host_cmakelists,
+    op_kernel_cmakelists,
+    readme,
+)
 from codegen.errors import CodegenError
 from codegen.names import check_identifier
 
@@ -33,12 +42,16 @@ def project_files(art: KernelArtifact) -> dict[str, str]:
         check_identifier(p.name)
     return {
         "CMakeLists.txt": cmakelists(art),
+        "CMakePresets.json": cmake_presets(art),
         "README.md": readme(art),
         "build.sh": build_sh(art),
+        "examples/CMakeLists.txt": example_cmakelists(art),
         f"examples/test_aclnn_{stem}.cpp": example_cpp(art),
+        "op_host/CMakeLists.txt": op_host_cmakelists(art),
         f"op_host/{stem}_def.cpp": def_cpp(art),
         f"op_host/{stem}_infershape.cpp": infershape_cpp(art),
         f"op_host/{stem}_tiling.cpp": tiling_cpp(art),
+        "op_kernel/CMakeLists.txt": op_kernel_cmakelists(art),
         f"op_kernel/{stem}.cpp": kernel_cpp(art),
         f"op_kernel/{stem}.h": kernel_h(art),
         f"op_kernel/{stem}_tiling_data.h": tiling_data_h(art),

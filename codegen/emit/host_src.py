@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from codegen.emit.cxx import BANNER, GE_TYPES, float_literal, input_index, scalar_expr
 from codegen.emit.kernel_src import host_scalars, key_names, tiling_struct
 from codegen.ir import Kind, Op, format_instr, scalar_stages
-from codegen.schedule import CORE_ALIGN, TILE_ALIGN, fixed_bytes, tile_block_bytes
+from codegen.schedule import CORE_ALIGN, TILE_ALIGN, UB_RESERVE_BYTES, fixed_bytes, tile_block_bytes
 
 if TYPE_CHECKING:
     from codegen.api import KernelArtifact
@@ -56,7 +56,7 @@ def def_cpp(art: KernelArtifact) -> str:
         "            .DynamicShapeSupportFlag(true)",
         "            .NeedCheckSupportFlag(false)",
         f'            .ExtendCfgInfo("opFile.value", "{art.file_stem}");',
-        f'        this->AICore().AddConfig("{art.target.soc}", aicoreConfig);',
+        f'        this->AICore().AddConfig("{art.target.compute_unit}", aicoreConfig);',
         "    }",
         "};",
         "",
@@ -150,6 +150,7 @@ def tiling_cpp(art: KernelArtifact) -> str:
         f"constexpr int64_t TILE_BLOCK_BYTES_DOUBLE = {tile_block_bytes(art.allocation, 2)};",
         f"constexpr int64_t FIXED_BYTES = {fixed_bytes(k, t)};  // Sign temp + Select temp space",
         f"constexpr int64_t TARGET_UB_BYTES = {t.ub_bytes};",
+        f"constexpr int64_t UB_RESERVE_BYTES = {UB_RESERVE_BYTES};  // left unplanned, as ops-nn keeps",
         f"constexpr int64_t TARGET_CORES = {t.aiv_cores};",
         "",
         "int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }",
@@ -214,7 +215,7 @@ def tiling_cpp(art: KernelArtifact) -> str:
         "    }",
         "    const int64_t blockFactor = CeilDiv(CeilDiv(n, cores), CORE_ALIGN) * CORE_ALIGN;",
         "    const int64_t blockDim = CeilDiv(n, blockFactor);",
-        "    const int64_t budget = ub - FIXED_BYTES > 0 ? ub - FIXED_BYTES : 0;",
+        "    const int64_t budget = ub - UB_RESERVE_BYTES - FIXED_BYTES > 0 ? ub - UB_RESERVE_BYTES - FIXED_BYTES : 0;",
         "    const int64_t single = budget / TILE_BLOCK_BYTES_SINGLE * TILE_ALIGN;",
         "    const int64_t dbl = budget / TILE_BLOCK_BYTES_DOUBLE * TILE_ALIGN;",
         "    if (single == 0) {",

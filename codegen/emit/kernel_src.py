@@ -122,7 +122,9 @@ def _tile_call(art: KernelArtifact, i: int, ref: dict[int, str]) -> str:
         return f"{ins.op.value}({dst}, {a[0]}, count);"
     if ins.op is Op.COMPARE:
         scalar = k.instrs[ins.srcs[1]].kind is Kind.SCALAR
-        fn = "Compares" if scalar else "Compare"
+        # CompareScalar: declared by 8.1-class toolkits and still (deprecated) by newer ones,
+        # where Compares, its newer name, is missing from 8.1
+        fn = "CompareScalar" if scalar else "Compare"
         return f"{fn}({dst}, {a[0]}, {a[1]}, CMPMODE::{ins.attr('mode')}, count);"
     if ins.op is Op.SELECT:
         mode = f"SELMODE::VSEL_{ins.attr('mode')}_MODE"

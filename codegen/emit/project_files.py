@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from codegen.emit.cxx import ACL_TYPES, BANNER
 from codegen.emit.golden import golden_function
 from codegen.ir import Kind, Op
 from codegen.names import safe_text
-from codegen.schedule import TILE_ALIGN
+from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES
 from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 
 if TYPE_CHECKING:
@@ -36,67 +37,222 @@ def read_scalars(art: KernelArtifact) -> set[str]:
     }
 
 
+VENDOR = "ascend_lowering"  # vendor_name: the directory the package installs under
+TEMPLATE_DIR = "tools/op_project_templates/ascendc/customize"  # inside the toolkit
+DEFAULT_TOOLKIT = "/usr/local/Ascend/ascend-toolkit/latest"  # 8.x; newer installs: /usr/local/Ascend/cann
+
+
 def cmakelists(art: KernelArtifact) -> str:
+    """Top-level CMakeLists.txt of the msopgen `customize` flow.
+
+    The template's cmake/ and scripts/ (opbuild, add_kernels_compile, packaging) come from the
+    toolkit the project is built with, copied at configure time as msopgen copies them at project
+    creation, so they always match that toolkit's op build.
+    """
+    return f"""# {BANNER}
+cmake_minimum_required(VERSION 3.16.0)
+project(opp)
+
+# Where the toolkit is: -DASCEND_CANN_PACKAGE_PATH, else the environment of set_env.sh.
+if(NOT DEFINED ASCEND_CANN_PACKAGE_PATH OR NOT EXISTS "${{ASCEND_CANN_PACKAGE_PATH}}/include")
+    foreach(candidate "$ENV{{ASCEND_CANN_PACKAGE_PATH}}" "$ENV{{ASCEND_HOME_PATH}}")
+        if(candidate AND EXISTS "${{candidate}}/include")
+            set(ASCEND_CANN_PACKAGE_PATH "${{candidate}}" CACHE PATH "CANN toolkit root" FORCE)
+            break()
+        endif()
+    endforeach()
+endif()
+if(NOT EXISTS "${{ASCEND_CANN_PACKAGE_PATH}}/include")
+    message(FATAL_ERROR "CANN toolkit not found: set ASCEND_CANN_PACKAGE_PATH or source set_env.sh "
+                        "(ASCEND_HOME_PATH); '${{ASCEND_CANN_PACKAGE_PATH}}' has no include/")
+endif()
+set(OP_PROJECT_TEMPLATE "${{ASCEND_CANN_PACKAGE_PATH}}/{TEMPLATE_DIR}")
+if(NOT EXISTS "${{CMAKE_CURRENT_SOURCE_DIR}}/cmake/func.cmake")
+    if(NOT EXISTS "${{OP_PROJECT_TEMPLATE}}/cmake/func.cmake")
+        message(FATAL_ERROR "the toolkit at ${{ASCEND_CANN_PACKAGE_PATH}} has no custom-operator "
+                            "project template ({TEMPLATE_DIR})")
+    endif()
+    file(COPY "${{OP_PROJECT_TEMPLATE}}/cmake" "${{OP_PROJECT_TEMPLATE}}/scripts"
+         DESTINATION "${{CMAKE_CURRENT_SOURCE_DIR}}")
+endif()
+
+include(cmake/config.cmake)
+include(cmake/func.cmake)
+include(cmake/intf.cmake)
+set(CMAKE_COMPILE ${{CMAKE_CXX_COMPILER}})
+
+add_subdirectory(op_host)
+add_subdirectory(op_kernel)
+
+# install.sh and upgrade.sh of the package, with this project's vendor name
+add_custom_command(OUTPUT ${{CMAKE_BINARY_DIR}}/scripts/install.sh ${{CMAKE_BINARY_DIR}}/scripts/upgrade.sh
+    COMMAND mkdir -p ${{CMAKE_BINARY_DIR}}/scripts
+    COMMAND cp -r ${{CMAKE_SOURCE_DIR}}/scripts/* ${{CMAKE_BINARY_DIR}}/scripts/
+    COMMAND sed -i "s/vendor_name=customize/vendor_name=${{vendor_name}}/g" ${{CMAKE_BINARY_DIR}}/scripts/*
+)
+add_custom_target(modify_vendor ALL DEPENDS ${{CMAKE_BINARY_DIR}}/scripts/install.sh ${{CMAKE_BINARY_DIR}}/scripts/upgrade.sh)
+
+get_system_info(SYSTEM_INFO)
+add_custom_target(gen_version_info ALL
+    COMMAND bash ${{CMAKE_CURRENT_SOURCE_DIR}}/cmake/util/gen_version_info.sh ${{ASCEND_CANN_PACKAGE_PATH}} ${{CMAKE_CURRENT_BINARY_DIR}}
+)
+
+install(DIRECTORY ${{CMAKE_BINARY_DIR}}/scripts/ DESTINATION . FILE_PERMISSIONS OWNER_EXECUTE OWNER_READ GROUP_READ)
+install(FILES ${{CMAKE_CURRENT_BINARY_DIR}}/version.info DESTINATION packages/vendors/${{vendor_name}}/)
+
+# `package` target: the self-extracting custom_opp_<os>_<arch>.run
+set(CPACK_PACKAGE_NAME ${{CMAKE_PROJECT_NAME}})
+set(CPACK_PACKAGE_DESCRIPTION "{art.op_name} custom operator (ascend-lowering)")
+set(CPACK_PACKAGE_DIRECTORY ${{CMAKE_INSTALL_PREFIX}})
+set(CPACK_PACKAGE_FILE_NAME "custom_opp_${{SYSTEM_INFO}}.run")
+set(CPACK_GENERATOR External)
+set(CPACK_CMAKE_GENERATOR "Unix Makefiles")
+set(CPACK_EXTERNAL_ENABLE_STAGING TRUE)
+set(CPACK_EXTERNAL_PACKAGE_SCRIPT ${{CMAKE_SOURCE_DIR}}/cmake/makeself.cmake)
+set(CPACK_EXTERNAL_BUILT_PACKAGES ${{CPACK_PACKAGE_DIRECTORY}}/_CPack_Packages/Linux/External/${{CPACK_PACKAGE_FILE_NAME}}/${{CPACK_PACKAGE_FILE_NAME}})
+include(CPack)
+"""
+
+
+def cmake_presets(art: KernelArtifact) -> str:
+    """CMakePresets.json with the cache variables of the template's preset."""
+    cache = {
+        "CMAKE_BUILD_TYPE": ("STRING", "Release"),
+        "ENABLE_SOURCE_PACKAGE": ("BOOL", "True"),
+        "ENABLE_BINARY_PACKAGE": ("BOOL", "True"),
+        "ASCEND_COMPUTE_UNIT": ("STRING", art.target.compute_unit),
+        "ENABLE_TEST": ("BOOL", "False"),
+        "vendor_name": ("STRING", VENDOR),
+        "ASCEND_CANN_PACKAGE_PATH": ("PATH", DEFAULT_TOOLKIT),
+        "ASCEND_PYTHON_EXECUTABLE": ("STRING", "python3"),
+        "CMAKE_INSTALL_PREFIX": ("PATH", "${sourceDir}/build_out"),
+        "ENABLE_CROSS_COMPILE": ("BOOL", "False"),
+        "ASCEND_PACK_SHARED_LIBRARY": ("BOOL", "False"),
+    }
+    preset = {
+        "version": 1,
+        "cmakeMinimumRequired": {"major": 3, "minor": 19, "patch": 0},
+        "configurePresets": [
+            {
+                "name": "default",
+                "displayName": "Default Config",
+                "description": f"{art.op_name} for {art.target.compute_unit}",
+                "generator": "Unix Makefiles",
+                "binaryDir": "${sourceDir}/build_out",
+                "cacheVariables": {k: {"type": t, "value": v} for k, (t, v) in cache.items()},
+            }
+        ],
+    }
+    return json.dumps(preset, indent=4) + "\n"
+
+
+def op_host_cmakelists(art: KernelArtifact) -> str:
+    """op_host/CMakeLists.txt: the op build (aclnn API, op proto, tiling) and its install layout."""
+    return f"""# {BANNER}
+aux_source_directory(${{CMAKE_CURRENT_SOURCE_DIR}} ops_srcs)
+
+# compiles these sources (-std=c++11) and runs the toolkit's op_build: aclnn_*.h/.cpp, op_proto.*,
+# the ops-info .ini and the generated tiling header land in ${{ASCEND_AUTOGEN_PATH}}
+opbuild(OPS_SRC ${{ops_srcs}} OUT_DIR ${{ASCEND_AUTOGEN_PATH}})
+
+add_library(cust_op_proto SHARED ${{ops_srcs}} ${{ASCEND_AUTOGEN_PATH}}/op_proto.cc)
+target_compile_definitions(cust_op_proto PRIVATE OP_PROTO_LIB)
+target_compile_options(cust_op_proto PRIVATE -fvisibility=hidden)
+target_link_libraries(cust_op_proto PRIVATE intf_pub exe_graph register tiling_api
+    -Wl,--whole-archive rt2_registry -Wl,--no-whole-archive)
+set_target_properties(cust_op_proto PROPERTIES OUTPUT_NAME cust_opsproto_rt2.0)
+
+add_library(cust_optiling SHARED ${{ops_srcs}})
+target_compile_definitions(cust_optiling PRIVATE OP_TILING_LIB)
+target_compile_options(cust_optiling PRIVATE -fvisibility=hidden)
+target_link_libraries(cust_optiling PRIVATE nnopbase intf_pub exe_graph register tiling_api
+    -Wl,--whole-archive rt2_registry -Wl,--no-whole-archive)
+set_target_properties(cust_optiling PROPERTIES OUTPUT_NAME cust_opmaster_rt2.0)
+
+file(GLOB aclnn_src ${{ASCEND_AUTOGEN_PATH}}/aclnn_*.cpp)
+file(GLOB aclnn_inc ${{ASCEND_AUTOGEN_PATH}}/aclnn_*.h)
+add_library(cust_opapi SHARED ${{aclnn_src}})
+target_link_libraries(cust_opapi PRIVATE intf_pub ascendcl nnopbase)
+
+add_custom_target(optiling_compat ALL
+    COMMAND ln -sf lib/linux/${{CMAKE_SYSTEM_PROCESSOR}}/$<TARGET_FILE_NAME:cust_optiling>
+            ${{CMAKE_CURRENT_BINARY_DIR}}/liboptiling.so)
+
+set(VENDOR_DIR packages/vendors/${{vendor_name}})
+install(TARGETS cust_op_proto LIBRARY DESTINATION ${{VENDOR_DIR}}/op_proto/lib/linux/${{CMAKE_SYSTEM_PROCESSOR}})
+install(FILES ${{ASCEND_AUTOGEN_PATH}}/op_proto.h DESTINATION ${{VENDOR_DIR}}/op_proto/inc)
+install(TARGETS cust_optiling
+        LIBRARY DESTINATION ${{VENDOR_DIR}}/op_impl/ai_core/tbe/op_tiling/lib/linux/${{CMAKE_SYSTEM_PROCESSOR}})
+install(FILES ${{CMAKE_CURRENT_BINARY_DIR}}/liboptiling.so DESTINATION ${{VENDOR_DIR}}/op_impl/ai_core/tbe/op_tiling)
+install(TARGETS cust_opapi LIBRARY DESTINATION ${{VENDOR_DIR}}/op_api/lib)
+install(FILES ${{aclnn_inc}} DESTINATION ${{VENDOR_DIR}}/op_api/include)
+"""
+
+
+def op_kernel_cmakelists(art: KernelArtifact) -> str:
+    return f"""# {BANNER}
+# Kernel binaries for every compute unit of ASCEND_COMPUTE_UNIT ({art.target.compute_unit}).
+if(CMAKE_BUILD_TYPE STREQUAL "Debug")
+    add_ops_compile_options(ALL OPTIONS -g -O0)
+endif()
+
+add_kernels_compile()
+"""
+
+
+def example_cmakelists(art: KernelArtifact) -> str:
     stem = art.file_stem
     return f"""# {BANNER}
-cmake_minimum_required(VERSION 3.16)
-project({stem} LANGUAGES CXX)
+# The aclnn example, built against the installed package (run the .run from ../build.sh first).
+cmake_minimum_required(VERSION 3.16.0)
+project(test_aclnn_{stem} LANGUAGES CXX)
 
-set(ASCEND_HOME_PATH "$ENV{{ASCEND_HOME_PATH}}" CACHE PATH "CANN toolkit root")
-if(NOT ASCEND_HOME_PATH)
-    set(ASCEND_HOME_PATH /usr/local/Ascend/cann)
-endif()
-set(SOC_VERSION "{art.target.soc}" CACHE STRING "SoC the kernel is built for")
-set(CMAKE_CXX_STANDARD 17)
-set(CMAKE_CXX_STANDARD_REQUIRED ON)
+set(ASCEND_CANN_PACKAGE_PATH "$ENV{{ASCEND_HOME_PATH}}" CACHE PATH "CANN toolkit root")
+set(ASCEND_OPP_PATH "$ENV{{ASCEND_OPP_PATH}}" CACHE PATH "opp directory the package installed into")
+set(VENDOR_DIR ${{ASCEND_OPP_PATH}}/vendors/{VENDOR})
 
-# Device kernel: compiled by the AscendC toolchain's CMake support.
-set(ASCENDC_CMAKE_DIR ${{ASCEND_HOME_PATH}}/tools/tikcpp/ascendc_kernel_cmake)
-include(${{ASCENDC_CMAKE_DIR}}/ascendc.cmake)
-ascendc_library({stem}_kernel STATIC op_kernel/{stem}.cpp)
-target_include_directories({stem}_kernel PRIVATE op_kernel)
-
-# Host side: OpDef, InferShape and tiling, loaded by the op framework.
-add_library({stem}_host SHARED
-    op_host/{stem}_def.cpp
-    op_host/{stem}_infershape.cpp
-    op_host/{stem}_tiling.cpp)
-target_include_directories({stem}_host PRIVATE
-    ${{ASCEND_HOME_PATH}}/include
-    ${{ASCEND_HOME_PATH}}/include/op_common
-    op_kernel)
-target_link_directories({stem}_host PRIVATE ${{ASCEND_HOME_PATH}}/lib64)
-target_link_libraries({stem}_host PRIVATE register tiling_api platform exe_graph)
-
-# aclnn example: needs the installed custom op package (libcust_opapi.so).
-option(BUILD_EXAMPLE "Build examples/test_aclnn_{stem}" OFF)
-if(BUILD_EXAMPLE)
-    set(CUSTOM_OPP_DIR "$ENV{{ASCEND_CUSTOM_OPP_PATH}}" CACHE PATH "installed vendor dir")
-    add_executable(test_aclnn_{stem} examples/test_aclnn_{stem}.cpp)
-    target_include_directories(test_aclnn_{stem} PRIVATE
-        ${{ASCEND_HOME_PATH}}/include ${{ASCEND_HOME_PATH}}/include/aclnn ${{CUSTOM_OPP_DIR}}/op_api/include)
-    target_link_directories(test_aclnn_{stem} PRIVATE
-        ${{ASCEND_HOME_PATH}}/lib64 ${{CUSTOM_OPP_DIR}}/op_api/lib)
-    target_link_libraries(test_aclnn_{stem} PRIVATE ascendcl nnopbase cust_opapi)
-endif()
+add_executable(test_aclnn_{stem} test_aclnn_{stem}.cpp)
+target_include_directories(test_aclnn_{stem} PRIVATE
+    ${{ASCEND_CANN_PACKAGE_PATH}}/include ${{ASCEND_CANN_PACKAGE_PATH}}/include/aclnn ${{VENDOR_DIR}}/op_api/include)
+target_link_directories(test_aclnn_{stem} PRIVATE ${{ASCEND_CANN_PACKAGE_PATH}}/lib64 ${{VENDOR_DIR}}/op_api/lib)
+target_link_libraries(test_aclnn_{stem} PRIVATE ascendcl nnopbase cust_opapi)
 """
 
 
 def build_sh(art: KernelArtifact) -> str:
+    """Find the toolkit (8.x and newer layouts), configure with the preset, build, package."""
     return f"""#!/usr/bin/env bash
 # {BANNER}
-# Build {art.op_name} for {art.target.soc}. Needs the CANN toolkit (ASCEND_HOME_PATH).
+# Build and package {art.op_name} for {art.target.compute_unit}: build_out/custom_opp_*.run
 set -euo pipefail
 cd "$(dirname "$0")"
-ASCEND_HOME_PATH="${{ASCEND_HOME_PATH:-/usr/local/Ascend/cann}}"
-if [ ! -f "$ASCEND_HOME_PATH/set_env.sh" ]; then
-    echo "CANN toolkit not found at $ASCEND_HOME_PATH (set ASCEND_HOME_PATH)" >&2
+
+# 8.x: .../ascend-toolkit/set_env.sh exports ASCEND_HOME_PATH=.../ascend-toolkit/latest (no set_env.sh
+# inside it); newer installs: /usr/local/Ascend/cann with its own set_env.sh.
+toolkit=""
+for candidate in "${{ASCEND_CANN_PACKAGE_PATH:-}}" "${{ASCEND_HOME_PATH:-}}" \
+                 {DEFAULT_TOOLKIT} /usr/local/Ascend/cann; do
+    if [ -n "$candidate" ] && [ -d "$candidate/include" ]; then
+        toolkit="$candidate"
+        break
+    fi
+done
+if [ -z "$toolkit" ]; then
+    echo "build.sh: no CANN toolkit found: source its set_env.sh or set ASCEND_CANN_PACKAGE_PATH" >&2
     exit 1
 fi
-# shellcheck disable=SC1091
-source "$ASCEND_HOME_PATH/set_env.sh"
-cmake -S . -B build -DASCEND_HOME_PATH="$ASCEND_HOME_PATH" -DSOC_VERSION={art.target.soc} "$@"
-cmake --build build -j"$(nproc)"
+if [ ! -f "$toolkit/{TEMPLATE_DIR}/cmake/func.cmake" ] && [ ! -f cmake/func.cmake ]; then
+    echo "build.sh: $toolkit lacks the custom-operator project template ({TEMPLATE_DIR})" >&2
+    exit 1
+fi
+if ! command -v cmake >/dev/null; then
+    echo "build.sh: cmake (>= 3.19 for presets) is not on PATH" >&2
+    exit 1
+fi
+
+cmake -S . -B build_out --preset=default -DASCEND_CANN_PACKAGE_PATH="$toolkit" "$@"
+cmake --build build_out --target binary -j"$(nproc)"
+cmake --build build_out --target package -j"$(nproc)"
 """
 
 
@@ -359,7 +515,8 @@ def readme(art: KernelArtifact) -> str:
 {BANNER}
 
 Custom AscendC operator generated for the fused `{k.op_type}` nodes {nodes}{more}
-of the lowered model, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, AddConfig `{t.soc}`), dtype `{k.dtype}`.
+of the lowered model, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, compute unit `{t.compute_unit}`: SoCs {", ".join(t.soc_versions)}),
+dtype `{k.dtype}`.
 
 ## Formula
 
@@ -394,23 +551,40 @@ line as a comment above its call):
   more than one double-buffered tile of work
 * multi-core split in blocks of 64 elements, tiles in multiples of {TILE_ALIGN} elements; the last tile of a
   core moves with DataCopyPad; vector calls cover whole 256-byte repeats
-* for 2^24 elements: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, {plan.ub_bytes} of {t.ub_bytes} UB bytes
+* for 2^24 elements: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, {plan.ub_bytes} of {t.ub_bytes} UB bytes;
+  {UB_RESERVE_BYTES} bytes of UB are never planned (the headroom the hand-written ops-nn kernels keep)
 
-## Files
+## Files (the msopgen `customize` project layout)
 
-* `op_host/{stem}_def.cpp`, `op_host/{stem}_infershape.cpp`, `op_host/{stem}_tiling.cpp`
-* `op_kernel/{stem}.cpp` (entry `{stem}`), `op_kernel/{stem}.h` (CopyIn -> Compute -> CopyOut),
-  `op_kernel/{stem}_tiling_data.h`, `op_kernel/{stem}_tiling_key.h`
-* `examples/test_aclnn_{stem}.cpp`: two-phase aclnn call and a CPU golden
+* `CMakeLists.txt`, `CMakePresets.json` (ASCEND_COMPUTE_UNIT `{t.compute_unit}`, vendor `{VENDOR}`), `build.sh`
+* `op_host/CMakeLists.txt` (op build: aclnn API, op proto, tiling library), `op_host/{stem}_def.cpp`,
+  `op_host/{stem}_infershape.cpp`, `op_host/{stem}_tiling.cpp`
+* `op_kernel/CMakeLists.txt` (`add_kernels_compile()`), `op_kernel/{stem}.cpp` (entry `{stem}`),
+  `op_kernel/{stem}.h` (CopyIn -> Compute -> CopyOut), `op_kernel/{stem}_tiling_data.h`, `op_kernel/{stem}_tiling_key.h`
+* `examples/test_aclnn_{stem}.cpp`, `examples/CMakeLists.txt`: two-phase aclnn call and a CPU golden
+
+`cmake/` and `scripts/` are the toolkit's own (`{TEMPLATE_DIR}`), copied in at configure time as
+msopgen copies them, so the op build always matches the toolkit that builds the project.
 
 ## Build
 
 ```
-export ASCEND_HOME_PATH=/usr/local/Ascend/cann   # your CANN toolkit
-./build.sh                                        # kernel library and host library
-./build.sh -DBUILD_EXAMPLE=ON                     # also the aclnn example (needs the installed op)
+source /usr/local/Ascend/ascend-toolkit/set_env.sh   # 8.x; newer: /usr/local/Ascend/cann/set_env.sh
+./build.sh                                           # build_out/custom_opp_<os>_<arch>.run
+./build_out/custom_opp_*.run                         # installs vendors/{VENDOR} under ASCEND_OPP_PATH
+cmake -S examples -B examples/build && cmake --build examples/build   # the aclnn example
 ```
 
-Not built against a real toolkit by the generator; the kernel sources are compiled and run on the
-CPU by the project's twin tests.
+`build.sh` looks for the toolkit in ASCEND_CANN_PACKAGE_PATH, ASCEND_HOME_PATH, {DEFAULT_TOOLKIT}
+and /usr/local/Ascend/cann, and says in one line what is missing.
+
+## Toolkit compatibility
+
+The kernel calls only APIs that CANN 8.1-class toolkits and newer ones both declare: a compare
+against a scalar is `CompareScalar` (8.1 has no `Compares`; newer toolkits keep `CompareScalar`).
+Results assume the INF/NaN float overflow mode (`aclrtFloatOverflowMode` default on A2/A3, the only
+mode on 950): a float32 result beyond the output dtype's range rounds to inf.
+
+Built against a real toolkit by nobody yet: the generator's tests compile the kernel and tiling
+sources on the CPU (the twin) and, given a toolkit tree, check them against its headers.
 """

@@ -189,6 +189,7 @@ def test_malicious_node_name_stays_out_of_paths_and_code(tmp_path: Path) -> None
     readme = next(p for p in paths if p.name == "README.md").read_text()
     assert "___.._x___system__rm_-rf____" in readme  # the sanitised name, for the user's reference
     assert {p.parent.name for p in paths} == {art.file_stem, "op_host", "op_kernel", "examples"}
+    assert f"{EVIL}" not in "".join(p.read_text() for p in paths if p.name != "README.md")
 
 
 def test_project_layout_and_one_call_per_instruction(fused_models) -> None:
@@ -197,7 +198,9 @@ def test_project_layout_and_one_call_per_instruction(fused_models) -> None:
         files = project_files(art)
         stem = art.file_stem
         assert set(files) == {
-            "CMakeLists.txt", "README.md", "build.sh", f"examples/test_aclnn_{stem}.cpp",
+            "CMakeLists.txt", "CMakePresets.json", "README.md", "build.sh",
+            "examples/CMakeLists.txt", f"examples/test_aclnn_{stem}.cpp",
+            "op_host/CMakeLists.txt", "op_kernel/CMakeLists.txt",
             f"op_host/{stem}_def.cpp", f"op_host/{stem}_infershape.cpp", f"op_host/{stem}_tiling.cpp",
             f"op_kernel/{stem}.cpp", f"op_kernel/{stem}.h",
             f"op_kernel/{stem}_tiling_data.h", f"op_kernel/{stem}_tiling_key.h",
@@ -206,9 +209,10 @@ def test_project_layout_and_one_call_per_instruction(fused_models) -> None:
         compute = header[header.index("void Compute("): header.index("void CopyOut(")]
         calls = re.findall(r"^\s+(\w+)\(.*count\);$", compute, re.M)
         want = [ins.op.value for ins in art.kernel.instrs if ins.op in VECTOR_OPS]
-        assert [c.replace("Compares", "Compare") for c in calls] == want
+        assert "Compares(" not in compute  # 8.1-class toolkits declare only CompareScalar
+        assert [c.replace("CompareScalar", "Compare") for c in calls] == want
         assert f'extern "C" __global__ __aicore__ void {stem}(' in files[f"op_kernel/{stem}.cpp"]
-        assert f'AddConfig("{art.target.soc}"' in files[f"op_host/{stem}_def.cpp"]
+        assert f'AddConfig("{art.target.compute_unit}"' in files[f"op_host/{stem}_def.cpp"]
         assert "Cast(" not in compute or "RoundMode::CAST_RINT" in compute or art.kernel.dtype == "float32"
         assert art.ir_text.splitlines()[0] in files["README.md"]
 
