@@ -179,12 +179,14 @@ Notes
   per element and is taken out of the UB before the tile is sized.
 * ApplyProximalGradientDescent keeps NaN (a NaN prox gives NaN) without relying on the
   undocumented NaN behaviour of Maxs/Mins or on Sign(NaN): out = (prox - sign(prox) * min(|prox|, t)) * r
-  for a run-time threshold (8 instructions, as CANN's clamp-based sign, which does rely on
-  Maxs/Mins NaN behaviour), and out = (prox - clip(prox, -t, t)) * r when t >= 0 is a compile-time
-  constant (6; 5 when the divisor is 1). NaN-correctness costs no instruction here.
+  (8 instructions, as CANN's clamp-based sign, which does rely on Maxs/Mins NaN behaviour).
+  alpha, l1 and l2 are read at run time whether the model holds them as constants or not, as
+  CANN's operator reads them, so the "constant" rows equal the "runtime" rows: one kernel serves
+  every value.
 * "Clip(min=0) form": ONNX Clip without max maps inf to the largest finite value; the kernel
-  clamps the shrunk value there with Maxs + Mins and selects NaN back through Compare(x, x, EQ) +
-  Select (4 instructions), since Maxs/Mins on NaN are undocumented. CANN's kernel keeps inf, so
+  clamps the shrunk value (at shrink_max, an attribute read at tiling time) with Maxs + Mins and
+  selects NaN back through Compare(x, x, EQ) + Select (4 instructions), since Maxs/Mins on NaN are
+  undocumented. CANN's kernel keeps inf, so
   there is no hand-written figure for it.
 * SmoothL1LossGradV2: Compare(|x| >= sigma) + Select(sign(x), x * 1/sigma) replaces CANN's three
   compare/select branches and two adds; NaN in x stays NaN because the compare is false for NaN.

@@ -21,7 +21,7 @@ on a NaN lane). The rules:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from codegen.ir import (
     SCALAR_BINARY,
@@ -31,6 +31,7 @@ from codegen.ir import (
     Kind,
     Op,
     f32,
+    is_attr,
     make_attrs,
     verify,
 )
@@ -54,7 +55,11 @@ class _Rewriter:
 
     def const(self, v: int) -> float | None:
         ins = self.instrs[v]
-        return ins.attr("value") if ins.op is Op.SCONST else None  # type: ignore[return-value]
+        # an attribute SConst is a host value, not a constant: folding it would bake one node's
+        # attribute into a kernel that serves every value
+        if ins.op is not Op.SCONST or is_attr(ins):
+            return None
+        return ins.attr("value")  # type: ignore[return-value]
 
     def sconst(self, value: float) -> int:
         return self.emit(Instr(Op.SCONST, "float32", Kind.SCALAR, (), make_attrs(value=f32(value))))
@@ -126,7 +131,7 @@ def _rewrite(k: Kernel) -> Kernel:
         if rep is None and ins.kind in (Kind.TILE, Kind.MASK):
             rep = _simplify_tile(rw, ins)
         remap[i] = rep if rep is not None else rw.emit(ins)
-    return Kernel(k.op_type, k.dtype, k.inputs, k.outputs, tuple(rw.instrs))
+    return replace(k, instrs=tuple(rw.instrs))
 
 
 def eliminate_dead_code(k: Kernel) -> Kernel:
@@ -152,7 +157,7 @@ def eliminate_dead_code(k: Kernel) -> Kernel:
         )
         for i in order
     )
-    return Kernel(k.op_type, k.dtype, k.inputs, k.outputs, instrs)
+    return replace(k, instrs=instrs)
 
 
 def _fixed_point_key(k: Kernel) -> tuple:

@@ -17,8 +17,9 @@ and what the CPU backend follows:
   i.e. when there is a next tile to load while this one computes.
 * Tail: the last tile of a core moves `n` elements with DataCopyPad (exact byte length) and
   computes over compute_count(n) lanes, n rounded up to whole 256-byte float32 repeats.
-* Tiling key: dtype code | (buffer_num - 1) << 8, the ops-nn ApplyProximalGradientDescent
-  encoding (DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27).
+* Tiling key: dtype code | (buffer_num - 1) << 8 | variant code << 9: the ops-nn
+  ApplyProximalGradientDescent encoding (DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27) and the kernel's
+  variant (codegen/variants.py; 0 for a kernel built without one).
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ from codegen.buffers import Allocation, Position
 from codegen.errors import CodegenError
 from codegen.ir import DTYPE_BYTES, LANES_PER_REPEAT, Kernel, Op
 from codegen.targets import UB_BLOCK_BYTES, Target
+from codegen.variants import variant_code
 
 CORE_ALIGN = LANES_PER_REPEAT  # 64 elements: 256 B of float32, 128 B of float16
 TILE_ALIGN = 256  # elements: a mask of 256 bits is one 32-byte block
 UB_RESERVE_BYTES = 8192  # UB left unplanned, as the hand-written ops-nn kernels keep (pipe control)
 SIGN_TMP_BYTES = 3 * 256  # AscendC GetSignMaxMinTmpSize minimum (3 x one 256-byte repeat)
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 27}
+VARIANT_SHIFT = 9
 MAX_ELEMENTS = 2**62  # int64 offsets on the device
 
 
@@ -125,8 +128,14 @@ def fixed_bytes(kernel: Kernel, target: Target) -> int:
     )
 
 
-def tiling_key(dtype: str, buffer_num: int) -> int:
-    return DTYPE_CODES[dtype] | ((buffer_num - 1) << 8)
+def variant_key_base(kernel: Kernel) -> int:
+    """The tiling key of a kernel with single buffering."""
+    code = variant_code(kernel.op_type, kernel.variant) if kernel.variant else 0
+    return DTYPE_CODES[kernel.dtype] | (code << VARIANT_SHIFT)
+
+
+def tiling_key(kernel: Kernel, buffer_num: int) -> int:
+    return variant_key_base(kernel) | ((buffer_num - 1) << 8)
 
 
 def _buffers(alloc: Allocation, tile: int, buffer_num: int) -> tuple[BufferPlan, ...]:
@@ -178,7 +187,7 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
             block_factor=0,
             tile_elems=0,
             buffer_num=1,
-            tiling_key=tiling_key(kernel.dtype, 1),
+            tiling_key=tiling_key(kernel, 1),
             ub_limit=target.ub_bytes,
             ub_bytes=0,
             fixed_bytes=0,
@@ -205,7 +214,7 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
         block_factor=block_factor,
         tile_elems=tile,
         buffer_num=buffer_num,
-        tiling_key=tiling_key(kernel.dtype, buffer_num),
+        tiling_key=tiling_key(kernel, buffer_num),
         ub_limit=target.ub_bytes,
         ub_bytes=_ub_bytes(buffers, fixed),
         fixed_bytes=fixed,
@@ -223,8 +232,8 @@ def check_plan(plan: Plan, kernel: Kernel, alloc: Allocation, target: Target) ->
     """
     if plan.target != target.name or plan.ub_limit != target.ub_bytes:
         raise PlanError("plan was made for another target")
-    if plan.tiling_key != tiling_key(plan.dtype, plan.buffer_num) or plan.buffer_num not in (1, 2):
-        raise PlanError("tiling key does not encode dtype and buffer mode")
+    if plan.buffer_num not in (1, 2) or plan.tiling_key != tiling_key(kernel, plan.buffer_num):
+        raise PlanError("tiling key does not encode dtype, variant and buffer mode")
     if plan.num_elements == 0:
         if plan.block_dim != 1 or plan.buffers or plan.ub_bytes or plan.tile_elems:
             raise PlanError("an empty launch must be one core without buffers")

@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from codegen.emit.cxx import ACL_TYPES, BANNER
+from codegen.emit.cxx import ACL_TYPES, BANNER, float_literal
 from codegen.emit.golden import golden_function
 from codegen.ir import Kind, Op
 from codegen.names import safe_text
-from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES
+from codegen.op_interface import call_attributes, interface
+from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES, VARIANT_SHIFT
+from codegen.variants import AXES
 from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 
 if TYPE_CHECKING:
     from codegen.api import KernelArtifact
+    from codegen.project import OperatorProject
 
 FORMULAS = {
     SMOOTH_L1_GRAD: (
@@ -23,7 +26,7 @@ FORMULAS = {
     ),
     PROXIMAL_GD: (
         "prox = var - alpha * delta\n"
-        "var_out = sign(prox) * max(|prox| - threshold, 0) / divisor   (sign(0) = 0; NaN propagates)\n"
+        "var = sign(prox) * min(max(|prox| - threshold, 0), shrink_max) / divisor   (sign(0) = 0; NaN propagates)\n"
         "threshold, divisor = alpha*l1, 1 + alpha*l2 (raw) | l1, l2 (folded) | l1, 1/l2 (folded_reciprocal)"
     ),
 }
@@ -31,18 +34,12 @@ EXAMPLE_SCALARS = {"alpha": 0.01, "l1": 0.001, "l2": 0.01, "dout": 0.5}
 EXAMPLE_ELEMENTS = 8 * 1024 + 37  # a partial last tile on purpose
 
 
-def read_scalars(art: KernelArtifact) -> set[str]:
-    return {
-        str(ins.attr("name")) for ins in art.kernel.instrs if ins.op in (Op.SINPUT, Op.COPY_IN_BRC)
-    }
-
-
 VENDOR = "ascend_lowering"  # vendor_name: the directory the package installs under
 TEMPLATE_DIR = "tools/op_project_templates/ascendc/customize"  # inside the toolkit
 DEFAULT_TOOLKIT = "/usr/local/Ascend/ascend-toolkit/latest"  # 8.x; newer installs: /usr/local/Ascend/cann
 
 
-def cmakelists(art: KernelArtifact) -> str:
+def cmakelists(project: OperatorProject) -> str:
     """Top-level CMakeLists.txt of the msopgen `customize` flow.
 
     The template's cmake/ and scripts/ (opbuild, add_kernels_compile, packaging) come from the
@@ -102,7 +99,7 @@ install(FILES ${{CMAKE_CURRENT_BINARY_DIR}}/version.info DESTINATION packages/ve
 
 # `package` target: the self-extracting custom_opp_<os>_<arch>.run
 set(CPACK_PACKAGE_NAME ${{CMAKE_PROJECT_NAME}})
-set(CPACK_PACKAGE_DESCRIPTION "{art.op_name} custom operator (ascend-lowering)")
+set(CPACK_PACKAGE_DESCRIPTION "{project.op_name} custom operator (ascend-lowering)")
 set(CPACK_PACKAGE_DIRECTORY ${{CMAKE_INSTALL_PREFIX}})
 set(CPACK_PACKAGE_FILE_NAME "custom_opp_${{SYSTEM_INFO}}.run")
 set(CPACK_GENERATOR External)
@@ -114,13 +111,13 @@ include(CPack)
 """
 
 
-def cmake_presets(art: KernelArtifact) -> str:
+def cmake_presets(project: OperatorProject) -> str:
     """CMakePresets.json with the cache variables of the template's preset."""
     cache = {
         "CMAKE_BUILD_TYPE": ("STRING", "Release"),
         "ENABLE_SOURCE_PACKAGE": ("BOOL", "True"),
         "ENABLE_BINARY_PACKAGE": ("BOOL", "True"),
-        "ASCEND_COMPUTE_UNIT": ("STRING", art.target.compute_unit),
+        "ASCEND_COMPUTE_UNIT": ("STRING", project.target.compute_unit),
         "ENABLE_TEST": ("BOOL", "False"),
         "vendor_name": ("STRING", VENDOR),
         "ASCEND_CANN_PACKAGE_PATH": ("PATH", DEFAULT_TOOLKIT),
@@ -136,7 +133,7 @@ def cmake_presets(art: KernelArtifact) -> str:
             {
                 "name": "default",
                 "displayName": "Default Config",
-                "description": f"{art.op_name} for {art.target.compute_unit}",
+                "description": f"{project.op_name} for {project.target.compute_unit}",
                 "generator": "Unix Makefiles",
                 "binaryDir": "${sourceDir}/build_out",
                 "cacheVariables": {k: {"type": t, "value": v} for k, (t, v) in cache.items()},
@@ -146,7 +143,7 @@ def cmake_presets(art: KernelArtifact) -> str:
     return json.dumps(preset, indent=4) + "\n"
 
 
-def op_host_cmakelists(art: KernelArtifact) -> str:
+def op_host_cmakelists(project: OperatorProject) -> str:
     """op_host/CMakeLists.txt: the op build (aclnn API, op proto, tiling) and its install layout."""
     return f"""# {BANNER}
 aux_source_directory(${{CMAKE_CURRENT_SOURCE_DIR}} ops_srcs)
@@ -189,9 +186,9 @@ install(FILES ${{aclnn_inc}} DESTINATION ${{VENDOR_DIR}}/op_api/include)
 """
 
 
-def op_kernel_cmakelists(art: KernelArtifact) -> str:
+def op_kernel_cmakelists(project: OperatorProject) -> str:
     return f"""# {BANNER}
-# Kernel binaries for every compute unit of ASCEND_COMPUTE_UNIT ({art.target.compute_unit}).
+# Kernel binaries for every compute unit of ASCEND_COMPUTE_UNIT ({project.target.compute_unit}).
 if(CMAKE_BUILD_TYPE STREQUAL "Debug")
     add_ops_compile_options(ALL OPTIONS -g -O0)
 endif()
@@ -200,8 +197,8 @@ add_kernels_compile()
 """
 
 
-def example_cmakelists(art: KernelArtifact) -> str:
-    stem = art.file_stem
+def example_cmakelists(project: OperatorProject) -> str:
+    stem = project.file_stem
     return f"""# {BANNER}
 # The aclnn example, built against the installed package (run the .run from ../build.sh first).
 cmake_minimum_required(VERSION 3.16.0)
@@ -219,11 +216,11 @@ target_link_libraries(test_aclnn_{stem} PRIVATE ascendcl nnopbase cust_opapi)
 """
 
 
-def build_sh(art: KernelArtifact) -> str:
+def build_sh(project: OperatorProject) -> str:
     """Find the toolkit (8.x and newer layouts), configure with the preset, build, package."""
     return f"""#!/usr/bin/env bash
 # {BANNER}
-# Build and package {art.op_name} for {art.target.compute_unit}: build_out/custom_opp_*.run
+# Build and package {project.op_name} for {project.target.compute_unit}: build_out/custom_opp_*.run
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -363,19 +360,31 @@ static int ToDevice(const std::vector<double>& host, aclDataType type, DeviceTen
 _THRESHOLDS = {"float32": "1.0 / 8192", "float16": "1.0 / 1024", "bfloat16": "1.0 / 128"}
 
 
-def example_cpp(art: KernelArtifact) -> str:
+def _attr_arg(kind: str, value: object) -> str:
+    if kind == "bool":
+        return "true" if value else "false"
+    if kind == "float":
+        return float_literal(float(value))  # type: ignore[arg-type]
+    return f"attr_{value}"
+
+
+def example_cpp(project: OperatorProject) -> str:
+    """The aclnn example, for the project's first variant (its dtypes and attribute values)."""
+    art = project.variants[0]
     k = art.kernel
-    stem = art.file_stem
-    read = read_scalars(art)
-    params = list(k.inputs) + list(k.outputs)
+    stem = project.file_stem
+    iface = interface(k.op_type)
+    attrs = call_attributes(k)
+    # a ref output is the input of that name, updated in place: no tensor of its own
+    params = list(k.inputs) + ([] if iface.ref_output else list(k.outputs))
     out = k.outputs[0]
+    out_tensor = iface.ref_output or out.name
     dev_t, from_dev = _FROM_DEVICE[k.dtype]
     lines = [
         f"// {BANNER}",
-        f"// aclnn example for {art.op_name}: run it on the device and compare with a CPU golden",
-        "// (the kernel IR in double precision) by the CANN precision standard (MERE < T,",
-        "// MARE < 10 T). Scalar inputs the kernel does not read were compile-time constants and",
-        "// are baked into the kernel; the values passed for them are ignored.",
+        f"// aclnn example for {project.op_name}: run variant {art.variant_tag} ({art.variant_label})",
+        "// on the device and compare with a CPU golden (the kernel IR in double precision) by the",
+        "// CANN precision standard (MERE < T, MARE < 10 T).",
         "#include <cmath>",
         "#include <cstdint>",
         "#include <cstdio>",
@@ -415,12 +424,15 @@ def example_cpp(art: KernelArtifact) -> str:
                 "    }",
             ]
         else:
-            value = EXAMPLE_SCALARS.get(p.name, 0.5) if p.name in read else 0.0
-            note = "" if p.name in read else "  // baked into the kernel: ignored"
+            value = EXAMPLE_SCALARS.get(p.name, 0.5)
             lines.append(
-                f"    std::vector<double> {p.name} = {{RoundTrip({value!r}, {ACL_TYPES[p.dtype]})}};{note}"
+                f"    std::vector<double> {p.name} = {{RoundTrip({value!r}, {ACL_TYPES[p.dtype]})}};"
             )
     lines.append(f"    std::vector<double> {out.name}(n, 0.0);")
+    lines += [
+        f"    char attr_{v}[] = \"{v}\";" for a in iface.attributes if a.kind == "string"
+        for v in [attrs[a.name]]
+    ]
     lines += [
         "",
         "    CHECK_RET(aclInit(nullptr));",
@@ -433,20 +445,23 @@ def example_cpp(art: KernelArtifact) -> str:
             f"    DeviceTensor d_{p.name};",
             f"    CHECK_RET(ToDevice({p.name}, {ACL_TYPES[p.dtype]}, d_{p.name}));",
         ]
-    tensor_args = ", ".join(f"d_{p.name}.tensor" for p in params)
+    args = [f"d_{p.name}.tensor" for p in k.inputs]
+    args += [f"{_attr_arg(a.kind, attrs[a.name])} /* {a.name} */" for a in iface.attributes]
+    args += [] if iface.ref_output else [f"d_{p.name}.tensor" for p in k.outputs]
     lines += [
         "    uint64_t workspaceSize = 0;",
         "    aclOpExecutor* executor = nullptr;",
-        f"    CHECK_RET(aclnn{art.op_name}GetWorkspaceSize({tensor_args}, &workspaceSize, &executor));",
+        f"    CHECK_RET(aclnn{project.op_name}GetWorkspaceSize({', '.join(args)},",
+        "                                                 &workspaceSize, &executor));",
         "    void* workspace = nullptr;",
         "    if (workspaceSize > 0) {",
         "        CHECK_RET(aclrtMalloc(&workspace, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST));",
         "    }",
-        f"    CHECK_RET(aclnn{art.op_name}(workspace, workspaceSize, executor, stream));",
+        f"    CHECK_RET(aclnn{project.op_name}(workspace, workspaceSize, executor, stream));",
         "    CHECK_RET(aclrtSynchronizeStream(stream));",
         "",
         f"    std::vector<{dev_t}> raw(n);",
-        f"    CHECK_RET(aclrtMemcpy(raw.data(), n * sizeof({dev_t}), d_{out.name}.addr,",
+        f"    CHECK_RET(aclrtMemcpy(raw.data(), n * sizeof({dev_t}), d_{out_tensor}.addr,",
         f"                          n * sizeof({dev_t}), ACL_MEMCPY_DEVICE_TO_HOST));",
         "    std::vector<double> golden(n, 0.0);",
         f"    Golden({', '.join(p.name for p in k.inputs)}, golden);",
@@ -490,56 +505,45 @@ def example_cpp(art: KernelArtifact) -> str:
     return "\n".join(lines)
 
 
-def readme(art: KernelArtifact) -> str:
-    k, alloc, t = art.kernel, art.allocation, art.target
-    stem = art.file_stem
-    read = read_scalars(art)
-    plan = art.schedule(1 << 24)
+def _io_rows(project: OperatorProject) -> list[str]:
+    k = project.variants[0].kernel
+    iface = interface(k.op_type)
     rows = []
     for p in k.inputs:
-        if p.kind is Kind.TILE:
-            how = "streamed tile by tile"
-        elif p.name in read:
-            how = "one element, read once per launch on the scalar unit"
-        else:
-            how = "one element; a compile-time constant baked into the kernel (ignored at run time)"
-        rows.append(f"| {p.name} | input | {p.dtype} | {how} |")
-    rows += [
-        f"| {p.name} | output | {p.dtype} | streamed; shape of the first input |" for p in k.outputs
+        kinds = {a.kernel.param(p.name).kind for a in project.variants}
+        how = " or ".join(
+            "streamed tile by tile" if kind is Kind.TILE
+            else "one element, read once per launch on the scalar unit"
+            for kind in sorted(kinds, key=lambda x: x.value)
+        )
+        dtypes = ", ".join(sorted({a.kernel.param(p.name).dtype for a in project.variants}))
+        rows.append(f"| {p.name} | input | {dtypes} | {how} |")
+    for p, name in zip(k.outputs, iface.outputs):
+        dtypes = ", ".join(sorted({a.kernel.param(p.name).dtype for a in project.variants}))
+        ref = " (the input of that name, updated in place)" if name == iface.ref_output else ""
+        rows.append(f"| {name} | output{ref} | {dtypes} | streamed; shape of input 0 |")
+    return rows
+
+
+def _attr_rows(project: OperatorProject) -> list[str]:
+    return [
+        f"| {a.name} | {a.kind} | {a.default} | {'yes' if a.cann else 'no (extra)'} | {a.doc} |"
+        for a in interface(project.op_name).attributes
     ]
+
+
+def _variant_section(art: KernelArtifact) -> str:
+    k, alloc, t = art.kernel, art.allocation, art.target
+    plan = art.schedule(1 << 24)
+    slots = ", ".join(f"{s.name} ({s.position.value}, {s.dtype})" for s in alloc.slots)
     nodes = ", ".join(f"`{safe_text(n)}`" for n in art.nodes[:20])
     more = f" and {len(art.nodes) - 20} more" if len(art.nodes) > 20 else ""
-    slots = ", ".join(f"{s.name} ({s.position.value}, {s.dtype})" for s in alloc.slots)
-    return f"""# {art.op_name}
+    served = f"Serves the fused nodes {nodes}{more}.\n\n" if art.nodes else ""
+    return f"""### {art.variant_tag}: {art.variant_label}
 
-{BANNER}
-
-Custom AscendC operator generated for the fused `{k.op_type}` nodes {nodes}{more}
-of the lowered model, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, compute unit `{t.compute_unit}`: SoCs {", ".join(t.soc_versions)}),
-dtype `{k.dtype}`.
-
-## Formula
-
-```
-{FORMULAS.get(k.op_type, k.op_type)}
-```
-
-Compute is float32: float16/bfloat16 inputs are cast up exactly and the result is cast down once
-with CAST_RINT (round half to even, overflow to inf). This kernel is specialised: attributes and
-constant scalars are baked in (see the IR below); a node with other constants gets another kernel.
-
-## Inputs and outputs
-
-| name | role | dtype | how the kernel reads it |
-|---|---|---|---|
-{chr(10).join(rows)}
-
-Format ND, any rank; the streamed inputs must have the same number of elements (up to 2^62).
-
-## Kernel
-
-The kernel IR, one AscendC vector call per tile instruction (`op_kernel/{stem}.h` repeats each
-line as a comment above its call):
+{served}Tiling key {art.key_base} (single buffer) / {art.key_base | 0x100} (double buffer). The kernel IR, one
+AscendC vector call per tile instruction (attribute SConsts show one node's value; the kernel
+reads each call's from the tiling data):
 
 ```
 {art.ir_text.rstrip()}
@@ -547,13 +551,60 @@ line as a comment above its call):
 
 * vector instructions per tile: {k.vector_instruction_count()}
 * UB bytes per element: {alloc.bytes_per_element(1):g} (single buffer), {alloc.bytes_per_element(2):g} (double buffer); slots: {slots}
-* tiling key = dtype code | (buffer_num - 1) << 8; the host picks double buffering when a core has
-  more than one double-buffered tile of work
-* multi-core split in blocks of 64 elements, tiles in multiples of {TILE_ALIGN} elements; the last tile of a
-  core moves with DataCopyPad; vector calls cover whole 256-byte repeats
-* for 2^24 elements: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, {plan.ub_bytes} of {t.ub_bytes} UB bytes;
-  {UB_RESERVE_BYTES} bytes of UB are never planned (the headroom the hand-written ops-nn kernels keep)
+* for 2^24 elements: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, {plan.ub_bytes} of {t.ub_bytes} UB bytes
+"""
 
+
+def readme(project: OperatorProject) -> str:
+    t = project.target
+    stem = project.file_stem
+    op = project.op_name
+    axes = "; ".join(f"{a.name} ({', '.join(a.values)})" for a in AXES[op])
+    variants = "\n".join(_variant_section(a) for a in project.variants)
+    return f"""# {op}
+
+{BANNER}
+
+AscendC custom operator `{op}` with CANN's operator interface, generated for the fused
+`{op}` nodes of the lowered model, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, compute unit
+`{t.compute_unit}`: SoCs {", ".join(t.soc_versions)}).
+
+## Formula
+
+```
+{FORMULAS.get(op, op)}
+```
+
+Compute is float32: float16/bfloat16 inputs are cast up exactly and the result is cast down once
+with CAST_RINT (round half to even, overflow to inf).
+
+## Interface
+
+| name | role | dtypes | how the kernel reads it |
+|---|---|---|---|
+{chr(10).join(_io_rows(project))}
+
+| attribute | type | default | CANN's op has it | meaning |
+|---|---|---|---|---|
+{chr(10).join(_attr_rows(project))}
+
+Attributes CANN's operator lacks are optional, and their defaults give CANN's semantics, so a
+caller of CANN's interface gets CANN's result. Format ND, any rank; the streamed inputs must have
+the same number of elements (no broadcasting: the tiling function refuses other shapes and logs why).
+
+## Variants and tiling keys
+
+One operator serves every variant the model needs. The tiling function recomputes the variant
+from the call (axes: {axes}; and the dtypes) and sets tiling key
+`dtype code | (buffer_num - 1) << 8 | variant code << {VARIANT_SHIFT}` (dtype codes as ops-nn: DT_FLOAT 0,
+DT_FLOAT16 1, DT_BF16 27; the variant code numbers the axis values in mixed radix, first axis least
+significant). A call whose variant this package lacks fails at tiling time with a logged reason.
+Values (sigma, scale, shrink_max, alpha, l1, l2) are read at tiling or run time, never baked in.
+Multi-core split in blocks of 64 elements, tiles in multiples of {TILE_ALIGN} elements; the last
+tile of a core moves with DataCopyPad; vector calls cover whole 256-byte repeats;
+{UB_RESERVE_BYTES} bytes of UB are never planned (the headroom the hand-written ops-nn kernels keep).
+
+{variants}
 ## Files (the msopgen `customize` project layout)
 
 * `CMakeLists.txt`, `CMakePresets.json` (ASCEND_COMPUTE_UNIT `{t.compute_unit}`, vendor `{VENDOR}`), `build.sh`

@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from codegen.api import KernelArtifact
-from codegen.emit.kernel_src import host_scalars
+from codegen.emit.kernel_src import host_scalars, scalar_slots
 from codegen.ir import Kind
-from codegen.schedule import Plan
+from codegen.op_interface import call_attributes, interface
+from codegen.project import project_of
+from codegen.schedule import DTYPE_CODES, Plan
 from runtime.backend import BackendError
 from runtime.interpreter import eval_scalars
 from runtime.numerics import NUMPY_DTYPES
@@ -66,8 +68,8 @@ class TwinKernel:
         self.art = art
         self.library = TwinLibrary(build(kernel_sources(art), tc, art.file_stem), art.file_stem)
         self._scalar_ids = host_scalars(art)
-        fields = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64)]
-        fields += [(f"s{i}", ctypes.c_float) for i in self._scalar_ids]
+        fields = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64),
+                  ("scalars", ctypes.c_float * scalar_slots(project_of([art])))]
         self._struct = type("TilingData", (ctypes.Structure,), {"_fields_": fields})
         if ctypes.sizeof(self._struct) != self.library.tiling_size:
             raise BackendError(f"twin: {art.file_stem}'s tiling struct is {self.library.tiling_size} bytes in C++, "
@@ -88,10 +90,14 @@ class TwinKernel:
     def host_tiling(self, inputs: Mapping[str, np.ndarray]) -> Tiling:
         """The emitted tiling function's decision for these inputs on the artifact's target."""
         arrays = self._arrays(inputs)
-        shapes = [tuple(int(d) for d in arrays[p.name].shape) for p in self.art.kernel.inputs]
-        host = self.library.host_tiling(shapes, self.art.target.aiv_cores, self.art.target.ub_bytes)
+        k = self.art.kernel
+        shapes = [tuple(int(d) for d in arrays[p.name].shape) for p in k.inputs]
+        dtypes = [DTYPE_CODES[p.dtype] for p in k.inputs]
+        values = call_attributes(k)
+        attrs = [values[a.name] for a in interface(k.op_type).attributes]
+        host = self.library.host_tiling(shapes, dtypes, attrs, self.art.target.aiv_cores, self.art.target.ub_bytes)
         data = self._struct.from_buffer_copy(host.data.ljust(ctypes.sizeof(self._struct), b"\0"))
-        scalars = tuple((i, float(getattr(data, f"s{i}"))) for i in self._scalar_ids)
+        scalars = tuple((i, float(data.scalars[n])) for n, i in enumerate(self._scalar_ids))
         return Tiling(data.numElements, data.blockFactor, data.tileElems, scalars, host.block_dim, host.tiling_key,
                       host.workspace)
 
@@ -116,8 +122,9 @@ class TwinKernel:
                                    f"codegen's scheduler {want}")
 
     def tiling_bytes(self, tiling: Tiling) -> bytes:
-        data = self._struct(tiling.num_elements, tiling.block_factor, tiling.tile_elems,
-                            *[v for _, v in tiling.scalars])
+        data = self._struct(tiling.num_elements, tiling.block_factor, tiling.tile_elems)
+        for n, (_, v) in enumerate(tiling.scalars):
+            data.scalars[n] = v
         return bytes(data)
 
     def run(self, inputs: Mapping[str, np.ndarray], tiling: Tiling, workers: int = 1,

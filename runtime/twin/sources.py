@@ -1,8 +1,10 @@
 """What the twin compiles for a kernel: the emitted sources, unmodified, plus a small launcher.
 
-The launcher is one translation unit that includes the emitted op_kernel entry (which includes
-the pipeline header and kernel_operator.h) and the emitted op_host tiling function, then exports
-the kernel through the C ABI of include/twin/launch.h.
+The emitted sources are those of the operator project of the kernel's variant alone (the same
+generator writes the project of all variants, with more branches in the tiling function and the
+kernel entry). The launcher is one translation unit that includes the emitted op_kernel entry
+(which includes the pipeline header and kernel_operator.h) and the emitted op_host tiling
+function, then exports the kernel through the C ABI of include/twin/launch.h.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from codegen.emit import project_files
 from codegen.emit.kernel_src import tiling_struct
+from codegen.project import project_of
 
 if TYPE_CHECKING:
     from codegen.api import KernelArtifact
@@ -21,7 +24,7 @@ LAUNCHER = "twin_launch.cpp"
 def emitted_sources(art: KernelArtifact) -> dict[str, str]:
     """The op_kernel files and the op_host tiling function of the emitted project."""
     stem = art.file_stem
-    files = project_files(art)
+    files = project_files(project_of([art]))
     wanted = [f"op_kernel/{stem}.cpp", f"op_kernel/{stem}.h", f"op_kernel/{stem}_tiling_data.h",
               f"op_kernel/{stem}_tiling_key.h", f"op_host/{stem}_tiling.cpp"]
     return {path: files[path] for path in wanted}
@@ -52,7 +55,7 @@ def kernel_sources(art: KernelArtifact) -> dict[str, str]:
     stem = art.file_stem
     k = art.kernel
     files[LAUNCHER] = launcher([f"op_kernel/{stem}.cpp", f"op_host/{stem}_tiling.cpp"], stem,
-                               len(k.inputs) + len(k.outputs), tiling_struct(art))
+                               len(k.inputs) + len(k.outputs), tiling_struct(project_of([art])))
     return files
 
 
