@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegen.emit.cxx import BANNER, GE_TYPES, float_literal, input_index, scalar_expr
+from codegen.emit.cxx import BANNER, GE_TYPES, host_float_literal, input_index, scalar_expr
 from codegen.emit.kernel_src import host_scalars, key_names, tiling_struct
 from codegen.ir import Kind, Op, format_instr, is_attr, scalar_stages
 from codegen.op_interface import interface
@@ -39,7 +39,7 @@ def _attr_default(kind: str, value: object) -> str:
         return f'"{value}"'
     if kind == "bool":
         return "true" if value else "false"
-    return float_literal(float(value))  # type: ignore[arg-type]
+    return host_float_literal(float(value))  # type: ignore[arg-type]
 
 
 def _dtype_combos(project: OperatorProject) -> list[tuple[str, ...]]:
@@ -62,6 +62,7 @@ def def_cpp(project: OperatorProject) -> str:
         f"// {BANNER}",
         f"// Op definition of {op}: CANN's inputs, outputs and attributes, every dtype",
         "// combination this package's kernels take.",
+        "#include <cmath>",
         '#include "register/op_def_registry.h"',
         "",
         "namespace ops {",
@@ -236,7 +237,7 @@ def _host_scalar_function(project: OperatorProject, art: KernelArtifact) -> list
             ]
             expr = f"*a{i}"
         elif ins.op is Op.SCONST:
-            expr = float_literal(float(ins.attr("value")))  # type: ignore[arg-type]
+            expr = host_float_literal(float(ins.attr("value")))  # type: ignore[arg-type]
         elif ins.op is Op.SNUMEL:
             expr = f"static_cast<float>(ShapeSize(context, {input_index(k, str(ins.attr('name')))}))"
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from codegen.emit.cxx import ACL_TYPES, BANNER, float_literal
+from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
 from codegen.emit.golden import golden_function
 from codegen.ir import Kind, Op
 from codegen.names import safe_text
@@ -364,7 +364,7 @@ def _attr_arg(kind: str, value: object) -> str:
     if kind == "bool":
         return "true" if value else "false"
     if kind == "float":
-        return float_literal(float(value))  # type: ignore[arg-type]
+        return host_float_literal(float(value))  # type: ignore[arg-type]
     return f"attr_{value}"
 
 

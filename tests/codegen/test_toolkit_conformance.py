@@ -1,0 +1,165 @@
+"""The emitted operator projects against a real CANN toolkit tree: every op_kernel entry compiles
+in the toolkit's CPU-debug mode and every op_host file with the op build's flags (-std=c++11).
+
+Give the tree with ASCEND_TOOLKIT_TREE (an unpacked toolkit or a snapshot of one, e.g. the
+8.1.RC1 tree: the directory holding `<arch>-linux/` or `include/`), else ASCEND_HOME_PATH; without
+either the tests skip and say so. Targets whose compute unit the tree has no platform config for
+(8.1.RC1 has no 950) skip the same way. The normal CI path, without a toolkit, is the twin
+(tests/twin), which compiles and runs the same kernel sources against stub headers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import pytest
+
+from codegen.api import build_kernels
+from codegen.project import OperatorProject, operator_projects
+from codegen.targets import TARGETS, Target
+from lowering import fuse
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "twin"))  # twin_cases.py: every kernel variant's model
+
+from twin_cases import model_of, variants  # noqa: E402
+
+CXX = shutil.which("g++")
+# The kernel build stands in for the op build's generated tiling header, the one macro no toolkit
+# header defines (8.1.RC1: python/site-packages/tbe/tikcpp/get_op_tiling.py writes it).
+TILING_PRELUDE = """\
+#define GET_TILING_DATA_WITH_STRUCT(tiling_struct, tiling_data, tiling_arg) \\
+    tiling_struct tiling_data = *reinterpret_cast<__gm__ tiling_struct*>(tiling_arg)
+"""
+# tikicpulib's CPU-debug compile definitions per __CCE_AICORE__ generation
+# (tools/tikicpulib/lib/cmake/targets-tikicpulib.cmake)
+CPU_DEBUG_DEFINES = {
+    2201: ["-D__CCE_AICORE__=220", "-D__DAV_C220__"],
+}
+COMMON_DEFINES = ["-D_GLIBCXX_USE_CXX11_ABI=0", "-D__CCE_KT_TEST__=1", "-DASCENDC_CPU_DEBUG=1", "-DASCENDC_DEBUG=1"]
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    root: Path
+    include: Path  # acl, register, exe_graph, graph ...
+    ascendc: Path  # ascendc/include: basic_api, highlevel_api
+    cpulib: Path | None  # tools/tikicpulib/lib/include
+    platform_configs: Path | None
+
+    def has_unit(self, target: Target) -> bool:
+        if self.platform_configs is None:
+            return False
+        return any(self.platform_configs.glob(f"{target.short_soc}*.ini"))
+
+
+def _first_dir(*candidates: Path) -> Path | None:
+    return next((c for c in candidates if c.is_dir()), None)
+
+
+def find_toolkit() -> Toolkit | None:
+    given = os.environ.get("ASCEND_TOOLKIT_TREE") or os.environ.get("ASCEND_HOME_PATH")
+    if not given:
+        return None
+    root = Path(given)
+    arch_dirs = sorted(root.glob("*-linux"))
+    bases = [root, *arch_dirs]
+    include = _first_dir(*(b / "include" for b in bases))
+    ascendc = _first_dir(*(b / "ascendc" / "include" for b in bases), root / "compiler" / "ascendc" / "include")
+    if include is None or ascendc is None or not (ascendc / "basic_api" / "kernel_operator.h").is_file():
+        return None
+    cpulib = _first_dir(root / "tools" / "tikicpulib" / "lib" / "include")
+    configs = _first_dir(*(b / "data" / "platform_config" for b in bases))
+    return Toolkit(root, include, ascendc, cpulib, configs)
+
+
+TOOLKIT = find_toolkit()
+NO_TOOLKIT = (
+    "no CANN toolkit tree: set ASCEND_TOOLKIT_TREE to an unpacked toolkit (e.g. the 8.1.RC1 "
+    "snapshot) to compile the emitted sources against its headers"
+)
+
+
+@pytest.fixture(scope="module")
+def projects() -> dict[str, list[OperatorProject]]:
+    if TOOLKIT is None:
+        pytest.skip(NO_TOOLKIT)
+    if CXX is None:
+        pytest.skip("no g++ on PATH")
+    models = [model_of(v, (256,)) for v in variants()]
+    models += [onnx.load(p) for p in sorted([*REPO.glob("tests/fixtures/*/*.onnx"), *REPO.glob("models/*.onnx")])]
+    fused = [fuse(m)[0] for m in models]
+    return {t: operator_projects([a for m in fused for a in build_kernels(m, t)]) for t in TARGETS}
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    return "" if proc.returncode == 0 else (proc.stderr or proc.stdout)[-3000:]
+
+
+def _target(name: str) -> Target:
+    t = TARGETS[name]
+    assert TOOLKIT is not None
+    if not TOOLKIT.has_unit(t):
+        pytest.skip(f"the toolkit tree at {TOOLKIT.root} has no platform config for {t.compute_unit}")
+    if t.npu_arch not in CPU_DEBUG_DEFINES:
+        pytest.skip(f"no CPU-debug definitions known for __NPU_ARCH__ {t.npu_arch}")
+    return t
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_kernels_compile_in_cpu_debug_mode(projects, target, tmp_path: Path) -> None:
+    t = _target(target)
+    assert TOOLKIT is not None
+    prelude = tmp_path / "op_build_tiling.h"
+    prelude.write_text(TILING_PRELUDE)
+    a = TOOLKIT.ascendc
+    includes = [
+        *(["-I", str(TOOLKIT.cpulib)] if TOOLKIT.cpulib else []),
+        "-I", str(TOOLKIT.include),
+        *[x for d in ("basic_api", "basic_api/impl", "basic_api/interface", "highlevel_api/lib",
+                      "highlevel_api/impl", "highlevel_api") for x in ("-I", str(a / d))],
+    ]
+    for project in projects[target]:
+        project.emit(tmp_path)
+        kernel_dir = tmp_path / project.file_stem / "op_kernel"
+        err = _run([CXX, "-fsyntax-only", "-std=c++17", *CPU_DEBUG_DEFINES[t.npu_arch], *COMMON_DEFINES,
+                    *includes, "-include", str(prelude), f"{project.file_stem}.cpp"], kernel_dir)
+        assert err == "", f"{project.op_name} for {target} ({len(project.variants)} variants):\n{err}"
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_host_sources_compile_as_the_op_build_compiles_them(projects, target, tmp_path: Path) -> None:
+    _target(target)
+    assert TOOLKIT is not None
+    for project in projects[target]:
+        project.emit(tmp_path)
+        host_dir = tmp_path / project.file_stem / "op_host"
+        for source in sorted(host_dir.glob("*.cpp")):
+            err = _run([CXX, "-fsyntax-only", "-std=c++11", "-D_GLIBCXX_USE_CXX11_ABI=0",
+                        "-I", str(TOOLKIT.include), "-I", str(TOOLKIT.ascendc / "highlevel_api"),
+                        "-I", "../op_kernel", source.name], host_dir)
+            assert err == "", f"{source.name} for {target}:\n{err}"
+
+
+def test_the_project_template_the_cmake_copies_exists() -> None:
+    if TOOLKIT is None:
+        pytest.skip(NO_TOOLKIT)
+    from codegen.emit.project_files import TEMPLATE_DIR
+
+    template = TOOLKIT.root / TEMPLATE_DIR
+    if not template.is_dir():
+        pytest.skip(f"the toolkit tree at {TOOLKIT.root} holds no tools/ directory")
+    for name in ("cmake/config.cmake", "cmake/func.cmake", "cmake/intf.cmake", "cmake/makeself.cmake",
+                 "cmake/util/gen_version_info.sh", "scripts/install.sh"):
+        assert (template / name).is_file(), name
+    func = (template / "cmake" / "func.cmake").read_text()
+    for used in ("function(opbuild)", "function(add_kernels_compile)", "function(get_system_info",
+                 "function(add_ops_compile_options"):
+        assert used in func, used
