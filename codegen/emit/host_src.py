@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from codegen.emit.cxx import BANNER, GE_TYPES, host_float_literal, input_index, scalar_expr
 from codegen.emit.kernel_src import host_scalars, key_names, tiling_struct
 from codegen.ir import Kind, Op, format_instr, is_attr, scalar_stages
+from codegen.names import lower_camel
 from codegen.op_interface import interface
 from codegen.schedule import (
     CORE_ALIGN,
@@ -154,54 +155,52 @@ def _axis_lines(project: OperatorProject) -> list[str]:
     k = project.variants[0].kernel
     attr_index = {a.name: n for n, a in enumerate(interface(op).attributes)}
     lines = ["    uint64_t code = 0;", "    uint64_t weight = 1;"]
+
+    def attr_float(name: str, check: str, why: str) -> list[str]:
+        var = lower_camel(name)
+        return [
+            f"    const float* {var} = attrs->GetFloat({attr_index[name]});",
+            f"    if ({var} == nullptr{check}) {{",
+            f'        return Refuse("{op}", "{why}");',
+            "    }",
+        ]
+
     for axis in AXES[op]:
         name = axis.name
+        index = f"{lower_camel(name)}Index"
+        can_fail = False
         if name == "dout":
             expr = f"ShapeSize(context, {input_index(k, 'dout')}) == 1 ? 1 : 0"
         elif name in ("reduction", "scalar_form"):
-            values = ", ".join(f'"{v}"' for v in axis.values)
-            lines += [
-                f"    static const char* const {name}Values[] = {{{values}}};",
-                f"    const int64_t {name}Axis = StringIndex(attrs->GetStr({attr_index[name]}),"
-                f" {name}Values, {len(axis.values)});",
-            ]
-            expr = f"{name}Axis"
+            values = f"{lower_camel(name)}Values"
+            quoted = ", ".join(f'"{v}"' for v in axis.values)
+            lines.append(f"    static const char* const {values}[] = {{{quoted}}};")
+            expr = f"StringIndex(attrs->GetStr({attr_index[name]}), {values}, {len(axis.values)})"
+            can_fail = True
         elif name == "sigma":
-            lines += [
-                f"    const float* sigma = attrs->GetFloat({attr_index['sigma']});",
-                "    if (sigma == nullptr || !(*sigma >= 0.0f)) {",
-                f'        return Refuse("{op}", "sigma must be a number >= 0");',
-                "    }",
-            ]
+            lines += attr_float("sigma", " || !(*sigma >= 0.0f)", "sigma must be a number >= 0")
             expr = "*sigma == 0.0f ? 1 : 0"
         elif name == "scale":
-            lines += [
-                f"    const float* scale = attrs->GetFloat({attr_index['scale']});",
-                "    if (scale == nullptr) {",
-                f'        return Refuse("{op}", "scale is missing");',
-                "    }",
-            ]
+            lines += attr_float("scale", "", "scale is missing")
             expr = "*scale == 1.0f ? 0 : 1"
         elif name == "shrink_max":
-            lines += [
-                f"    const float* shrinkMax = attrs->GetFloat({attr_index['shrink_max']});",
-                "    if (shrinkMax == nullptr) {",
-                f'        return Refuse("{op}", "shrink_max is missing");',
-                "    }",
-            ]
+            lines += attr_float("shrink_max", "", "shrink_max is missing")
             expr = "std::isfinite(*shrinkMax) ? 1 : 0"
         elif name.endswith("_dtype"):
-            role = name[: -len("_dtype")]
-            expr = f"DtypeIndex(context, {input_index(k, role)})"
+            expr = f"DtypeIndex(context, {input_index(k, name[: -len('_dtype')])})"
+            can_fail = True
         else:
             raise ValueError(f"no C++ for variant axis {name!r}")
+        lines.append(f"    const int64_t {index} = {expr};")
+        if can_fail:
+            lines += [
+                f"    if ({index} < 0) {{",
+                f'        return Refuse("{op}", "{name}: no kernel for this value (one of '
+                f'{", ".join(axis.values)})");',
+                "    }",
+            ]
         lines += [
-            f"    const int64_t {name}Index = {expr};",
-            f"    if ({name}Index < 0) {{",
-            f'        return Refuse("{op}", "{name}: no kernel for this value (one of '
-            f'{", ".join(axis.values)})");',
-            "    }",
-            f"    code += static_cast<uint64_t>({name}Index) * weight;",
+            f"    code += static_cast<uint64_t>({index}) * weight;",
             f"    weight *= {len(axis.values)};",
         ]
     return lines

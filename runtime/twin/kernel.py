@@ -18,7 +18,7 @@ from codegen.api import KernelArtifact
 from codegen.emit.kernel_src import host_scalars, scalar_slots
 from codegen.ir import Kind
 from codegen.op_interface import call_attributes, interface
-from codegen.project import project_of
+from codegen.project import OperatorProject, project_of
 from codegen.schedule import DTYPE_CODES, Plan
 from runtime.backend import BackendError
 from runtime.interpreter import eval_scalars
@@ -62,14 +62,21 @@ def target_rules(art: KernelArtifact) -> TargetRules:
 
 
 class TwinKernel:
-    """A compiled artifact: its tiling struct layout and the loaded library."""
+    """A compiled artifact: its tiling struct layout and the loaded library.
 
-    def __init__(self, art: KernelArtifact, tc: Toolchain) -> None:
+    The library holds the operator project of `project` (default: the artifact's variant alone);
+    a project of several variants runs `art` when the call's attributes and dtypes select it.
+    """
+
+    def __init__(self, art: KernelArtifact, tc: Toolchain, project: OperatorProject | None = None) -> None:
         self.art = art
-        self.library = TwinLibrary(build(kernel_sources(art), tc, art.file_stem), art.file_stem)
+        project = project or project_of([art])
+        if not any(v.key_base == art.key_base and v.structure == art.structure for v in project.variants):
+            raise BackendError(f"twin: {art.variant_label} is not a variant of the given {project.op_name} project")
+        self.library = TwinLibrary(build(kernel_sources(project), tc, art.file_stem), art.file_stem)
         self._scalar_ids = host_scalars(art)
         fields = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64),
-                  ("scalars", ctypes.c_float * scalar_slots(project_of([art])))]
+                  ("scalars", ctypes.c_float * scalar_slots(project))]
         self._struct = type("TilingData", (ctypes.Structure,), {"_fields_": fields})
         if ctypes.sizeof(self._struct) != self.library.tiling_size:
             raise BackendError(f"twin: {art.file_stem}'s tiling struct is {self.library.tiling_size} bytes in C++, "
