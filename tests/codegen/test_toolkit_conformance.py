@@ -1,5 +1,12 @@
 """The emitted operator projects against a real CANN toolkit tree: every op_kernel entry compiles
-in the toolkit's CPU-debug mode and every op_host file with the op build's flags (-std=c++11).
+in the toolkit's CPU-debug mode, every op_host file with the op build's flags (-std=c++11), and
+the project's own cmake configures against the tree.
+
+A snapshot holds headers and cmake modules but no binaries, so the configure test lays an overlay
+over it: empty stand-ins for the three libraries the op build links (libexe_graph, libregister,
+libtiling_api; a shared object links with undefined symbols), and a stand-in for the op_build tool
+that writes only the files op_build writes, named as it names them. The op build's compile of
+op_host into a shared object is real.
 
 Give the tree with ASCEND_TOOLKIT_TREE (an unpacked toolkit or a snapshot of one, e.g. the
 8.1.RC1 tree: the directory holding `<arch>-linux/` or `include/`), else ASCEND_HOME_PATH; without
@@ -163,3 +170,64 @@ def test_the_project_template_the_cmake_copies_exists() -> None:
     for used in ("function(opbuild)", "function(add_kernels_compile)", "function(get_system_info",
                  "function(add_ops_compile_options"):
         assert used in func, used
+
+
+OP_BUILD_STANDIN = """#!/bin/sh
+# stand-in for the toolkit's op_build: writes the files it would write, named as it names them
+out="$2"
+touch "$out/op_proto.cc" "$out/op_proto.h" "$out/aclnn_$STANDIN_OP_FILE.h" "$out/aclnn_$STANDIN_OP_FILE.cpp"
+printf '[%s]\\nopFile.value=%s\\n' "$STANDIN_OP_TYPE" "$STANDIN_OP_FILE" > "$out/aic-$STANDIN_UNIT-ops-info.ini"
+"""
+
+
+def _overlay(tmp: Path) -> Path:
+    """The toolkit tree as an install lays it out, with stand-ins for its binaries."""
+    from codegen.emit.project_files import TEMPLATE_DIR
+
+    assert TOOLKIT is not None
+    root = tmp / "toolkit"
+    (root / "include").mkdir(parents=True)
+    for entry in TOOLKIT.include.iterdir():
+        (root / "include" / entry.name).symlink_to(entry)
+    tiling = TOOLKIT.ascendc / "highlevel_api" / "tiling"  # installs put it under include/
+    if tiling.is_dir() and not (root / "include" / "tiling").exists():
+        (root / "include" / "tiling").symlink_to(tiling)
+    template = root / TEMPLATE_DIR
+    template.parent.mkdir(parents=True)
+    template.symlink_to(TOOLKIT.root / TEMPLATE_DIR)
+    (root / "lib64").mkdir()
+    empty = tmp / "empty.c"
+    empty.write_text("")
+    for lib in ("exe_graph", "register", "tiling_api"):
+        err = _run([shutil.which("gcc") or "gcc", "-shared", "-o", str(root / "lib64" / f"lib{lib}.so"), str(empty)], tmp)
+        assert err == "", err
+    tool = root / "toolkit" / "tools" / "opbuild" / "op_build"
+    tool.parent.mkdir(parents=True)
+    tool.write_text(OP_BUILD_STANDIN)
+    tool.chmod(0o755)
+    return root
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_cmake_configures_against_the_toolkit(projects, target, tmp_path: Path) -> None:
+    t = _target(target)
+    assert TOOLKIT is not None
+    if shutil.which("cmake") is None:
+        pytest.skip("no cmake on PATH")
+    from codegen.emit.project_files import TEMPLATE_DIR
+
+    if not (TOOLKIT.root / TEMPLATE_DIR).is_dir():
+        pytest.skip(f"the toolkit tree at {TOOLKIT.root} holds no project template")
+    root = _overlay(tmp_path)
+    for project in projects[target]:
+        project.emit(tmp_path / "src")
+        src = tmp_path / "src" / project.file_stem
+        env = {**os.environ, "STANDIN_OP_TYPE": project.op_type, "STANDIN_OP_FILE": project.file_stem,
+               "STANDIN_UNIT": t.compute_unit}
+        proc = subprocess.run(["cmake", "-S", ".", "--preset=default", f"-DASCEND_CANN_PACKAGE_PATH={root}"],
+                              cwd=src, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, f"{project.op_name} for {target}:\n{(proc.stderr or proc.stdout)[-3000:]}"
+        autogen = src / "build_out" / "autogen"
+        assert (autogen / "libascend_all_ops.so").is_file()  # the op build compiled op_host for real
+        cache = (src / "build_out" / "CMakeCache.txt").read_text()
+        assert f"ASCEND_COMPUTE_UNIT:STRING={t.compute_unit}" in cache
