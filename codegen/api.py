@@ -31,6 +31,7 @@ from codegen.project import OperatorProject, operator_projects, project_of
 from codegen.rules import lower_node, node_variant
 from codegen.rules.common import same_shape
 from codegen.schedule import Plan, check_plan, make_plan, variant_key_base
+from codegen.target_passes import for_target
 from codegen.targets import Target, get_target
 
 SAMPLE_ELEMENTS = 1 << 24  # the size report() shows block dim and tile size for
@@ -55,6 +56,14 @@ def kernel_for_spec(spec: NodeSpec) -> Kernel:
 
 def kernel_for_node(model: onnx.ModelProto, node: onnx.NodeProto, tables: ModelTables | None = None) -> Kernel:
     return kernel_for_spec(node_spec(model, node, tables))
+
+
+def artifact_for_target(kernel: Kernel, target: str | Target, nodes: tuple[str, ...] = ()) -> KernelArtifact:
+    """The artifact of a target-independent kernel as build_kernels makes it for `target`
+    (codegen/target_passes.py rewrites applied, buffers allocated)."""
+    tgt = target if isinstance(target, Target) else get_target(target)
+    kernel = for_target(kernel, tgt)
+    return KernelArtifact(kernel, tgt, nodes, allocate(kernel))
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ def build_kernels(model: onnx.ModelProto, target: str) -> list[KernelArtifact]:
         key = node_key(spec)
         text = by_key.get(key)
         if text is None:
-            kernel = kernel_for_spec(spec)
+            kernel = for_target(kernel_for_spec(spec), tgt)
             text = by_key[key] = structure_text(kernel)
             by_text.setdefault(text, (kernel, []))
         by_text[text][1].append(node.name)

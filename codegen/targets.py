@@ -35,6 +35,7 @@ class Target:
     ub_bytes: int
     select_scratch_bytes: int
     bf16_compare: bool  # Compare accepts bfloat16 operands directly
+    native_sign: bool  # Sign is one instruction; else the chunked high-level API (target_passes)
     overflow_modes: tuple[str, ...]  # float->half overflow modes the runtime supports
     notes: str
 
@@ -51,6 +52,7 @@ TARGETS: dict[str, Target] = {
         ub_bytes=253952,
         select_scratch_bytes=0,
         bf16_compare=True,
+        native_sign=True,
         overflow_modes=("INFNAN",),
         notes="bf16 Compare; only INF/NaN overflow mode",
     ),
@@ -64,6 +66,7 @@ TARGETS: dict[str, Target] = {
         ub_bytes=196352,
         select_scratch_bytes=8192,
         bf16_compare=False,
+        native_sign=False,
         overflow_modes=("INFNAN", "SATURATION"),
         notes="Select tensor modes need 8 KiB scratch; 40 AIV cores on some SKUs",
     ),
@@ -78,6 +81,7 @@ TARGETS: dict[str, Target] = {
         ub_bytes=196352,
         select_scratch_bytes=8192,
         bf16_compare=False,
+        native_sign=False,
         overflow_modes=("INFNAN", "SATURATION"),
         notes="as ascend910b",
     ),

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
 from codegen.emit.golden import golden_function
-from codegen.ir import Kind, Op
+from codegen.ir import Kind
 from codegen.names import safe_text
 from codegen.op_interface import call_attributes, interface
 from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES, VARIANT_SHIFT

@@ -1,6 +1,7 @@
 """One operator project with every variant of its op type, compiled once: for each variant's call
 the emitted tiling function picks that variant's key (from the attributes, dtypes and dout's
-element count), and the kernel entry runs it with the same result as the variant alone."""
+element count), and the kernel entry runs it with the same result as the variant alone and as
+the IR interpreter (on ascend910b, with Sign emitted as Compare/Select/Add)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from codegen.ir import Kind
 from codegen.project import operator_projects
 from lowering import fuse
 from runtime.backend import BackendError
+from runtime.backends.cpu import plan_tiles
+from runtime.interpreter import execute
 from runtime.numerics import NUMPY_DTYPES
 from runtime.twin.kernel import TwinKernel
 
@@ -54,8 +57,12 @@ def test_each_variant_of_the_whole_operator_runs_as_alone(projects, toolchain, t
             got, _ = whole.run(inputs, host)
             alone = twin.kernel(art)
             want, _ = alone.run(inputs, alone.host_tiling(inputs))
+            plan = art.schedule(N)
+            interpreted = execute(art.kernel, plan_tiles(plan), inputs, N, alloc=art.allocation,
+                                  buffer_bytes={b.name: b.bytes for b in plan.buffers})
             for name, value in got.items():
                 assert differing(value, want[name]).size == 0, f"seed {seed}: {art.variant_label}"
+                assert differing(value, interpreted[name]).size == 0, f"seed {seed}: {art.variant_label}"
 
 
 def test_a_call_no_variant_serves_is_refused(projects, toolchain):
