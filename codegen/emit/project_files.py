@@ -636,6 +636,9 @@ against a scalar is `CompareScalar` (8.1 has no `Compares`; newer toolkits keep 
 Results assume the INF/NaN float overflow mode (`aclrtFloatOverflowMode` default on A2/A3, the only
 mode on 950): a float32 result beyond the output dtype's range rounds to inf.
 
-Built against a real toolkit by nobody yet: the generator's tests compile the kernel and tiling
-sources on the CPU (the twin) and, given a toolkit tree, check them against its headers.
+The kernel and tiling sources are compiled and run on the CPU by the generator's tests (its C++
+twin of the AscendC API). Given a toolkit tree, its tests also compile op_kernel in the toolkit's
+CPU-debug mode and op_host with `-std=c++11` against the toolkit's headers and configure this
+cmake against it (checked with CANN 8.1.RC1 for ascend910b and ascend910_93); nothing here has
+been compiled for or run on a device.
 """
