@@ -270,3 +270,44 @@ def test_kernels_compile_against_asc_devkit_head(projects, target, tmp_path: Pat
         ours = [ln for ln in proc.stderr.splitlines()
                 if "error" in ln and ln.split(":", 1)[0] in emitted]
         assert not ours, f"{project.op_name} for {target}:\n" + "\n".join(ours[:20])
+
+
+_ACLNN_TYPES = {"float": "double", "string": "char *", "bool": "bool"}
+
+
+def aclnn_header_standin(project: OperatorProject) -> str:
+    """aclnn_<op>.h as op_build writes it (asc-devkit tests/tools/utils/opbuild/*.h.txt): inputs,
+    then attributes (Float -> double, String -> char *, Bool -> bool), then outputs; an output
+    named like an input is that input, `aclTensor *<name>Ref`, with no output parameter."""
+    from codegen.op_interface import interface
+
+    k = project.variants[0].kernel
+    iface = interface(project.op_type)
+    params = [f"aclTensor *{p.name}Ref" if p.name == iface.ref_output else f"const aclTensor *{p.name}"
+              for p in k.inputs]
+    params += [f"{_ACLNN_TYPES[a.kind]} {a.name}" for a in iface.attributes]
+    params += [f"const aclTensor *{name}Out" for name in iface.outputs if name != iface.ref_output]
+    op = project.op_type
+    return "\n".join([
+        '#include "aclnn/acl_meta.h"',
+        'extern "C" {',
+        f"aclnnStatus aclnn{op}GetWorkspaceSize({', '.join(params)}, uint64_t *workspaceSize,",
+        "    aclOpExecutor **executor);",
+        f"aclnnStatus aclnn{op}(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,",
+        "    aclrtStream stream);",
+        "}",
+        "",
+    ])
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_the_aclnn_example_compiles_against_the_generated_api(projects, target, tmp_path: Path) -> None:
+    _target(target)
+    assert TOOLKIT is not None
+    for project in projects[target]:
+        project.emit(tmp_path)
+        examples = tmp_path / project.file_stem / "examples"
+        (examples / f"aclnn_{project.file_stem}.h").write_text(aclnn_header_standin(project))
+        err = _run([CXX, "-fsyntax-only", "-std=c++11", "-I", ".", "-I", str(TOOLKIT.include),
+                    "-I", str(TOOLKIT.include / "aclnn"), f"test_aclnn_{project.file_stem}.cpp"], examples)
+        assert err == "", f"{project.op_name} example for {target}:\n{err}"
