@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codegen.api import SAMPLE_ELEMENTS, KernelArtifact, kernel_for_spec  # noqa: E402
+from codegen.api import SAMPLE_ELEMENTS, artifact_for_target, kernel_for_spec  # noqa: E402
 from codegen.buffers import allocate  # noqa: E402
 from codegen.ir import F32, Kernel, KernelBuilder, Kind, Op  # noqa: E402
 from codegen.nodes import InputSpec, NodeSpec  # noqa: E402
@@ -97,11 +97,15 @@ def cann_smooth_l1_dag(dtype: str, scalar_dout: bool) -> Kernel:
     return b.build()
 
 
-def cann_figures(v: Variant, dtype: str) -> tuple[int | None, tuple[float, float] | None, str]:
+def cann_figures(v: Variant, dtype: str, target: str) -> tuple[int | None, tuple[float, float] | None, str]:
     """(instructions per tile, (UB B/elem single, double), source) of the hand-written kernel."""
     if v.op == "ApplyProximalGradientDescent":
         if v.label == CLIP_VARIANT:
             return None, None, "CANN keeps inf"
+        if not get_target(target).native_sign:
+            # the arch35 kernel is ascend950-only; ops-nn's 910B kernel (experimental) calls
+            # AscendC::Sign, whose count per tile depends on its temp size, not published
+            return None, None, "arch35 is ascend950-only"
         if dtype == "float32":
             return 8, (24.0, 36.0), "ops-nn tiling"
         if dtype == "float16":
@@ -122,12 +126,12 @@ def rows() -> list[list[str]]:
         tgt = get_target(target)
         for dtype in DTYPES:
             for v in _variants(dtype):
-                k = kernel_for_spec(v.spec)
-                art = KernelArtifact(k, tgt, ("q",), allocate(k))
+                art = artifact_for_target(kernel_for_spec(v.spec), tgt, ("q",))
+                k = art.kernel
                 plan = art.schedule(SAMPLE_ELEMENTS)
                 ours_i = k.vector_instruction_count()
                 ours_ub = (art.allocation.bytes_per_element(1), art.allocation.bytes_per_element(2))
-                cann_i, cann_ub, src = cann_figures(v, dtype)
+                cann_i, cann_ub, src = cann_figures(v, dtype, target)
                 if cann_i is None or cann_ub is None:
                     verdict = "no CANN kernel to compare"
                     cann_i_s, cann_ub_s = "-", "-"
@@ -174,17 +178,26 @@ NOTES = """\
 Notes
 * instr/tile counts AscendC vector calls per tile (Cast, arithmetic, Compare, Select, Sign,
   Duplicate); DataCopy/DataCopyPad and scalar-unit work are not counted, as in the CANN figures.
+  Kernels are as emitted for the row's target (codegen/target_passes.py): on ascend910b and
+  ascend910_93 Sign is the high-level API, which with its minimum temp runs in 64-element chunks
+  of 8 instructions and 6 pipe barriers each, so it is emitted as Compare/Select/Add over the
+  whole tile (7 instructions, bit for bit the same result); on ascend950 Sign is one instruction.
+* ApplyProximalGradientDescent's CANN figures are the ops-nn arch35 kernel's, which is
+  ascend950-only; ops-nn's 910B kernel (experimental) calls AscendC::Sign and publishes no
+  figures, so 910B/910_93 rows have no CANN kernel to compare.
 * UB bytes per element: queue buffers x buffer count + VECCALC scratch + Compare masks (1/8 byte);
   fixed scratch (Sign's 768-byte temp, the 8 KiB Select temp space on ascend910b/910_93) is not
   per element and is taken out of the UB before the tile is sized.
 * ApplyProximalGradientDescent keeps NaN (a NaN prox gives NaN) without relying on the
   undocumented NaN behaviour of Maxs/Mins or on Sign(NaN): out = (prox - sign(prox) * min(|prox|, t)) * r
-  for a run-time threshold (8 instructions, as CANN's clamp-based sign, which does rely on
-  Maxs/Mins NaN behaviour), and out = (prox - clip(prox, -t, t)) * r when t >= 0 is a compile-time
-  constant (6; 5 when the divisor is 1). NaN-correctness costs no instruction here.
+  (8 instructions, as CANN's clamp-based sign, which does rely on Maxs/Mins NaN behaviour).
+  alpha, l1 and l2 are read at run time whether the model holds them as constants or not, as
+  CANN's operator reads them, so the "constant" rows equal the "runtime" rows: one kernel serves
+  every value.
 * "Clip(min=0) form": ONNX Clip without max maps inf to the largest finite value; the kernel
-  clamps the shrunk value there with Maxs + Mins and selects NaN back through Compare(x, x, EQ) +
-  Select (4 instructions), since Maxs/Mins on NaN are undocumented. CANN's kernel keeps inf, so
+  clamps the shrunk value (at shrink_max, an attribute read at tiling time) with Maxs + Mins and
+  selects NaN back through Compare(x, x, EQ) + Select (4 instructions), since Maxs/Mins on NaN are
+  undocumented. CANN's kernel keeps inf, so
   there is no hand-written figure for it.
 * SmoothL1LossGradV2: Compare(|x| >= sigma) + Select(sign(x), x * 1/sigma) replaces CANN's three
   compare/select branches and two adds; NaN in x stays NaN because the compare is false for NaN.

@@ -66,6 +66,9 @@ operations give; no flush-to-zero is modelled. Per op ("t" = tile operand, "s" =
 Scalar ops (all results float32, evaluated in instruction order):
 
     SConst value          a compile-time constant, stored already rounded to float32.
+    SConst value attr=A   the fused node's float attribute A (value: this node's, rounded to
+                          float32). The emitted operator reads it at tiling time, so it is a
+                          host value and never folded: one kernel serves every value of A.
     SInput name           element 0 of the one-element input `name`, converted exactly to float32.
     SNumel name           number of elements of input `name`, converted to float32 (RNE); known at
                           tiling time, so it makes the scalar a host (tiling) value.
@@ -76,7 +79,8 @@ Scalar ops (all results float32, evaluated in instruction order):
     SMin a, b             a if (a < b or a is NaN) else b.
 
 Where a scalar is evaluated (its "stage", see `scalar_stages`): `const` if it depends on SConst
-only (the folding pass turns it into one SConst), `host` if it depends on SNumel (computed by the
+only (the folding pass turns it into one SConst), `host` if it depends on SNumel or an attribute
+SConst (computed by the
 tiling function and passed in the tiling data), `kernel` if it depends on SInput (computed on the
 AI Core scalar unit after reading the input).
 
@@ -225,7 +229,9 @@ class Instr:
 class Kernel:
     """A kernel: op type it implements, parameters and instructions.
 
-    dtype is the tensor dtype of the fused node (the kernel variant's data type).
+    dtype is the tensor dtype of the fused node (the kernel variant's data type); `variant` is
+    the rest of its specialisation, (axis, value) pairs of codegen/variants.py that the emitted
+    operator's tiling function recomputes from the call's attributes and shapes.
     """
 
     op_type: str
@@ -233,6 +239,7 @@ class Kernel:
     inputs: tuple[Param, ...]
     outputs: tuple[Param, ...]
     instrs: tuple[Instr, ...]
+    variant: tuple[tuple[str, str], ...] = ()
 
     def param(self, name: str) -> Param:
         for p in self.inputs + self.outputs:
@@ -269,6 +276,7 @@ class KernelBuilder:
 
     op_type: str
     dtype: str
+    variant: tuple[tuple[str, str], ...] = ()
     inputs: list[Param] = field(default_factory=list)
     outputs: list[Param] = field(default_factory=list)
     instrs: list[Instr] = field(default_factory=list)
@@ -288,6 +296,12 @@ class KernelBuilder:
     # scalars
     def sconst(self, value: float) -> int:
         return self.emit(Instr(Op.SCONST, F32, Kind.SCALAR, (), make_attrs(value=f32(value))))
+
+    def sattr(self, attr: str, value: float) -> int:
+        """The node attribute `attr` (this node's value), read by the host at tiling time."""
+        return self.emit(
+            Instr(Op.SCONST, F32, Kind.SCALAR, (), make_attrs(attr=attr, value=f32(value)))
+        )
 
     def sinput(self, name: str) -> int:
         return self.emit(Instr(Op.SINPUT, F32, Kind.SCALAR, (), make_attrs(name=name)))
@@ -343,7 +357,12 @@ class KernelBuilder:
 
     def build(self) -> Kernel:
         k = Kernel(
-            self.op_type, self.dtype, tuple(self.inputs), tuple(self.outputs), tuple(self.instrs)
+            self.op_type,
+            self.dtype,
+            tuple(self.inputs),
+            tuple(self.outputs),
+            tuple(self.instrs),
+            self.variant,
         )
         verify(k)
         return k
@@ -420,6 +439,8 @@ def _verify_one(
             v = ins.attr("value")
             if not isinstance(v, float) or (v == v and f32(v) != v):
                 _fail(i, ins, "value must be a float already rounded to float32")
+            if is_attr(ins) and not str(ins.attr("attr")).isidentifier():
+                _fail(i, ins, "attr must name an attribute (an identifier)")
         elif op in (Op.SINPUT, Op.SNUMEL):
             _expect(i, ins, 0, src)
             name = cast(str, ins.attr("name"))
@@ -522,6 +543,22 @@ def _verify_one(
 # ------------------------------------------------------------------------------- scalar stages
 
 
+def is_attr(ins: Instr) -> bool:
+    """An SConst that stands for a node attribute (read at tiling time, never folded)."""
+    return ins.op is Op.SCONST and any(key == "attr" for key, _ in ins.attrs)
+
+
+def attr_scalars(k: Kernel) -> dict[str, float]:
+    """Attribute name -> the value this kernel's node has, for every attribute SConst."""
+    scalars = {}
+    for ins in k.instrs:
+        if is_attr(ins):
+            value = ins.attr("value")
+            assert isinstance(value, (int, float)), ins
+            scalars[str(ins.attr("attr"))] = float(value)
+    return scalars
+
+
 def scalar_stages(k: Kernel) -> dict[int, str]:
     """Scalar value id -> "const" | "host" | "kernel" (see the module docstring)."""
     rank = {"const": 0, "host": 1, "kernel": 2}
@@ -530,7 +567,7 @@ def scalar_stages(k: Kernel) -> dict[int, str]:
         if ins.kind is not Kind.SCALAR:
             continue
         if ins.op is Op.SCONST:
-            out[i] = "const"
+            out[i] = "host" if is_attr(ins) else "const"
         elif ins.op is Op.SNUMEL:
             out[i] = "host"
         elif ins.op is Op.SINPUT:
@@ -589,6 +626,7 @@ def format_kernel(k: Kernel) -> str:
 
     Grammar (one item a line, two-space indent below the header):
         kernel <op_type> <dtype>
+        variant <axis>=<value> ...            (when the kernel has a variant)
         input <name>: <dtype> tile|scalar
         output <name>: <dtype>
         <ref> = <Op> [<operand>, ...] [key=value ...] : tile<dtype> | mask | scalar<float32>
@@ -597,6 +635,8 @@ def format_kernel(k: Kernel) -> str:
     written as the first operand.
     """
     lines = [f"kernel {k.op_type} {k.dtype}"]
+    if k.variant:
+        lines.append("  variant " + " ".join(f"{a}={v}" for a, v in k.variant))
     lines += [f"  input {p.name}: {p.dtype} {p.kind.value}" for p in k.inputs]
     lines += [f"  output {p.name}: {p.dtype}" for p in k.outputs]
     lines += [f"  {format_instr(k, i)}" for i in range(len(k.instrs))]
@@ -630,6 +670,12 @@ def parse_kernel(text: str) -> Kernel:
     b = KernelBuilder(head[1], head[2])
     for n, ln in enumerate(lines[1:], start=2):
         word, _, tail = ln.partition(" ")
+        if word == "variant" and n == 2:
+            pairs = [tok.partition("=") for tok in tail.split()]
+            if not pairs or any(not eq or not a or not v for a, eq, v in pairs):
+                raise IRError(f"line {n}: bad variant line {ln!r}")
+            b.variant = tuple((a, v) for a, _, v in pairs)
+            continue
         if word in ("input", "output"):
             name, _, spec = tail.partition(": ")
             parts = spec.split()

@@ -40,3 +40,9 @@ def check_identifier(name: str) -> str:
 def camel(name: str) -> str:
     """'var_out' -> 'VarOut' (parameter names to C++ member names)."""
     return "".join(p[:1].upper() + p[1:] for p in name.split("_"))
+
+
+def lower_camel(name: str) -> str:
+    """'shrink_max' -> 'shrinkMax' (attribute and axis names to C++ local variables)."""
+    c = camel(name)
+    return c[:1].lower() + c[1:]

@@ -6,6 +6,7 @@ aclnn call without a model.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +36,7 @@ class InputSpec:
     def numel(self) -> int | None:
         if self.shape is None or not all(isinstance(d, int) for d in self.shape):
             return None
-        return int(np.prod([int(d) for d in self.shape if isinstance(d, int)], dtype=np.int64))
+        return math.prod(d for d in self.shape if isinstance(d, int))
 
 
 @dataclass(frozen=True)
@@ -55,9 +56,10 @@ class ModelTables:
 
     def __init__(self, model: onnx.ModelProto) -> None:
         graph = model.graph
-        self.types: dict[str, onnx.TypeProto] = {}
+        # ValueInfoProto by name (first wins); .type is read only for the values asked about
+        self.value_infos: dict[str, onnx.ValueInfoProto] = {}
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-            self.types.setdefault(vi.name, vi.type)
+            self.value_infos.setdefault(vi.name, vi)
         self.initializers = {t.name: t for t in graph.initializer}
         # initializers that are not graph inputs (a graph input can override them) and Constants
         overridable = {i.name for i in graph.input}
@@ -120,13 +122,14 @@ def node_spec(model: onnx.ModelProto, node: onnx.NodeProto, tables: ModelTables 
             f"got {len(node.input)}"
         )
     tables = tables or ModelTables(model)
-    types = tables.types
+    infos = tables.value_infos
     inputs: dict[str, InputSpec] = {}
     for role, value in zip(spec.inputs, node.input):
         const_value = tables.constant(value)
-        if value in types and types[value].tensor_type.elem_type:
-            elem = types[value].tensor_type.elem_type
-            shape = _shape_of(types[value])
+        vi = infos.get(value)
+        if vi is not None and vi.type.tensor_type.elem_type:
+            elem = vi.type.tensor_type.elem_type
+            shape = _shape_of(vi.type)
         elif value in tables.initializers:
             init = tables.initializers[value]
             elem, shape = init.data_type, tuple(init.dims)

@@ -21,7 +21,7 @@ on a NaN lane). The rules:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from codegen.ir import (
     SCALAR_BINARY,
@@ -31,7 +31,7 @@ from codegen.ir import (
     Kind,
     Op,
     f32,
-    format_kernel,
+    is_attr,
     make_attrs,
     verify,
 )
@@ -55,7 +55,11 @@ class _Rewriter:
 
     def const(self, v: int) -> float | None:
         ins = self.instrs[v]
-        return ins.attr("value") if ins.op is Op.SCONST else None  # type: ignore[return-value]
+        # an attribute SConst is a host value, not a constant: folding it would bake one node's
+        # attribute into a kernel that serves every value
+        if ins.op is not Op.SCONST or is_attr(ins):
+            return None
+        return ins.attr("value")  # type: ignore[return-value]
 
     def sconst(self, value: float) -> int:
         return self.emit(Instr(Op.SCONST, "float32", Kind.SCALAR, (), make_attrs(value=f32(value))))
@@ -127,7 +131,7 @@ def _rewrite(k: Kernel) -> Kernel:
         if rep is None and ins.kind in (Kind.TILE, Kind.MASK):
             rep = _simplify_tile(rw, ins)
         remap[i] = rep if rep is not None else rw.emit(ins)
-    return Kernel(k.op_type, k.dtype, k.inputs, k.outputs, tuple(rw.instrs))
+    return replace(k, instrs=tuple(rw.instrs))
 
 
 def eliminate_dead_code(k: Kernel) -> Kernel:
@@ -153,15 +157,23 @@ def eliminate_dead_code(k: Kernel) -> Kernel:
         )
         for i in order
     )
-    return Kernel(k.op_type, k.dtype, k.inputs, k.outputs, instrs)
+    return replace(k, instrs=instrs)
+
+
+def _fixed_point_key(k: Kernel) -> tuple:
+    """The instructions with attributes by repr: equal exactly when the kernels print the same
+    (a NaN SConst != itself, so Instr == cannot tell), at a fraction of format_kernel's cost."""
+    return tuple((i.op, i.dtype, i.kind, i.srcs, repr(i.attrs)) for i in k.instrs)
 
 
 def optimize(k: Kernel, max_rounds: int = 8) -> Kernel:
     """Fold, simplify, CSE and DCE until nothing changes; the result is verified."""
+    key = _fixed_point_key(k)
     for _ in range(max_rounds):
         nxt = eliminate_dead_code(_rewrite(k))
-        done = format_kernel(nxt) == format_kernel(k)  # text, not ==: a NaN SConst != itself
-        k = nxt
+        nxt_key = _fixed_point_key(nxt)
+        done = nxt_key == key
+        k, key = nxt, nxt_key
         if done:
             break
     verify(k)

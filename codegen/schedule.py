@@ -7,7 +7,8 @@ and what the CPU backend follows:
   32-byte blocks for every dtype); `block_dim` = ceil(N / block_factor) cores run; core c owns
   elements [c * block_factor, min((c + 1) * block_factor, N)).
 * UB tile: every queue slot is allocated `buffer_num` times, scratch once, plus fixed scratch
-  (Sign's temp buffer, the Select temp space the target needs). The largest tile that fits,
+  (Sign's temp buffer, the Select temp space the target needs); UB_RESERVE_BYTES of the
+  target's UB are never planned, as the hand-written kernels keep 8 KiB spare. The largest tile that fits,
   in multiples of TILE_ALIGN elements, bounds the tile; a core's range is then cut into
   ceil(range / max_tile) tiles of equal size rounded up to TILE_ALIGN, so only a core's last
   tile is partial. TILE_ALIGN makes every buffer, including a Compare mask (1 bit per
@@ -16,8 +17,9 @@ and what the CPU backend follows:
   i.e. when there is a next tile to load while this one computes.
 * Tail: the last tile of a core moves `n` elements with DataCopyPad (exact byte length) and
   computes over compute_count(n) lanes, n rounded up to whole 256-byte float32 repeats.
-* Tiling key: dtype code | (buffer_num - 1) << 8, the ops-nn ApplyProximalGradientDescent
-  encoding (DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27).
+* Tiling key: dtype code | (buffer_num - 1) << 8 | variant code << 9: the ops-nn
+  ApplyProximalGradientDescent encoding (DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27) and the kernel's
+  variant (codegen/variants.py; 0 for a kernel built without one).
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ from codegen.buffers import Allocation, Position
 from codegen.errors import CodegenError
 from codegen.ir import DTYPE_BYTES, LANES_PER_REPEAT, Kernel, Op
 from codegen.targets import UB_BLOCK_BYTES, Target
+from codegen.variants import variant_code
 
 CORE_ALIGN = LANES_PER_REPEAT  # 64 elements: 256 B of float32, 128 B of float16
 TILE_ALIGN = 256  # elements: a mask of 256 bits is one 32-byte block
+UB_RESERVE_BYTES = 8192  # UB left unplanned, as the hand-written ops-nn kernels keep (pipe control)
 SIGN_TMP_BYTES = 3 * 256  # AscendC GetSignMaxMinTmpSize minimum (3 x one 256-byte repeat)
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 27}
+VARIANT_SHIFT = 9
 MAX_ELEMENTS = 2**62  # int64 offsets on the device
 
 
@@ -123,8 +128,14 @@ def fixed_bytes(kernel: Kernel, target: Target) -> int:
     )
 
 
-def tiling_key(dtype: str, buffer_num: int) -> int:
-    return DTYPE_CODES[dtype] | ((buffer_num - 1) << 8)
+def variant_key_base(kernel: Kernel) -> int:
+    """The tiling key of a kernel with single buffering."""
+    code = variant_code(kernel.op_type, kernel.variant) if kernel.variant else 0
+    return DTYPE_CODES[kernel.dtype] | (code << VARIANT_SHIFT)
+
+
+def tiling_key(kernel: Kernel, buffer_num: int) -> int:
+    return variant_key_base(kernel) | ((buffer_num - 1) << 8)
 
 
 def _buffers(alloc: Allocation, tile: int, buffer_num: int) -> tuple[BufferPlan, ...]:
@@ -176,7 +187,7 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
             block_factor=0,
             tile_elems=0,
             buffer_num=1,
-            tiling_key=tiling_key(kernel.dtype, 1),
+            tiling_key=tiling_key(kernel, 1),
             ub_limit=target.ub_bytes,
             ub_bytes=0,
             fixed_bytes=0,
@@ -184,7 +195,7 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
         )
     block_factor = -(-(-(-num_elements // target.aiv_cores)) // CORE_ALIGN) * CORE_ALIGN
     block_dim = -(-num_elements // block_factor)
-    budget = target.ub_bytes - fixed
+    budget = target.ub_bytes - UB_RESERVE_BYTES - fixed
     single, double = max_tile(alloc, budget, 1), max_tile(alloc, budget, 2)
     if single == 0:
         raise PlanError(
@@ -203,7 +214,7 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
         block_factor=block_factor,
         tile_elems=tile,
         buffer_num=buffer_num,
-        tiling_key=tiling_key(kernel.dtype, buffer_num),
+        tiling_key=tiling_key(kernel, buffer_num),
         ub_limit=target.ub_bytes,
         ub_bytes=_ub_bytes(buffers, fixed),
         fixed_bytes=fixed,
@@ -214,15 +225,15 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
 def check_plan(plan: Plan, kernel: Kernel, alloc: Allocation, target: Target) -> None:
     """Prove the plan's hardware rules; raise PlanError naming the first one broken.
 
-    UB bytes used <= the target's UB; every buffer whole 32-byte blocks and each full tile
+    UB bytes used <= the target's UB less the reserve; every buffer whole 32-byte blocks and each full tile
     whole 256-byte repeats; every element in [0, N) covered by exactly one tile (tiles are
     walked core by core, each must start where the previous ended); offsets fit in int64 and a
     tail's DataCopyPad byte length fits its 21-bit field.
     """
     if plan.target != target.name or plan.ub_limit != target.ub_bytes:
         raise PlanError("plan was made for another target")
-    if plan.tiling_key != tiling_key(plan.dtype, plan.buffer_num) or plan.buffer_num not in (1, 2):
-        raise PlanError("tiling key does not encode dtype and buffer mode")
+    if plan.buffer_num not in (1, 2) or plan.tiling_key != tiling_key(kernel, plan.buffer_num):
+        raise PlanError("tiling key does not encode dtype, variant and buffer mode")
     if plan.num_elements == 0:
         if plan.block_dim != 1 or plan.buffers or plan.ub_bytes or plan.tile_elems:
             raise PlanError("an empty launch must be one core without buffers")
@@ -233,8 +244,10 @@ def check_plan(plan: Plan, kernel: Kernel, alloc: Allocation, target: Target) ->
         raise PlanError("plan buffers do not match the kernel's slots")
     if plan.fixed_bytes != fixed_bytes(kernel, target):
         raise PlanError("fixed scratch bytes are wrong")
-    if plan.ub_bytes > target.ub_bytes:
-        raise PlanError(f"UB overflow: {plan.ub_bytes} bytes > {target.ub_bytes}")
+    if plan.ub_bytes > target.ub_bytes - UB_RESERVE_BYTES:
+        raise PlanError(
+            f"UB overflow: {plan.ub_bytes} bytes > {target.ub_bytes} - {UB_RESERVE_BYTES} reserved"
+        )
     for b in plan.buffers:
         if b.bytes % UB_BLOCK_BYTES:
             raise PlanError(f"buffer {b.name} is {b.bytes} bytes, not whole 32-byte blocks")

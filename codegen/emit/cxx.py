@@ -22,6 +22,19 @@ def float_literal(v: float) -> str:
     return f"{mant.rstrip('0').rstrip('.')}p{exp}f"
 
 
+def host_float_literal(v: float) -> str:
+    """An exact float literal that C++11 reads (the op build compiles op_host with -std=c++11,
+    which has no hex floats): 9 significant digits round-trip every float32."""
+    if math.isnan(v):
+        return 'std::nanf("")'
+    if math.isinf(v):
+        return "HUGE_VALF" if v > 0 else "(-HUGE_VALF)"
+    text = f"{v:.9g}"
+    if not any(c in text for c in ".en"):
+        text += ".0"
+    return f"{text}f"
+
+
 def scalar_expr(ins: Instr, ref: dict[int, str]) -> str:
     """C++ float expression for an arithmetic scalar op whose operands are named by `ref`."""
     a = [ref[s] for s in ins.srcs]

@@ -1,85 +1,131 @@
-"""op_host/ sources: OpDef, InferShape/InferDataType and the tiling function.
+"""op_host/ sources: OpDef, InferShape/InferDataType and the tiling function of one operator.
 
-The tiling function is codegen/schedule.py's make_plan written in C++ with the kernel's
-constants (bytes per 256 tile elements, fixed scratch, the target's UB and core count), so
-host and Python compute the same plan; it also computes the host-stage scalars (those that
-depend on a shape, e.g. 1/numel) into the tiling data.
+The OpDef has CANN's op name, inputs, outputs and attributes (codegen/op_interface.py) and every
+dtype combination of the project's variants. The tiling function recomputes the variant from the
+call (attributes, input dtypes, dout's element count: codegen/variants.py), refuses a call no
+variant serves with a logged reason, computes the variant's host scalars (attributes, 1/numel)
+into the tiling data and runs codegen/schedule.py's make_plan in C++ with the variant's
+constants (bytes per 256 tile elements, fixed scratch) and the target's UB and core count, so
+host and Python compute the same plan. The sources are C++11: the op build compiles them so.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegen.emit.cxx import BANNER, GE_TYPES, float_literal, input_index, scalar_expr
+from codegen.emit.cxx import BANNER, GE_TYPES, host_float_literal, input_index, scalar_expr
 from codegen.emit.kernel_src import host_scalars, key_names, tiling_struct
-from codegen.ir import Kind, Op, format_instr, scalar_stages
-from codegen.schedule import CORE_ALIGN, TILE_ALIGN, fixed_bytes, tile_block_bytes
+from codegen.ir import Kind, Op, format_instr, is_attr, scalar_stages
+from codegen.names import lower_camel
+from codegen.op_interface import interface
+from codegen.schedule import (
+    CORE_ALIGN,
+    TILE_ALIGN,
+    UB_RESERVE_BYTES,
+    VARIANT_SHIFT,
+    fixed_bytes,
+    tile_block_bytes,
+)
+from codegen.variants import AXES, FLOAT_DTYPES
 
 if TYPE_CHECKING:
     from codegen.api import KernelArtifact
+    from codegen.project import OperatorProject
+
+_ATTR_TYPES = {"float": "Float", "string": "String", "bool": "Bool"}
 
 
-def def_cpp(art: KernelArtifact) -> str:
-    k = art.kernel
+def _attr_default(kind: str, value: object) -> str:
+    if kind == "string":
+        return f'"{value}"'
+    if kind == "bool":
+        return "true" if value else "false"
+    return host_float_literal(float(value))  # type: ignore[arg-type]
+
+
+def _dtype_combos(project: OperatorProject) -> list[tuple[str, ...]]:
+    """The (input dtypes..., output dtypes...) combinations of the variants, first-seen order."""
+    combos: list[tuple[str, ...]] = []
+    for art in project.variants:
+        k = art.kernel
+        combo = tuple(p.dtype for p in k.inputs + k.outputs)
+        if combo not in combos:
+            combos.append(combo)
+    return combos
+
+
+def def_cpp(project: OperatorProject) -> str:
+    k = project.variants[0].kernel
+    op = project.op_name
+    iface = interface(op)
+    combos = _dtype_combos(project)
     lines = [
         f"// {BANNER}",
-        f"// Op definition of {art.op_name}: {k.op_type} for {k.dtype}.",
+        f"// Op definition of {op}: CANN's inputs, outputs and attributes, every dtype",
+        "// combination this package's kernels take.",
+        "#include <cmath>",
         '#include "register/op_def_registry.h"',
         "",
         "namespace ops {",
-        f"class {art.op_name} : public OpDef {{",
+        f"class {op} : public OpDef {{",
         "public:",
-        f"    explicit {art.op_name}(const char* name) : OpDef(name)",
+        f"    explicit {op}(const char* name) : OpDef(name)",
         "    {",
     ]
-    for p in k.inputs:
+    for n, p in enumerate(k.inputs):
+        types = ", ".join(GE_TYPES[c[n]] for c in combos)
         lines += [
             f'        this->Input("{p.name}")',
             "            .ParamType(REQUIRED)",
-            f"            .DataType({{{GE_TYPES[p.dtype]}}})",
-            "            .Format({ge::FORMAT_ND})",
-            "            .UnknownShapeFormat({ge::FORMAT_ND})",
+            f"            .DataType({{{types}}})",
+            f"            .Format({{{', '.join(['ge::FORMAT_ND'] * len(combos))}}})",
+            f"            .UnknownShapeFormat({{{', '.join(['ge::FORMAT_ND'] * len(combos))}}})",
             "            .AutoContiguous();",
         ]
-    for p in k.outputs:
+    for n, name in enumerate(iface.outputs):
+        types = ", ".join(GE_TYPES[c[len(k.inputs) + n]] for c in combos)
         lines += [
-            f'        this->Output("{p.name}")',
+            f'        this->Output("{name}")',
             "            .ParamType(REQUIRED)",
-            f"            .DataType({{{GE_TYPES[p.dtype]}}})",
-            "            .Format({ge::FORMAT_ND})",
-            "            .UnknownShapeFormat({ge::FORMAT_ND});",
+            f"            .DataType({{{types}}})",
+            f"            .Format({{{', '.join(['ge::FORMAT_ND'] * len(combos))}}})",
+            f"            .UnknownShapeFormat({{{', '.join(['ge::FORMAT_ND'] * len(combos))}}});",
         ]
+    for a in iface.attributes:
+        lines.append(
+            f'        this->Attr("{a.name}").AttrType(OPTIONAL).{_ATTR_TYPES[a.kind]}'
+            f"({_attr_default(a.kind, a.default)});"
+        )
     lines += [
         "        OpAICoreConfig aicoreConfig;",
         "        aicoreConfig.DynamicCompileStaticFlag(true)",
         "            .DynamicRankSupportFlag(true)",
         "            .DynamicShapeSupportFlag(true)",
-        "            .NeedCheckSupportFlag(false)",
-        f'            .ExtendCfgInfo("opFile.value", "{art.file_stem}");',
-        f'        this->AICore().AddConfig("{art.target.soc}", aicoreConfig);',
+        "            .NeedCheckSupportFlag(false);",
+        f'        this->AICore().AddConfig("{project.target.compute_unit}", aicoreConfig);',
         "    }",
         "};",
         "",
-        f"OP_ADD({art.op_name});",
+        f"OP_ADD({op});",
         "}  // namespace ops",
         "",
     ]
     return "\n".join(lines)
 
 
-def infershape_cpp(art: KernelArtifact) -> str:
-    k = art.kernel
-    first = next(i for i, p in enumerate(k.inputs) if p.kind is Kind.TILE)
+def infershape_cpp(project: OperatorProject) -> str:
+    op = project.op_name
     return "\n".join(
         [
             f"// {BANNER}",
-            f"// The output has the shape and dtype of input {k.inputs[first].name}.",
+            f"// {op}: the output has the shape and dtype of input 0 (no broadcasting: the",
+            "// tiling function refuses streamed inputs of another element count).",
             '#include "register/op_impl_registry.h"',
             "",
             "namespace ops {",
-            f"static ge::graphStatus InferShape{art.op_name}(gert::InferShapeContext* context)",
+            f"static ge::graphStatus InferShape{op}(gert::InferShapeContext* context)",
             "{",
-            f"    const gert::Shape* in = context->GetInputShape({first});",
+            "    const gert::Shape* in = context->GetInputShape(0);",
             "    gert::Shape* out = context->GetOutputShape(0);",
             "    if (in == nullptr || out == nullptr) {",
             "        return ge::GRAPH_FAILED;",
@@ -88,69 +134,156 @@ def infershape_cpp(art: KernelArtifact) -> str:
             "    return ge::GRAPH_SUCCESS;",
             "}",
             "",
-            f"static ge::graphStatus InferDataType{art.op_name}(gert::InferDataTypeContext* context)",
+            f"static ge::graphStatus InferDataType{op}(gert::InferDataTypeContext* context)",
             "{",
-            f"    context->SetOutputDataType(0, context->GetInputDataType({first}));",
+            "    context->SetOutputDataType(0, context->GetInputDataType(0));",
             "    return ge::GRAPH_SUCCESS;",
             "}",
             "",
-            f"IMPL_OP_INFERSHAPE({art.op_name})",
-            f"    .InferShape(InferShape{art.op_name})",
-            f"    .InferDataType(InferDataType{art.op_name});",
+            f"IMPL_OP_INFERSHAPE({op})",
+            f"    .InferShape(InferShape{op})",
+            f"    .InferDataType(InferDataType{op});",
             "}  // namespace ops",
             "",
         ]
     )
 
 
-def _host_scalar_lines(art: KernelArtifact) -> list[str]:
-    k = art.kernel
-    stages = scalar_stages(k)
-    ref = {i: f"h{i}" for i in stages}
-    needed = set(host_scalars(art))
-    for i in sorted(needed, reverse=True):
-        needed.update(k.instrs[i].srcs)
-    lines = []
-    for i, ins in enumerate(k.instrs):
-        if i not in needed:
-            continue
-        if ins.op is Op.SCONST:
-            expr = float_literal(float(ins.attr("value")))  # type: ignore[arg-type]
-        elif ins.op is Op.SNUMEL:
-            expr = (
-                f"static_cast<float>(ShapeSize(context, {input_index(k, str(ins.attr('name')))}))"
-            )
+def _axis_lines(project: OperatorProject) -> list[str]:
+    """C++ that sets `code` to the call's variant code, or fails naming what is unsupported."""
+    op = project.op_name
+    k = project.variants[0].kernel
+    attr_index = {a.name: n for n, a in enumerate(interface(op).attributes)}
+    lines = ["    uint64_t code = 0;", "    uint64_t weight = 1;"]
+
+    def attr_float(name: str, check: str, why: str) -> list[str]:
+        var = lower_camel(name)
+        return [
+            f"    const float* {var} = attrs->GetFloat({attr_index[name]});",
+            f"    if ({var} == nullptr{check}) {{",
+            f'        return Refuse("{op}", "{why}");',
+            "    }",
+        ]
+
+    for axis in AXES[op]:
+        name = axis.name
+        index = f"{lower_camel(name)}Index"
+        can_fail = False
+        if name == "dout":
+            expr = f"ShapeSize(context, {input_index(k, 'dout')}) == 1 ? 1 : 0"
+        elif name in ("reduction", "scalar_form"):
+            values = f"{lower_camel(name)}Values"
+            quoted = ", ".join(f'"{v}"' for v in axis.values)
+            lines.append(f"    static const char* const {values}[] = {{{quoted}}};")
+            expr = f"StringIndex(attrs->GetStr({attr_index[name]}), {values}, {len(axis.values)})"
+            can_fail = True
+        elif name == "sigma":
+            lines += attr_float("sigma", " || !(*sigma >= 0.0f)", "sigma must be a number >= 0")
+            expr = "*sigma == 0.0f ? 1 : 0"
+        elif name == "scale":
+            lines += attr_float("scale", "", "scale is missing")
+            expr = "*scale == 1.0f ? 0 : 1"
+        elif name == "shrink_max":
+            lines += attr_float("shrink_max", "", "shrink_max is missing")
+            expr = "std::isfinite(*shrinkMax) ? 1 : 0"
+        elif name.endswith("_dtype"):
+            expr = f"DtypeIndex(context, {input_index(k, name[: -len('_dtype')])})"
+            can_fail = True
         else:
-            expr = scalar_expr(ins, ref)
-        lines.append(f"    const float h{i} = {expr};  // {format_instr(k, i)}")
-    lines += [f"    td->s{i} = h{i};" for i in host_scalars(art)]
+            raise ValueError(f"no C++ for variant axis {name!r}")
+        lines.append(f"    const int64_t {index} = {expr};")
+        if can_fail:
+            lines += [
+                f"    if ({index} < 0) {{",
+                f'        return Refuse("{op}", "{name}: no kernel for this value (one of '
+                f'{", ".join(axis.values)})");',
+                "    }",
+            ]
+        lines += [
+            f"    code += static_cast<uint64_t>({index}) * weight;",
+            f"    weight *= {len(axis.values)};",
+        ]
     return lines
 
 
-def tiling_cpp(art: KernelArtifact) -> str:
-    k, t = art.kernel, art.target
-    single, double = key_names(art)
-    streamed = [i for i, p in enumerate(k.inputs) if p.kind is Kind.TILE]
-    scalars = [i for i, p in enumerate(k.inputs) if p.kind is Kind.SCALAR]
+def _host_scalar_function(project: OperatorProject, art: KernelArtifact) -> list[str]:
+    """`static bool HostScalars<tag>(context, attrs, td)`: the variant's host scalars."""
+    k = art.kernel
+    stages = scalar_stages(k)
+    ref = {i: f"h{i}" for i in stages}
+    attr_index = {a.name: n for n, a in enumerate(interface(project.op_name).attributes)}
+    wanted = host_scalars(art)
+    needed = set(wanted)
+    for i in sorted(needed, reverse=True):
+        needed.update(k.instrs[i].srcs)
+    lines = [
+        f"bool HostScalars{art.variant_tag}(gert::TilingContext* context, const gert::RuntimeAttrs* attrs,",
+        f"                    {tiling_struct(project)}* td)",
+        "{",
+        "    (void)context;",
+        "    (void)attrs;",
+    ]
+    for i, ins in enumerate(k.instrs):
+        if i not in needed:
+            continue
+        if is_attr(ins):
+            name = str(ins.attr("attr"))
+            lines += [
+                f"    const float* a{i} = attrs->GetFloat({attr_index[name]});",
+                f"    if (a{i} == nullptr) {{",
+                "        return false;",
+                "    }",
+            ]
+            expr = f"*a{i}"
+        elif ins.op is Op.SCONST:
+            expr = host_float_literal(float(ins.attr("value")))  # type: ignore[arg-type]
+        elif ins.op is Op.SNUMEL:
+            expr = f"static_cast<float>(ShapeSize(context, {input_index(k, str(ins.attr('name')))}))"
+        else:
+            expr = scalar_expr(ins, ref)
+        lines.append(f"    const float h{i} = {expr};  // {format_instr(k, i)}")
+    lines += [f"    td->scalars[{n}] = h{i};" for n, i in enumerate(wanted)]
+    lines += ["    return true;", "}", ""]
+    return lines
+
+
+def _variant_row(project: OperatorProject, art: KernelArtifact) -> str:
+    k = art.kernel
+    streamed = sum(1 << n for n, p in enumerate(k.inputs) if p.kind is Kind.TILE)
+    return (
+        f"    {{{key_names(project, art)[0]}, {tile_block_bytes(art.allocation, 1)}, "
+        f"{tile_block_bytes(art.allocation, 2)}, {fixed_bytes(k, art.target)}, {streamed}u, "
+        f"HostScalars{art.variant_tag}}},  // {art.variant_label}"
+    )
+
+
+def tiling_cpp(project: OperatorProject) -> str:
+    op, t = project.op_name, project.target
+    k = project.variants[0].kernel
+    struct = tiling_struct(project)
+    n_inputs = len(k.inputs)
     lines = [
         f"// {BANNER}",
-        f"// Tiling of {art.op_name} for {t.name}: the same plan as codegen/schedule.py.",
+        f"// Tiling of {op} for {t.name}: picks the variant the call needs, then the same plan",
+        "// as codegen/schedule.py.",
+        "#include <cmath>",
         "#include <cstdint>",
+        "#include <cstdio>",
+        "#include <cstring>",
         '#include "register/op_def_registry.h"',
         '#include "tiling/platform/platform_ascendc.h"',
-        f'#include "../op_kernel/{art.file_stem}_tiling_data.h"',
-        f'#include "../op_kernel/{art.file_stem}_tiling_key.h"',
+        f'#include "../op_kernel/{project.file_stem}_tiling_data.h"',
+        f'#include "../op_kernel/{project.file_stem}_tiling_key.h"',
         "",
         "namespace optiling {",
         "namespace {",
         f"constexpr int64_t CORE_ALIGN = {CORE_ALIGN};  // elements per core block (32-byte multiple)",
         f"constexpr int64_t TILE_ALIGN = {TILE_ALIGN};  // tile granule: whole 32-byte mask blocks",
-        "// UB bytes per TILE_ALIGN tile elements over all buffers, single / double buffering",
-        f"constexpr int64_t TILE_BLOCK_BYTES_SINGLE = {tile_block_bytes(art.allocation, 1)};",
-        f"constexpr int64_t TILE_BLOCK_BYTES_DOUBLE = {tile_block_bytes(art.allocation, 2)};",
-        f"constexpr int64_t FIXED_BYTES = {fixed_bytes(k, t)};  // Sign temp + Select temp space",
         f"constexpr int64_t TARGET_UB_BYTES = {t.ub_bytes};",
+        f"constexpr int64_t UB_RESERVE_BYTES = {UB_RESERVE_BYTES};  // left unplanned, as ops-nn keeps",
         f"constexpr int64_t TARGET_CORES = {t.aiv_cores};",
+        f"constexpr int32_t INPUTS = {n_inputs};",
+        f"constexpr uint64_t VARIANT_SHIFT = {VARIANT_SHIFT};",
         "",
         "int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }",
         "",
@@ -163,62 +296,144 @@ def tiling_cpp(art: KernelArtifact) -> str:
         "    const gert::Shape& s = shape->GetStorageShape();",
         "    return s.GetDimNum() == 0 ? 1 : s.GetShapeSize();",
         "}",
+        "",
+        "ge::graphStatus Refuse(const char* op, const char* why)",
+        "{",
+        '    std::fprintf(stderr, "[ERROR] %s tiling: %s\\n", op, why);',
+        "    return ge::GRAPH_FAILED;",
+        "}",
+        "",
+        "int64_t StringIndex(const char* value, const char* const* values, int64_t count)",
+        "{",
+        "    for (int64_t i = 0; value != nullptr && i < count; ++i) {",
+        "        if (std::strcmp(value, values[i]) == 0) {",
+        "            return i;",
+        "        }",
+        "    }",
+        "    return -1;",
+        "}",
+        "",
+        "// ops-nn dtype codes (DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27), -1 for others",
+        "int64_t DtypeCode(ge::DataType dtype)",
+        "{",
+        "    switch (dtype) {",
+        "        case ge::DT_FLOAT: return 0;",
+        "        case ge::DT_FLOAT16: return 1;",
+        "        case ge::DT_BF16: return 27;",
+        "        default: return -1;",
+        "    }",
+        "}",
+        "",
+        f"// index in ({', '.join(FLOAT_DTYPES)}), -1 for others",
+        "int64_t DtypeIndex(gert::TilingContext* context, int32_t index)",
+        "{",
+        "    const auto* desc = context->GetInputDesc(index);",
+        "    if (desc == nullptr) {",
+        "        return -1;",
+        "    }",
+        "    switch (desc->GetDataType()) {",
+        *[
+            f"        case {GE_TYPES[d]}: return {n};"
+            for n, d in enumerate(FLOAT_DTYPES)
+        ],
+        "        default: return -1;",
+        "    }",
+        "}",
+        "",
+    ]
+    for art in project.variants:
+        lines += _host_scalar_function(project, art)
+    lines += [
+        "struct Variant {",
+        "    uint64_t keyBase;           // tiling key with single buffering",
+        "    int64_t tileBlockSingle;    // UB bytes per TILE_ALIGN tile elements, single buffering",
+        "    int64_t tileBlockDouble;    // the same, double buffering",
+        "    int64_t fixedBytes;         // Sign temp + Select temp space",
+        "    uint32_t streamedInputs;    // bit i: input i is streamed (else one element)",
+        f"    bool (*hostScalars)(gert::TilingContext*, const gert::RuntimeAttrs*, {struct}*);",
+        "};",
+        "",
+        "const Variant VARIANTS[] = {",
+        *[_variant_row(project, art) for art in project.variants],
+        "};",
         "}  // namespace",
         "",
-        f"struct {art.op_name}CompileInfo {{}};",
+        f"struct {op}CompileInfo {{}};",
         "",
-        f"static ge::graphStatus {art.op_name}TilingFunc(gert::TilingContext* context)",
+        f"static ge::graphStatus {op}TilingFunc(gert::TilingContext* context)",
         "{",
+        "    const gert::RuntimeAttrs* attrs = context->GetAttrs();",
+        "    const auto* desc = context->GetInputDesc(0);",
+        "    if (attrs == nullptr || desc == nullptr) {",
+        f'        return Refuse("{op}", "no attributes or input description");',
+        "    }",
+        "    const int64_t dtypeCode = DtypeCode(desc->GetDataType());",
+        "    if (dtypeCode < 0) {",
+        f'        return Refuse("{op}", "dtype is not float32, float16 or bfloat16");',
+        "    }",
+        *_axis_lines(project),
+        "    const uint64_t keyBase = static_cast<uint64_t>(dtypeCode) | code << VARIANT_SHIFT;",
+        "    const Variant* variant = nullptr;",
+        "    for (const Variant& v : VARIANTS) {",
+        "        if (v.keyBase == keyBase) {",
+        "            variant = &v;",
+        "        }",
+        "    }",
+        "    if (variant == nullptr) {",
+        f'        return Refuse("{op}", "this package has no kernel for the call\'s dtypes and '
+        'attributes (README.md lists the variants it has)");',
+        "    }",
+        "",
         "    auto platform = platform_ascendc::PlatformAscendC(context->GetPlatformInfo());",
         "    int64_t cores = static_cast<int64_t>(platform.GetCoreNumAiv());",
         "    uint64_t ubSize = 0;",
         "    platform.GetCoreMemSize(platform_ascendc::CoreMemType::UB, ubSize);",
         "    if (cores <= 0 || ubSize == 0) {",
-        "        return ge::GRAPH_FAILED;",
+        f'        return Refuse("{op}", "the platform reports no vector cores or no UB");',
         "    }",
         "    cores = cores < TARGET_CORES ? cores : TARGET_CORES;",
         "    const int64_t ub = static_cast<int64_t>(ubSize) < TARGET_UB_BYTES ?",
         "        static_cast<int64_t>(ubSize) : TARGET_UB_BYTES;",
-        f"    const int64_t n = ShapeSize(context, {streamed[0]});",
-    ]
-    for i in streamed[1:]:
-        lines += [
-            f"    if (ShapeSize(context, {i}) != n) {{  // {k.inputs[i].name}: same element count",
-            "        return ge::GRAPH_FAILED;",
-            "    }",
-        ]
-    for i in scalars:
-        lines += [
-            f"    if (ShapeSize(context, {i}) != 1) {{  // {k.inputs[i].name}: one element",
-            "        return ge::GRAPH_FAILED;",
-            "    }",
-        ]
-    lines += [
+        "    const int64_t n = ShapeSize(context, 0);",
         "    if (n < 0) {",
-        "        return ge::GRAPH_FAILED;",
+        f'        return Refuse("{op}", "input 0 has no shape");',
         "    }",
-        f"    auto* td = context->GetTilingData<{tiling_struct(art)}>();",
+        "    for (int32_t i = 1; i < INPUTS; ++i) {",
+        "        const int64_t want = (variant->streamedInputs >> i & 1u) ? n : 1;",
+        "        if (ShapeSize(context, i) != want) {",
+        f'            return Refuse("{op}", "an input has neither input 0\'s element count nor one '
+        'element as this variant needs (no broadcasting)");',
+        "        }",
+        "    }",
+        f"    auto* td = context->GetTilingData<{struct}>();",
         "    if (td == nullptr) {",
-        "        return ge::GRAPH_FAILED;",
+        f'        return Refuse("{op}", "no tiling data buffer");',
         "    }",
+        f"    std::memset(td, 0, sizeof({struct}));",
         "    td->numElements = n;",
-        *_host_scalar_lines(art),
+        "    if (!variant->hostScalars(context, attrs, td)) {",
+        f'        return Refuse("{op}", "an attribute the kernel reads is missing");',
+        "    }",
         "    size_t* workspace = context->GetWorkspaceSizes(1);",
+        "    if (workspace == nullptr) {",
+        f'        return Refuse("{op}", "no workspace size slot");',
+        "    }",
         "    workspace[0] = static_cast<size_t>(platform.GetLibApiWorkSpaceSize());",
         "    if (n == 0) {  // nothing to do: one core that returns at once",
         "        td->blockFactor = 0;",
         "        td->tileElems = 0;",
         "        context->SetBlockDim(1);",
-        f"        context->SetTilingKey({single});",
+        "        context->SetTilingKey(variant->keyBase);",
         "        return ge::GRAPH_SUCCESS;",
         "    }",
         "    const int64_t blockFactor = CeilDiv(CeilDiv(n, cores), CORE_ALIGN) * CORE_ALIGN;",
         "    const int64_t blockDim = CeilDiv(n, blockFactor);",
-        "    const int64_t budget = ub - FIXED_BYTES > 0 ? ub - FIXED_BYTES : 0;",
-        "    const int64_t single = budget / TILE_BLOCK_BYTES_SINGLE * TILE_ALIGN;",
-        "    const int64_t dbl = budget / TILE_BLOCK_BYTES_DOUBLE * TILE_ALIGN;",
+        "    const int64_t room = ub - UB_RESERVE_BYTES - variant->fixedBytes;",
+        "    const int64_t budget = room > 0 ? room : 0;",
+        "    const int64_t single = budget / variant->tileBlockSingle * TILE_ALIGN;",
+        "    const int64_t dbl = budget / variant->tileBlockDouble * TILE_ALIGN;",
         "    if (single == 0) {",
-        "        return ge::GRAPH_FAILED;",
+        f'        return Refuse("{op}", "one tile does not fit in UB");',
         "    }",
         "    const bool doubleBuffer = dbl > 0 && blockFactor > dbl;",
         "    const int64_t limit = doubleBuffer ? dbl : single;",
@@ -226,20 +441,21 @@ def tiling_cpp(art: KernelArtifact) -> str:
         "    td->blockFactor = blockFactor;",
         "    td->tileElems = CeilDiv(CeilDiv(blockFactor, tiles), TILE_ALIGN) * TILE_ALIGN;",
         "    context->SetBlockDim(static_cast<uint32_t>(blockDim));",
-        f"    context->SetTilingKey(doubleBuffer ? {double} : {single});",
+        "    context->SetTilingKey(variant->keyBase | (doubleBuffer ? 0x100u : 0u));",
         "    return ge::GRAPH_SUCCESS;",
         "}",
         "",
-        f"static ge::graphStatus {art.op_name}TilingParse(gert::TilingParseContext* context)",
+        f"static ge::graphStatus {op}TilingParse(gert::TilingParseContext* context)",
         "{",
         "    (void)context;",
         "    return ge::GRAPH_SUCCESS;",
         "}",
         "",
-        f"IMPL_OP_OPTILING({art.op_name})",
-        f"    .Tiling({art.op_name}TilingFunc)",
-        f"    .TilingParse<{art.op_name}CompileInfo>({art.op_name}TilingParse);",
+        f"IMPL_OP_OPTILING({op})",
+        f"    .Tiling({op}TilingFunc)",
+        f"    .TilingParse<{op}CompileInfo>({op}TilingParse);",
         "}  // namespace optiling",
         "",
     ]
     return "\n".join(lines)
+

@@ -1,6 +1,9 @@
-"""op_kernel/ sources: tiling data and key headers, the pipeline class, the kernel entry.
+"""op_kernel/ sources: tiling data and key headers, the pipeline classes, the kernel entry.
 
-The pipeline is the classic AscendC CopyIn -> Compute -> CopyOut loop over a core's tiles with
+One operator holds every variant of its op type (codegen/variants.py): `<op>.h` has one
+pipeline class per variant, each in its own namespace, and the entry in `<op>.cpp` runs the one
+whose tiling key the host set. The pipeline is the classic AscendC CopyIn -> Compute -> CopyOut
+loop over a core's tiles with
 TQue queues (buffer_num 1 or 2 chosen by the tiling key). Compute is written from the IR: one
 AscendC call per IR tile instruction, on the UB slots the buffer allocation chose, with the
 IR line as a comment above it. Full tiles move with DataCopy (whole 32-byte blocks by
@@ -24,30 +27,30 @@ from codegen.ir import (
     format_instr,
     scalar_stages,
 )
-from codegen.schedule import SIGN_TMP_BYTES, tiling_key
+from codegen.schedule import SIGN_TMP_BYTES
 
 if TYPE_CHECKING:
     from codegen.api import KernelArtifact
+    from codegen.project import OperatorProject
 
 
-def tiling_struct(art: KernelArtifact) -> str:
-    return f"{art.op_name}TilingData"
+def tiling_struct(project: OperatorProject) -> str:
+    return f"{project.op_name}TilingData"
 
 
 def host_scalars(art: KernelArtifact) -> list[int]:
+    """Value ids of the scalars the tiling function computes, in tiling-data order."""
     stages = scalar_stages(art.kernel)
     return [i for i, st in stages.items() if st == "host"]
 
 
-def tiling_data_h(art: KernelArtifact) -> str:
-    guard = f"{art.file_stem.upper()}_TILING_DATA_H"
-    fields = [
-        "    int64_t numElements;  // elements of the output",
-        "    int64_t blockFactor;  // elements per core (the last core gets the rest)",
-        "    int64_t tileElems;    // elements per full tile (multiple of 256)",
-    ]
-    for i in host_scalars(art):
-        fields.append(f"    float s{i};  // {format_instr(art.kernel, i)}")
+def scalar_slots(project: OperatorProject) -> int:
+    """Length of the tiling data's scalar array: the most host scalars a variant has (>= 1)."""
+    return max([1] + [len(host_scalars(a)) for a in project.variants])
+
+
+def tiling_data_h(project: OperatorProject) -> str:
+    guard = f"{project.file_stem.upper()}_TILING_DATA_H"
     return "\n".join(
         [
             f"// {BANNER}",
@@ -56,8 +59,11 @@ def tiling_data_h(art: KernelArtifact) -> str:
             "",
             "#include <cstdint>",
             "",
-            f"struct {tiling_struct(art)} {{",
-            *fields,
+            f"struct {tiling_struct(project)} {{",
+            "    int64_t numElements;  // elements of the output",
+            "    int64_t blockFactor;  // elements per core (the last core gets the rest)",
+            "    int64_t tileElems;    // elements per full tile (multiple of 256)",
+            f"    float scalars[{scalar_slots(project)}];  // the variant's host scalars (see <op>.h)",
             "};",
             "",
             f"#endif  // {guard}",
@@ -66,31 +72,35 @@ def tiling_data_h(art: KernelArtifact) -> str:
     )
 
 
-def key_names(art: KernelArtifact) -> tuple[str, str]:
-    stem = art.file_stem.upper()
-    return f"{stem}_TILING_KEY_SINGLE_BUFFER", f"{stem}_TILING_KEY_DOUBLE_BUFFER"
+def key_names(project: OperatorProject, art: KernelArtifact) -> tuple[str, str]:
+    stem = f"{project.file_stem.upper()}_TILING_KEY_{art.variant_tag.upper()}"
+    return f"{stem}_SINGLE", f"{stem}_DOUBLE"
 
 
-def tiling_key_h(art: KernelArtifact) -> str:
-    guard = f"{art.file_stem.upper()}_TILING_KEY_H"
-    single, double = key_names(art)
-    dtype = art.kernel.dtype
-    return "\n".join(
-        [
-            f"// {BANNER}",
-            "// Tiling key = dtype code | (buffer_num - 1) << 8 (the ops-nn APGD encoding;",
-            "// DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27). This kernel is compiled for one dtype,",
-            "// so the key selects single or double buffering.",
-            f"#ifndef {guard}",
-            f"#define {guard}",
-            "",
-            f"#define {single} {tiling_key(dtype, 1)}",
-            f"#define {double} {tiling_key(dtype, 2)}",
-            "",
-            f"#endif  // {guard}",
-            "",
+def tiling_key_h(project: OperatorProject) -> str:
+    guard = f"{project.file_stem.upper()}_TILING_KEY_H"
+    lines = [
+        f"// {BANNER}",
+        "// Tiling key = dtype code | (buffer_num - 1) << 8 | variant code << 9 (dtype codes as",
+        "// ops-nn: DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27; the variant code numbers the values of",
+        "// the variant axes in mixed radix, see README.md).",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+    ]
+    for art in project.variants:
+        single, double = key_names(project, art)
+        lines += [
+            f"// {art.variant_label}",
+            f"#define {single} {art.key_base}",
+            f"#define {double} {art.key_base | 0x100}",
         ]
-    )
+    lines += ["", f"#endif  // {guard}", ""]
+    return "\n".join(lines)
+
+
+def variant_namespace(project: OperatorProject, art: KernelArtifact) -> str:
+    return f"{project.op_name}_{art.variant_tag}"
 
 
 def _slot_decl(s: Slot) -> str:
@@ -122,7 +132,9 @@ def _tile_call(art: KernelArtifact, i: int, ref: dict[int, str]) -> str:
         return f"{ins.op.value}({dst}, {a[0]}, count);"
     if ins.op is Op.COMPARE:
         scalar = k.instrs[ins.srcs[1]].kind is Kind.SCALAR
-        fn = "Compares" if scalar else "Compare"
+        # CompareScalar: declared by 8.1-class toolkits and still (deprecated) by newer ones,
+        # where Compares, its newer name, is missing from 8.1
+        fn = "CompareScalar" if scalar else "Compare"
         return f"{fn}({dst}, {a[0]}, {a[1]}, CMPMODE::{ins.attr('mode')}, count);"
     if ins.op is Op.SELECT:
         mode = f"SELMODE::VSEL_{ins.attr('mode')}_MODE"
@@ -147,14 +159,15 @@ def _refs(art: KernelArtifact) -> dict[int, str]:
 def _scalar_init(art: KernelArtifact, ref: dict[int, str]) -> list[str]:
     k = art.kernel
     stages = scalar_stages(k)
+    slot = {i: n for n, i in enumerate(host_scalars(art))}
     lines = []
     for i, ins in enumerate(k.instrs):
         if ins.kind is not Kind.SCALAR:
             continue
-        if ins.op is Op.SCONST:
+        if stages[i] == "host":
+            expr = f"tilingData.scalars[{slot[i]}]"
+        elif ins.op is Op.SCONST:
             expr = float_literal(float(ins.attr("value")))  # type: ignore[arg-type]
-        elif stages[i] == "host":
-            expr = f"tilingData.s{i}"
         elif ins.op is Op.SINPUT:
             expr = f"ScalarToFloat({ins.attr('name')}Gm_.GetValue(0))"
         else:
@@ -172,12 +185,12 @@ def _scalar_params(art: KernelArtifact) -> list[str]:
     return names
 
 
-def kernel_h(art: KernelArtifact) -> str:
+def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     k, alloc = art.kernel, art.allocation
     ref = _refs(art)
     data_t = CPP_TYPES[k.dtype]
-    cls = f"{art.op_name}Kernel"
-    guard = f"{art.file_stem.upper()}_H"
+    cls = "Pipeline"
+    ns = variant_namespace(project, art)
     streamed = [p for p in k.inputs if p.kind is Kind.TILE] + list(k.outputs)
     scalar_params = _scalar_params(art)
     gm_args = ", ".join(f"GM_ADDR {p.name}" for p in k.inputs + k.outputs)
@@ -190,15 +203,9 @@ def kernel_h(art: KernelArtifact) -> str:
     n_scalars = [i for i, ins in enumerate(k.instrs) if ins.kind is Kind.SCALAR]
 
     out: list[str] = [
-        f"// {BANNER}",
-        f"// Pipeline of {art.op_name} ({k.op_type}, {k.dtype}, target {art.target.name}).",
-        f"#ifndef {guard}",
-        f"#define {guard}",
-        "",
-        '#include "kernel_operator.h"',
-        f'#include "{art.file_stem}_tiling_data.h"',
-        "",
-        f"namespace {art.op_name}Impl {{",
+        f"// Variant {art.variant_tag}: {art.variant_label}; tiling data scalars: "
+        + (", ".join(f"[{n}] {format_instr(k, i)}" for n, i in enumerate(host_scalars(art))) or "none"),
+        f"namespace {ns} {{",
         "using namespace AscendC;",
         "",
         f"using DataT = {data_t};",
@@ -225,7 +232,7 @@ def kernel_h(art: KernelArtifact) -> str:
         f"    __aicore__ inline {cls}() {{}}",
         "",
         f"    __aicore__ inline void Init({gm_args},",
-        f"                                const {tiling_struct(art)}& tilingData)",
+        f"                                const {tiling_struct(project)}& tilingData)",
         "    {",
         "        const int64_t start = static_cast<int64_t>(GetBlockIdx()) * tilingData.blockFactor;",
         "        const int64_t rest = tilingData.numElements - start;",
@@ -370,41 +377,62 @@ def kernel_h(art: KernelArtifact) -> str:
         "    int64_t tileElems_ = 0;",
         "};",
         "",
-        f"}}  // namespace {art.op_name}Impl",
-        "",
-        f"#endif  // {guard}",
+        f"}}  // namespace {ns}",
         "",
     ]
+    return out
+
+
+def kernel_h(project: OperatorProject) -> str:
+    guard = f"{project.file_stem.upper()}_H"
+    out = [
+        f"// {BANNER}",
+        f"// Pipelines of {project.op_name} on {project.target.name}, one per variant.",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        '#include "kernel_operator.h"',
+        f'#include "{project.file_stem}_tiling_data.h"',
+        "",
+    ]
+    for art in project.variants:
+        out += _variant_block(project, art)
+    out += [f"#endif  // {guard}", ""]
     return "\n".join(out)
 
 
-def kernel_cpp(art: KernelArtifact) -> str:
-    k = art.kernel
-    single, double = key_names(art)
+def kernel_cpp(project: OperatorProject) -> str:
+    k = project.variants[0].kernel
     params = [p.name for p in k.inputs + k.outputs]
     gm_args = ", ".join(f"GM_ADDR {n}" for n in params)
     call = ", ".join(params)
-    cls = f"{art.op_name}Impl::{art.op_name}Kernel"
+    struct = tiling_struct(project)
     lines = [
         f"// {BANNER}",
-        f"// Kernel entry of {art.op_name}: {k.op_type} for {k.dtype} on {art.target.name}.",
-        f'#include "{art.file_stem}.h"',
-        f'#include "{art.file_stem}_tiling_key.h"',
+        f"// Kernel entry of {project.op_name} on {project.target.name}: runs the variant and",
+        "// buffering the tiling key names.",
+        f'#include "{project.file_stem}.h"',
+        f'#include "{project.file_stem}_tiling_key.h"',
         "",
-        f'extern "C" __global__ __aicore__ void {art.file_stem}({gm_args},',
+        f'extern "C" __global__ __aicore__ void {project.file_stem}({gm_args},',
         "    GM_ADDR workspace, GM_ADDR tiling)",
         "{",
-        f"    REGISTER_TILING_DEFAULT({tiling_struct(art)});",
-        f"    GET_TILING_DATA_WITH_STRUCT({tiling_struct(art)}, tilingData, tiling);",
+        f"    REGISTER_TILING_DEFAULT({struct});",
+        f"    GET_TILING_DATA_WITH_STRUCT({struct}, tilingData, tiling);",
         "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);",
     ]
-    for n, (key, bufs) in enumerate(((single, 1), (double, 2))):
-        kw = "if" if n == 0 else "} else if"
-        lines += [
-            f"    {kw} (TILING_KEY_IS({key})) {{",
-            f"        {cls}<{bufs}> op;",
-            f"        op.Init({call}, tilingData);",
-            "        op.Process();",
-        ]
+    first = True
+    for art in project.variants:
+        single, double = key_names(project, art)
+        cls = f"{variant_namespace(project, art)}::Pipeline"
+        for key, bufs in ((single, 1), (double, 2)):
+            kw = "if" if first else "} else if"
+            first = False
+            lines += [
+                f"    {kw} (TILING_KEY_IS({key})) {{",
+                f"        {cls}<{bufs}> op;",
+                f"        op.Init({call}, tilingData);",
+                "        op.Process();",
+            ]
     lines += ["    }", "}", ""]
     return "\n".join(lines)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
-from codegen.emit.cxx import ACL_TYPES, BANNER
+from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
 from codegen.emit.golden import golden_function
-from codegen.ir import Kind, Op
+from codegen.ir import Kind
 from codegen.names import safe_text
-from codegen.schedule import TILE_ALIGN
+from codegen.op_interface import call_attributes, interface
+from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES, VARIANT_SHIFT
+from codegen.variants import AXES
 from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 
 if TYPE_CHECKING:
     from codegen.api import KernelArtifact
+    from codegen.project import OperatorProject
 
 FORMULAS = {
     SMOOTH_L1_GRAD: (
@@ -22,7 +26,7 @@ FORMULAS = {
     ),
     PROXIMAL_GD: (
         "prox = var - alpha * delta\n"
-        "var_out = sign(prox) * max(|prox| - threshold, 0) / divisor   (sign(0) = 0; NaN propagates)\n"
+        "var = sign(prox) * min(max(|prox| - threshold, 0), shrink_max) / divisor   (sign(0) = 0; NaN propagates)\n"
         "threshold, divisor = alpha*l1, 1 + alpha*l2 (raw) | l1, l2 (folded) | l1, 1/l2 (folded_reciprocal)"
     ),
 }
@@ -30,73 +34,222 @@ EXAMPLE_SCALARS = {"alpha": 0.01, "l1": 0.001, "l2": 0.01, "dout": 0.5}
 EXAMPLE_ELEMENTS = 8 * 1024 + 37  # a partial last tile on purpose
 
 
-def read_scalars(art: KernelArtifact) -> set[str]:
-    return {
-        str(ins.attr("name")) for ins in art.kernel.instrs if ins.op in (Op.SINPUT, Op.COPY_IN_BRC)
-    }
+VENDOR = "ascend_lowering"  # vendor_name: the directory the package installs under
+TEMPLATE_DIR = "tools/op_project_templates/ascendc/customize"  # inside the toolkit
+DEFAULT_TOOLKIT = "/usr/local/Ascend/ascend-toolkit/latest"  # 8.x; newer installs: /usr/local/Ascend/cann
 
 
-def cmakelists(art: KernelArtifact) -> str:
-    stem = art.file_stem
+def cmakelists(project: OperatorProject) -> str:
+    """Top-level CMakeLists.txt of the msopgen `customize` flow.
+
+    The template's cmake/ and scripts/ (opbuild, add_kernels_compile, packaging) come from the
+    toolkit the project is built with, copied at configure time as msopgen copies them at project
+    creation, so they always match that toolkit's op build.
+    """
     return f"""# {BANNER}
-cmake_minimum_required(VERSION 3.16)
-project({stem} LANGUAGES CXX)
+cmake_minimum_required(VERSION 3.16.0)
+project(opp)
 
-set(ASCEND_HOME_PATH "$ENV{{ASCEND_HOME_PATH}}" CACHE PATH "CANN toolkit root")
-if(NOT ASCEND_HOME_PATH)
-    set(ASCEND_HOME_PATH /usr/local/Ascend/cann)
+# Where the toolkit is: -DASCEND_CANN_PACKAGE_PATH, else the environment of set_env.sh.
+if(NOT DEFINED ASCEND_CANN_PACKAGE_PATH OR NOT EXISTS "${{ASCEND_CANN_PACKAGE_PATH}}/include")
+    foreach(candidate "$ENV{{ASCEND_CANN_PACKAGE_PATH}}" "$ENV{{ASCEND_HOME_PATH}}")
+        if(candidate AND EXISTS "${{candidate}}/include")
+            set(ASCEND_CANN_PACKAGE_PATH "${{candidate}}" CACHE PATH "CANN toolkit root" FORCE)
+            break()
+        endif()
+    endforeach()
 endif()
-set(SOC_VERSION "{art.target.soc}" CACHE STRING "SoC the kernel is built for")
-set(CMAKE_CXX_STANDARD 17)
-set(CMAKE_CXX_STANDARD_REQUIRED ON)
-
-# Device kernel: compiled by the AscendC toolchain's CMake support.
-set(ASCENDC_CMAKE_DIR ${{ASCEND_HOME_PATH}}/tools/tikcpp/ascendc_kernel_cmake)
-include(${{ASCENDC_CMAKE_DIR}}/ascendc.cmake)
-ascendc_library({stem}_kernel STATIC op_kernel/{stem}.cpp)
-target_include_directories({stem}_kernel PRIVATE op_kernel)
-
-# Host side: OpDef, InferShape and tiling, loaded by the op framework.
-add_library({stem}_host SHARED
-    op_host/{stem}_def.cpp
-    op_host/{stem}_infershape.cpp
-    op_host/{stem}_tiling.cpp)
-target_include_directories({stem}_host PRIVATE
-    ${{ASCEND_HOME_PATH}}/include
-    ${{ASCEND_HOME_PATH}}/include/op_common
-    op_kernel)
-target_link_directories({stem}_host PRIVATE ${{ASCEND_HOME_PATH}}/lib64)
-target_link_libraries({stem}_host PRIVATE register tiling_api platform exe_graph)
-
-# aclnn example: needs the installed custom op package (libcust_opapi.so).
-option(BUILD_EXAMPLE "Build examples/test_aclnn_{stem}" OFF)
-if(BUILD_EXAMPLE)
-    set(CUSTOM_OPP_DIR "$ENV{{ASCEND_CUSTOM_OPP_PATH}}" CACHE PATH "installed vendor dir")
-    add_executable(test_aclnn_{stem} examples/test_aclnn_{stem}.cpp)
-    target_include_directories(test_aclnn_{stem} PRIVATE
-        ${{ASCEND_HOME_PATH}}/include ${{ASCEND_HOME_PATH}}/include/aclnn ${{CUSTOM_OPP_DIR}}/op_api/include)
-    target_link_directories(test_aclnn_{stem} PRIVATE
-        ${{ASCEND_HOME_PATH}}/lib64 ${{CUSTOM_OPP_DIR}}/op_api/lib)
-    target_link_libraries(test_aclnn_{stem} PRIVATE ascendcl nnopbase cust_opapi)
+if(NOT EXISTS "${{ASCEND_CANN_PACKAGE_PATH}}/include")
+    message(FATAL_ERROR "CANN toolkit not found: set ASCEND_CANN_PACKAGE_PATH or source set_env.sh "
+                        "(ASCEND_HOME_PATH); '${{ASCEND_CANN_PACKAGE_PATH}}' has no include/")
 endif()
+set(OP_PROJECT_TEMPLATE "${{ASCEND_CANN_PACKAGE_PATH}}/{TEMPLATE_DIR}")
+if(NOT EXISTS "${{CMAKE_CURRENT_SOURCE_DIR}}/cmake/func.cmake")
+    if(NOT EXISTS "${{OP_PROJECT_TEMPLATE}}/cmake/func.cmake")
+        message(FATAL_ERROR "the toolkit at ${{ASCEND_CANN_PACKAGE_PATH}} has no custom-operator "
+                            "project template ({TEMPLATE_DIR})")
+    endif()
+    file(COPY "${{OP_PROJECT_TEMPLATE}}/cmake" "${{OP_PROJECT_TEMPLATE}}/scripts"
+         DESTINATION "${{CMAKE_CURRENT_SOURCE_DIR}}")
+endif()
+
+include(cmake/config.cmake)
+include(cmake/func.cmake)
+include(cmake/intf.cmake)
+set(CMAKE_COMPILE ${{CMAKE_CXX_COMPILER}})
+
+add_subdirectory(op_host)
+add_subdirectory(op_kernel)
+
+# install.sh and upgrade.sh of the package, with this project's vendor name
+add_custom_command(OUTPUT ${{CMAKE_BINARY_DIR}}/scripts/install.sh ${{CMAKE_BINARY_DIR}}/scripts/upgrade.sh
+    COMMAND mkdir -p ${{CMAKE_BINARY_DIR}}/scripts
+    COMMAND cp -r ${{CMAKE_SOURCE_DIR}}/scripts/* ${{CMAKE_BINARY_DIR}}/scripts/
+    COMMAND sed -i "s/vendor_name=customize/vendor_name=${{vendor_name}}/g" ${{CMAKE_BINARY_DIR}}/scripts/*
+)
+add_custom_target(modify_vendor ALL DEPENDS ${{CMAKE_BINARY_DIR}}/scripts/install.sh ${{CMAKE_BINARY_DIR}}/scripts/upgrade.sh)
+
+get_system_info(SYSTEM_INFO)
+add_custom_target(gen_version_info ALL
+    COMMAND bash ${{CMAKE_CURRENT_SOURCE_DIR}}/cmake/util/gen_version_info.sh ${{ASCEND_CANN_PACKAGE_PATH}} ${{CMAKE_CURRENT_BINARY_DIR}}
+)
+
+install(DIRECTORY ${{CMAKE_BINARY_DIR}}/scripts/ DESTINATION . FILE_PERMISSIONS OWNER_EXECUTE OWNER_READ GROUP_READ)
+install(FILES ${{CMAKE_CURRENT_BINARY_DIR}}/version.info DESTINATION packages/vendors/${{vendor_name}}/)
+
+# `package` target: the self-extracting custom_opp_<os>_<arch>.run
+set(CPACK_PACKAGE_NAME ${{CMAKE_PROJECT_NAME}})
+set(CPACK_PACKAGE_DESCRIPTION "{project.op_name} custom operator (ascend-lowering)")
+set(CPACK_PACKAGE_DIRECTORY ${{CMAKE_INSTALL_PREFIX}})
+set(CPACK_PACKAGE_FILE_NAME "custom_opp_${{SYSTEM_INFO}}.run")
+set(CPACK_GENERATOR External)
+set(CPACK_CMAKE_GENERATOR "Unix Makefiles")
+set(CPACK_EXTERNAL_ENABLE_STAGING TRUE)
+set(CPACK_EXTERNAL_PACKAGE_SCRIPT ${{CMAKE_SOURCE_DIR}}/cmake/makeself.cmake)
+set(CPACK_EXTERNAL_BUILT_PACKAGES ${{CPACK_PACKAGE_DIRECTORY}}/_CPack_Packages/Linux/External/${{CPACK_PACKAGE_FILE_NAME}}/${{CPACK_PACKAGE_FILE_NAME}})
+include(CPack)
 """
 
 
-def build_sh(art: KernelArtifact) -> str:
+def cmake_presets(project: OperatorProject) -> str:
+    """CMakePresets.json with the cache variables of the template's preset."""
+    cache = {
+        "CMAKE_BUILD_TYPE": ("STRING", "Release"),
+        "ENABLE_SOURCE_PACKAGE": ("BOOL", "True"),
+        "ENABLE_BINARY_PACKAGE": ("BOOL", "True"),
+        "ASCEND_COMPUTE_UNIT": ("STRING", project.target.compute_unit),
+        "ENABLE_TEST": ("BOOL", "False"),
+        "vendor_name": ("STRING", VENDOR),
+        "ASCEND_CANN_PACKAGE_PATH": ("PATH", DEFAULT_TOOLKIT),
+        "ASCEND_PYTHON_EXECUTABLE": ("STRING", "python3"),
+        "CMAKE_INSTALL_PREFIX": ("PATH", "${sourceDir}/build_out"),
+        "ENABLE_CROSS_COMPILE": ("BOOL", "False"),
+        "ASCEND_PACK_SHARED_LIBRARY": ("BOOL", "False"),
+    }
+    preset = {
+        "version": 1,
+        "cmakeMinimumRequired": {"major": 3, "minor": 19, "patch": 0},
+        "configurePresets": [
+            {
+                "name": "default",
+                "displayName": "Default Config",
+                "description": f"{project.op_name} for {project.target.compute_unit}",
+                "generator": "Unix Makefiles",
+                "binaryDir": "${sourceDir}/build_out",
+                "cacheVariables": {k: {"type": t, "value": v} for k, (t, v) in cache.items()},
+            }
+        ],
+    }
+    return json.dumps(preset, indent=4) + "\n"
+
+
+def op_host_cmakelists(project: OperatorProject) -> str:
+    """op_host/CMakeLists.txt: the op build (aclnn API, op proto, tiling) and its install layout."""
+    return f"""# {BANNER}
+aux_source_directory(${{CMAKE_CURRENT_SOURCE_DIR}} ops_srcs)
+
+# compiles these sources (-std=c++11) and runs the toolkit's op_build: aclnn_*.h/.cpp, op_proto.*,
+# the ops-info .ini and the generated tiling header land in ${{ASCEND_AUTOGEN_PATH}}
+opbuild(OPS_SRC ${{ops_srcs}} OUT_DIR ${{ASCEND_AUTOGEN_PATH}})
+
+add_library(cust_op_proto SHARED ${{ops_srcs}} ${{ASCEND_AUTOGEN_PATH}}/op_proto.cc)
+target_compile_definitions(cust_op_proto PRIVATE OP_PROTO_LIB)
+target_compile_options(cust_op_proto PRIVATE -fvisibility=hidden)
+target_link_libraries(cust_op_proto PRIVATE intf_pub exe_graph register tiling_api
+    -Wl,--whole-archive rt2_registry -Wl,--no-whole-archive)
+set_target_properties(cust_op_proto PROPERTIES OUTPUT_NAME cust_opsproto_rt2.0)
+
+add_library(cust_optiling SHARED ${{ops_srcs}})
+target_compile_definitions(cust_optiling PRIVATE OP_TILING_LIB)
+target_compile_options(cust_optiling PRIVATE -fvisibility=hidden)
+target_link_libraries(cust_optiling PRIVATE nnopbase intf_pub exe_graph register tiling_api
+    -Wl,--whole-archive rt2_registry -Wl,--no-whole-archive)
+set_target_properties(cust_optiling PROPERTIES OUTPUT_NAME cust_opmaster_rt2.0)
+
+file(GLOB aclnn_src ${{ASCEND_AUTOGEN_PATH}}/aclnn_*.cpp)
+file(GLOB aclnn_inc ${{ASCEND_AUTOGEN_PATH}}/aclnn_*.h)
+add_library(cust_opapi SHARED ${{aclnn_src}})
+target_link_libraries(cust_opapi PRIVATE intf_pub ascendcl nnopbase)
+
+add_custom_target(optiling_compat ALL
+    COMMAND ln -sf lib/linux/${{CMAKE_SYSTEM_PROCESSOR}}/$<TARGET_FILE_NAME:cust_optiling>
+            ${{CMAKE_CURRENT_BINARY_DIR}}/liboptiling.so)
+
+set(VENDOR_DIR packages/vendors/${{vendor_name}})
+install(TARGETS cust_op_proto LIBRARY DESTINATION ${{VENDOR_DIR}}/op_proto/lib/linux/${{CMAKE_SYSTEM_PROCESSOR}})
+install(FILES ${{ASCEND_AUTOGEN_PATH}}/op_proto.h DESTINATION ${{VENDOR_DIR}}/op_proto/inc)
+install(TARGETS cust_optiling
+        LIBRARY DESTINATION ${{VENDOR_DIR}}/op_impl/ai_core/tbe/op_tiling/lib/linux/${{CMAKE_SYSTEM_PROCESSOR}})
+install(FILES ${{CMAKE_CURRENT_BINARY_DIR}}/liboptiling.so DESTINATION ${{VENDOR_DIR}}/op_impl/ai_core/tbe/op_tiling)
+install(TARGETS cust_opapi LIBRARY DESTINATION ${{VENDOR_DIR}}/op_api/lib)
+install(FILES ${{aclnn_inc}} DESTINATION ${{VENDOR_DIR}}/op_api/include)
+"""
+
+
+def op_kernel_cmakelists(project: OperatorProject) -> str:
+    return f"""# {BANNER}
+# Kernel binaries for every compute unit of ASCEND_COMPUTE_UNIT ({project.target.compute_unit}).
+if(CMAKE_BUILD_TYPE STREQUAL "Debug")
+    add_ops_compile_options(ALL OPTIONS -g -O0)
+endif()
+
+add_kernels_compile()
+"""
+
+
+def example_cmakelists(project: OperatorProject) -> str:
+    stem = project.file_stem
+    return f"""# {BANNER}
+# The aclnn example, built against the installed package (run the .run from ../build.sh first).
+cmake_minimum_required(VERSION 3.16.0)
+project(test_aclnn_{stem} LANGUAGES CXX)
+
+set(ASCEND_CANN_PACKAGE_PATH "$ENV{{ASCEND_HOME_PATH}}" CACHE PATH "CANN toolkit root")
+set(ASCEND_OPP_PATH "$ENV{{ASCEND_OPP_PATH}}" CACHE PATH "opp directory the package installed into")
+set(VENDOR_DIR ${{ASCEND_OPP_PATH}}/vendors/{VENDOR})
+
+add_executable(test_aclnn_{stem} test_aclnn_{stem}.cpp)
+target_include_directories(test_aclnn_{stem} PRIVATE
+    ${{ASCEND_CANN_PACKAGE_PATH}}/include ${{ASCEND_CANN_PACKAGE_PATH}}/include/aclnn ${{VENDOR_DIR}}/op_api/include)
+target_link_directories(test_aclnn_{stem} PRIVATE ${{ASCEND_CANN_PACKAGE_PATH}}/lib64 ${{VENDOR_DIR}}/op_api/lib)
+target_link_libraries(test_aclnn_{stem} PRIVATE ascendcl nnopbase cust_opapi)
+"""
+
+
+def build_sh(project: OperatorProject) -> str:
+    """Find the toolkit (8.x and newer layouts), configure with the preset, build, package."""
     return f"""#!/usr/bin/env bash
 # {BANNER}
-# Build {art.op_name} for {art.target.soc}. Needs the CANN toolkit (ASCEND_HOME_PATH).
+# Build and package {project.op_name} for {project.target.compute_unit}: build_out/custom_opp_*.run
 set -euo pipefail
 cd "$(dirname "$0")"
-ASCEND_HOME_PATH="${{ASCEND_HOME_PATH:-/usr/local/Ascend/cann}}"
-if [ ! -f "$ASCEND_HOME_PATH/set_env.sh" ]; then
-    echo "CANN toolkit not found at $ASCEND_HOME_PATH (set ASCEND_HOME_PATH)" >&2
+
+# 8.x: .../ascend-toolkit/set_env.sh exports ASCEND_HOME_PATH=.../ascend-toolkit/latest (no set_env.sh
+# inside it); newer installs: /usr/local/Ascend/cann with its own set_env.sh.
+toolkit=""
+for candidate in "${{ASCEND_CANN_PACKAGE_PATH:-}}" "${{ASCEND_HOME_PATH:-}}" \
+                 {DEFAULT_TOOLKIT} /usr/local/Ascend/cann; do
+    if [ -n "$candidate" ] && [ -d "$candidate/include" ]; then
+        toolkit="$candidate"
+        break
+    fi
+done
+if [ -z "$toolkit" ]; then
+    echo "build.sh: no CANN toolkit found: source its set_env.sh or set ASCEND_CANN_PACKAGE_PATH" >&2
     exit 1
 fi
-# shellcheck disable=SC1091
-source "$ASCEND_HOME_PATH/set_env.sh"
-cmake -S . -B build -DASCEND_HOME_PATH="$ASCEND_HOME_PATH" -DSOC_VERSION={art.target.soc} "$@"
-cmake --build build -j"$(nproc)"
+if [ ! -f "$toolkit/{TEMPLATE_DIR}/cmake/func.cmake" ] && [ ! -f cmake/func.cmake ]; then
+    echo "build.sh: $toolkit lacks the custom-operator project template ({TEMPLATE_DIR})" >&2
+    exit 1
+fi
+if ! command -v cmake >/dev/null; then
+    echo "build.sh: cmake (>= 3.19 for presets) is not on PATH" >&2
+    exit 1
+fi
+
+cmake -S . -B build_out --preset=default -DASCEND_CANN_PACKAGE_PATH="$toolkit" "$@"
+cmake --build build_out --target binary -j"$(nproc)"
+cmake --build build_out --target package -j"$(nproc)"
 """
 
 
@@ -207,19 +360,31 @@ static int ToDevice(const std::vector<double>& host, aclDataType type, DeviceTen
 _THRESHOLDS = {"float32": "1.0 / 8192", "float16": "1.0 / 1024", "bfloat16": "1.0 / 128"}
 
 
-def example_cpp(art: KernelArtifact) -> str:
+def _attr_arg(kind: str, value: object) -> str:
+    if kind == "bool":
+        return "true" if value else "false"
+    if kind == "float":
+        return host_float_literal(float(value))  # type: ignore[arg-type]
+    return f"attr_{value}"
+
+
+def example_cpp(project: OperatorProject) -> str:
+    """The aclnn example, for the project's first variant (its dtypes and attribute values)."""
+    art = project.variants[0]
     k = art.kernel
-    stem = art.file_stem
-    read = read_scalars(art)
-    params = list(k.inputs) + list(k.outputs)
+    stem = project.file_stem
+    iface = interface(k.op_type)
+    attrs = call_attributes(k)
+    # a ref output is the input of that name, updated in place: no tensor of its own
+    params = list(k.inputs) + ([] if iface.ref_output else list(k.outputs))
     out = k.outputs[0]
+    out_tensor = iface.ref_output or out.name
     dev_t, from_dev = _FROM_DEVICE[k.dtype]
     lines = [
         f"// {BANNER}",
-        f"// aclnn example for {art.op_name}: run it on the device and compare with a CPU golden",
-        "// (the kernel IR in double precision) by the CANN precision standard (MERE < T,",
-        "// MARE < 10 T). Scalar inputs the kernel does not read were compile-time constants and",
-        "// are baked into the kernel; the values passed for them are ignored.",
+        f"// aclnn example for {project.op_name}: run variant {art.variant_tag} ({art.variant_label})",
+        "// on the device and compare with a CPU golden (the kernel IR in double precision) by the",
+        "// CANN precision standard (MERE < T, MARE < 10 T).",
         "#include <cmath>",
         "#include <cstdint>",
         "#include <cstdio>",
@@ -259,12 +424,15 @@ def example_cpp(art: KernelArtifact) -> str:
                 "    }",
             ]
         else:
-            value = EXAMPLE_SCALARS.get(p.name, 0.5) if p.name in read else 0.0
-            note = "" if p.name in read else "  // baked into the kernel: ignored"
+            value = EXAMPLE_SCALARS.get(p.name, 0.5)
             lines.append(
-                f"    std::vector<double> {p.name} = {{RoundTrip({value!r}, {ACL_TYPES[p.dtype]})}};{note}"
+                f"    std::vector<double> {p.name} = {{RoundTrip({value!r}, {ACL_TYPES[p.dtype]})}};"
             )
     lines.append(f"    std::vector<double> {out.name}(n, 0.0);")
+    lines += [
+        f"    char attr_{v}[] = \"{v}\";" for a in iface.attributes if a.kind == "string"
+        for v in [attrs[a.name]]
+    ]
     lines += [
         "",
         "    CHECK_RET(aclInit(nullptr));",
@@ -277,20 +445,23 @@ def example_cpp(art: KernelArtifact) -> str:
             f"    DeviceTensor d_{p.name};",
             f"    CHECK_RET(ToDevice({p.name}, {ACL_TYPES[p.dtype]}, d_{p.name}));",
         ]
-    tensor_args = ", ".join(f"d_{p.name}.tensor" for p in params)
+    args = [f"d_{p.name}.tensor" for p in k.inputs]
+    args += [f"{_attr_arg(a.kind, attrs[a.name])} /* {a.name} */" for a in iface.attributes]
+    args += [] if iface.ref_output else [f"d_{p.name}.tensor" for p in k.outputs]
     lines += [
         "    uint64_t workspaceSize = 0;",
         "    aclOpExecutor* executor = nullptr;",
-        f"    CHECK_RET(aclnn{art.op_name}GetWorkspaceSize({tensor_args}, &workspaceSize, &executor));",
+        f"    CHECK_RET(aclnn{project.op_name}GetWorkspaceSize({', '.join(args)},",
+        "                                                 &workspaceSize, &executor));",
         "    void* workspace = nullptr;",
         "    if (workspaceSize > 0) {",
         "        CHECK_RET(aclrtMalloc(&workspace, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST));",
         "    }",
-        f"    CHECK_RET(aclnn{art.op_name}(workspace, workspaceSize, executor, stream));",
+        f"    CHECK_RET(aclnn{project.op_name}(workspace, workspaceSize, executor, stream));",
         "    CHECK_RET(aclrtSynchronizeStream(stream));",
         "",
         f"    std::vector<{dev_t}> raw(n);",
-        f"    CHECK_RET(aclrtMemcpy(raw.data(), n * sizeof({dev_t}), d_{out.name}.addr,",
+        f"    CHECK_RET(aclrtMemcpy(raw.data(), n * sizeof({dev_t}), d_{out_tensor}.addr,",
         f"                          n * sizeof({dev_t}), ACL_MEMCPY_DEVICE_TO_HOST));",
         "    std::vector<double> golden(n, 0.0);",
         f"    Golden({', '.join(p.name for p in k.inputs)}, golden);",
@@ -334,55 +505,45 @@ def example_cpp(art: KernelArtifact) -> str:
     return "\n".join(lines)
 
 
-def readme(art: KernelArtifact) -> str:
-    k, alloc, t = art.kernel, art.allocation, art.target
-    stem = art.file_stem
-    read = read_scalars(art)
-    plan = art.schedule(1 << 24)
+def _io_rows(project: OperatorProject) -> list[str]:
+    k = project.variants[0].kernel
+    iface = interface(k.op_type)
     rows = []
     for p in k.inputs:
-        if p.kind is Kind.TILE:
-            how = "streamed tile by tile"
-        elif p.name in read:
-            how = "one element, read once per launch on the scalar unit"
-        else:
-            how = "one element; a compile-time constant baked into the kernel (ignored at run time)"
-        rows.append(f"| {p.name} | input | {p.dtype} | {how} |")
-    rows += [
-        f"| {p.name} | output | {p.dtype} | streamed; shape of the first input |" for p in k.outputs
+        kinds = {a.kernel.param(p.name).kind for a in project.variants}
+        how = " or ".join(
+            "streamed tile by tile" if kind is Kind.TILE
+            else "one element, read once per launch on the scalar unit"
+            for kind in sorted(kinds, key=lambda x: x.value)
+        )
+        dtypes = ", ".join(sorted({a.kernel.param(p.name).dtype for a in project.variants}))
+        rows.append(f"| {p.name} | input | {dtypes} | {how} |")
+    for p, name in zip(k.outputs, iface.outputs):
+        dtypes = ", ".join(sorted({a.kernel.param(p.name).dtype for a in project.variants}))
+        ref = " (the input of that name, updated in place)" if name == iface.ref_output else ""
+        rows.append(f"| {name} | output{ref} | {dtypes} | streamed; shape of input 0 |")
+    return rows
+
+
+def _attr_rows(project: OperatorProject) -> list[str]:
+    return [
+        f"| {a.name} | {a.kind} | {a.default} | {'yes' if a.cann else 'no (extra)'} | {a.doc} |"
+        for a in interface(project.op_name).attributes
     ]
+
+
+def _variant_section(art: KernelArtifact) -> str:
+    k, alloc, t = art.kernel, art.allocation, art.target
+    plan = art.schedule(1 << 24)
+    slots = ", ".join(f"{s.name} ({s.position.value}, {s.dtype})" for s in alloc.slots)
     nodes = ", ".join(f"`{safe_text(n)}`" for n in art.nodes[:20])
     more = f" and {len(art.nodes) - 20} more" if len(art.nodes) > 20 else ""
-    slots = ", ".join(f"{s.name} ({s.position.value}, {s.dtype})" for s in alloc.slots)
-    return f"""# {art.op_name}
+    served = f"Serves the fused nodes {nodes}{more}.\n\n" if art.nodes else ""
+    return f"""### {art.variant_tag}: {art.variant_label}
 
-{BANNER}
-
-Custom AscendC operator generated for the fused `{k.op_type}` nodes {nodes}{more}
-of the lowered model, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, AddConfig `{t.soc}`), dtype `{k.dtype}`.
-
-## Formula
-
-```
-{FORMULAS.get(k.op_type, k.op_type)}
-```
-
-Compute is float32: float16/bfloat16 inputs are cast up exactly and the result is cast down once
-with CAST_RINT (round half to even, overflow to inf). This kernel is specialised: attributes and
-constant scalars are baked in (see the IR below); a node with other constants gets another kernel.
-
-## Inputs and outputs
-
-| name | role | dtype | how the kernel reads it |
-|---|---|---|---|
-{chr(10).join(rows)}
-
-Format ND, any rank; the streamed inputs must have the same number of elements (up to 2^62).
-
-## Kernel
-
-The kernel IR, one AscendC vector call per tile instruction (`op_kernel/{stem}.h` repeats each
-line as a comment above its call):
+{served}Tiling key {art.key_base} (single buffer) / {art.key_base | 0x100} (double buffer). The kernel IR, one
+AscendC vector call per tile instruction (attribute SConsts show one node's value; the kernel
+reads each call's from the tiling data):
 
 ```
 {art.ir_text.rstrip()}
@@ -390,27 +551,94 @@ line as a comment above its call):
 
 * vector instructions per tile: {k.vector_instruction_count()}
 * UB bytes per element: {alloc.bytes_per_element(1):g} (single buffer), {alloc.bytes_per_element(2):g} (double buffer); slots: {slots}
-* tiling key = dtype code | (buffer_num - 1) << 8; the host picks double buffering when a core has
-  more than one double-buffered tile of work
-* multi-core split in blocks of 64 elements, tiles in multiples of {TILE_ALIGN} elements; the last tile of a
-  core moves with DataCopyPad; vector calls cover whole 256-byte repeats
 * for 2^24 elements: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, {plan.ub_bytes} of {t.ub_bytes} UB bytes
+"""
 
-## Files
 
-* `op_host/{stem}_def.cpp`, `op_host/{stem}_infershape.cpp`, `op_host/{stem}_tiling.cpp`
-* `op_kernel/{stem}.cpp` (entry `{stem}`), `op_kernel/{stem}.h` (CopyIn -> Compute -> CopyOut),
-  `op_kernel/{stem}_tiling_data.h`, `op_kernel/{stem}_tiling_key.h`
-* `examples/test_aclnn_{stem}.cpp`: two-phase aclnn call and a CPU golden
+def readme(project: OperatorProject) -> str:
+    t = project.target
+    stem = project.file_stem
+    op = project.op_name
+    axes = "; ".join(f"{a.name} ({', '.join(a.values)})" for a in AXES[op])
+    variants = "\n".join(_variant_section(a) for a in project.variants)
+    return f"""# {op}
+
+{BANNER}
+
+AscendC custom operator `{op}` with CANN's operator interface, generated for the fused
+`{op}` nodes of the lowered model, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, compute unit
+`{t.compute_unit}`: SoCs {", ".join(t.soc_versions)}).
+
+## Formula
+
+```
+{FORMULAS.get(op, op)}
+```
+
+Compute is float32: float16/bfloat16 inputs are cast up exactly and the result is cast down once
+with CAST_RINT (round half to even, overflow to inf).
+
+## Interface
+
+| name | role | dtypes | how the kernel reads it |
+|---|---|---|---|
+{chr(10).join(_io_rows(project))}
+
+| attribute | type | default | CANN's op has it | meaning |
+|---|---|---|---|---|
+{chr(10).join(_attr_rows(project))}
+
+Attributes CANN's operator lacks are optional, and their defaults give CANN's semantics, so a
+caller of CANN's interface gets CANN's result. Format ND, any rank; the streamed inputs must have
+the same number of elements (no broadcasting: the tiling function refuses other shapes and logs why).
+
+## Variants and tiling keys
+
+One operator serves every variant the model needs. The tiling function recomputes the variant
+from the call (axes: {axes}; and the dtypes) and sets tiling key
+`dtype code | (buffer_num - 1) << 8 | variant code << {VARIANT_SHIFT}` (dtype codes as ops-nn: DT_FLOAT 0,
+DT_FLOAT16 1, DT_BF16 27; the variant code numbers the axis values in mixed radix, first axis least
+significant). A call whose variant this package lacks fails at tiling time with a logged reason.
+Values (sigma, scale, shrink_max, alpha, l1, l2) are read at tiling or run time, never baked in.
+Multi-core split in blocks of 64 elements, tiles in multiples of {TILE_ALIGN} elements; the last
+tile of a core moves with DataCopyPad; vector calls cover whole 256-byte repeats;
+{UB_RESERVE_BYTES} bytes of UB are never planned (the headroom the hand-written ops-nn kernels keep).
+
+{variants}
+## Files (the msopgen `customize` project layout)
+
+* `CMakeLists.txt`, `CMakePresets.json` (ASCEND_COMPUTE_UNIT `{t.compute_unit}`, vendor `{VENDOR}`), `build.sh`
+* `op_host/CMakeLists.txt` (op build: aclnn API, op proto, tiling library), `op_host/{stem}_def.cpp`,
+  `op_host/{stem}_infershape.cpp`, `op_host/{stem}_tiling.cpp`
+* `op_kernel/CMakeLists.txt` (`add_kernels_compile()`), `op_kernel/{stem}.cpp` (entry `{stem}`),
+  `op_kernel/{stem}.h` (CopyIn -> Compute -> CopyOut), `op_kernel/{stem}_tiling_data.h`, `op_kernel/{stem}_tiling_key.h`
+* `examples/test_aclnn_{stem}.cpp`, `examples/CMakeLists.txt`: two-phase aclnn call and a CPU golden
+
+`cmake/` and `scripts/` are the toolkit's own (`{TEMPLATE_DIR}`), copied in at configure time as
+msopgen copies them, so the op build always matches the toolkit that builds the project.
 
 ## Build
 
 ```
-export ASCEND_HOME_PATH=/usr/local/Ascend/cann   # your CANN toolkit
-./build.sh                                        # kernel library and host library
-./build.sh -DBUILD_EXAMPLE=ON                     # also the aclnn example (needs the installed op)
+source /usr/local/Ascend/ascend-toolkit/set_env.sh   # 8.x; newer: /usr/local/Ascend/cann/set_env.sh
+./build.sh                                           # build_out/custom_opp_<os>_<arch>.run
+./build_out/custom_opp_*.run                         # installs vendors/{VENDOR} under ASCEND_OPP_PATH
+cmake -S examples -B examples/build && cmake --build examples/build   # the aclnn example
 ```
 
-Not built against a real toolkit by the generator; the kernel sources are compiled and run on the
-CPU by the project's twin tests.
+`build.sh` looks for the toolkit in ASCEND_CANN_PACKAGE_PATH, ASCEND_HOME_PATH, {DEFAULT_TOOLKIT}
+and /usr/local/Ascend/cann, and says in one line what is missing.
+
+## Toolkit compatibility
+
+The kernel calls only APIs that CANN 8.1-class toolkits and newer ones both declare: a compare
+against a scalar is `CompareScalar` (8.1 has no `Compares`; newer toolkits keep `CompareScalar`).
+Results assume the INF/NaN float overflow mode (`aclrtFloatOverflowMode` default on A2/A3, the only
+mode on 950): a float32 result beyond the output dtype's range rounds to inf.
+
+The kernel and tiling sources are compiled and run on the CPU by the generator's tests (its C++
+twin of the AscendC API). Given a toolkit tree, its tests also compile op_kernel in the toolkit's
+CPU-debug mode and op_host with `-std=c++11` against the toolkit's headers and configure this
+cmake against it (checked with CANN 8.1.RC1 for ascend910b and ascend910_93); nothing here has
+been compiled for or run on a device.
 """

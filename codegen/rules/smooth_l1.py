@@ -11,8 +11,10 @@ only matters for NaN, so it multiplies by 1 (removed by the simplifier) instead 
 division, never a NaN that the contract does not have. |x| == sigma gives exactly +-1.
 
 A one-element dout is read once on the scalar unit and folded with norm and scale into one Muls;
-a full-shape dout is a streamed tile. norm = 1/numel(predict) for "mean" is a host scalar
-computed at tiling time, so one kernel serves every shape.
+a full-shape dout is a streamed tile. sigma and scale are attributes the host reads at tiling
+time, and norm = 1/numel(predict) for "mean" is computed there too, so one kernel serves every
+shape, sigma > 0 and scale; the variant (codegen/variants.py) is the dout kind, the reduction
+and whether sigma is 0 and scale 1.
 """
 
 from __future__ import annotations
@@ -51,24 +53,36 @@ def _check(spec: NodeSpec) -> tuple[float, str, float]:
     return sigma, str(reduction), scale
 
 
+def smooth_l1_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
+    """The kernel variant a node needs (checks its attributes and shapes on the way)."""
+    sigma, reduction, scale = _check(spec)
+    common_dtype(spec, ("predict", "label", "dout"))
+    return (
+        ("dout", "scalar" if _dout_is_scalar(spec) else "tile"),
+        ("reduction", reduction),
+        ("sigma", "zero" if sigma == 0 else "positive"),
+        ("scale", "one" if scale == 1 else "other"),
+    )
+
+
 def lower_smooth_l1_grad(spec: NodeSpec) -> Kernel:
     sigma, reduction, scale = _check(spec)
     dtype = common_dtype(spec, ("predict", "label", "dout"))
     scalar_dout = _dout_is_scalar(spec)
 
-    b = KernelBuilder(spec.op_type, dtype)
+    b = KernelBuilder(spec.op_type, dtype, smooth_l1_variant(spec))
     b.input("predict", dtype)
     b.input("label", dtype)
     b.input("dout", dtype, Kind.SCALAR if scalar_dout else Kind.TILE)
     b.output("gradient", dtype)
 
     # scalars: norm * scale, optionally times dout; 1/sigma (1 when sigma = 0, see the docstring)
-    factor = b.sconst(scale)
+    factor = b.sconst(1.0) if scale == 1 else b.sattr("scale", scale)
     if reduction == "mean":
         factor = b.sop(Op.SMUL, factor, b.sop(Op.SRECIP, b.snumel("predict")))
     if scalar_dout:
         factor = b.sop(Op.SMUL, b.sinput("dout"), factor)
-    s_sigma = b.sconst(sigma)
+    s_sigma = b.sattr("sigma", sigma) if sigma > 0 else b.sconst(0.0)
     inv_sigma = b.sop(Op.SRECIP, s_sigma) if sigma > 0 else b.sconst(1.0)
 
     x = b.binary(Op.SUB, load_f32(b, "predict"), load_f32(b, "label"))

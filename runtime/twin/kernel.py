@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from codegen.api import KernelArtifact
-from codegen.emit.kernel_src import host_scalars
+from codegen.emit.kernel_src import host_scalars, scalar_slots
 from codegen.ir import Kind
-from codegen.schedule import Plan
+from codegen.op_interface import call_attributes, interface
+from codegen.project import OperatorProject, project_of
+from codegen.schedule import DTYPE_CODES, Plan
 from runtime.backend import BackendError
 from runtime.interpreter import eval_scalars
 from runtime.numerics import NUMPY_DTYPES
@@ -60,14 +62,21 @@ def target_rules(art: KernelArtifact) -> TargetRules:
 
 
 class TwinKernel:
-    """A compiled artifact: its tiling struct layout and the loaded library."""
+    """A compiled artifact: its tiling struct layout and the loaded library.
 
-    def __init__(self, art: KernelArtifact, tc: Toolchain) -> None:
+    The library holds the operator project of `project` (default: the artifact's variant alone);
+    a project of several variants runs `art` when the call's attributes and dtypes select it.
+    """
+
+    def __init__(self, art: KernelArtifact, tc: Toolchain, project: OperatorProject | None = None) -> None:
         self.art = art
-        self.library = TwinLibrary(build(kernel_sources(art), tc, art.file_stem), art.file_stem)
+        project = project or project_of([art])
+        if not any(v.key_base == art.key_base and v.structure == art.structure for v in project.variants):
+            raise BackendError(f"twin: {art.variant_label} is not a variant of the given {project.op_name} project")
+        self.library = TwinLibrary(build(kernel_sources(project), tc, art.file_stem), art.file_stem)
         self._scalar_ids = host_scalars(art)
-        fields = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64)]
-        fields += [(f"s{i}", ctypes.c_float) for i in self._scalar_ids]
+        fields = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64),
+                  ("scalars", ctypes.c_float * scalar_slots(project))]
         self._struct = type("TilingData", (ctypes.Structure,), {"_fields_": fields})
         if ctypes.sizeof(self._struct) != self.library.tiling_size:
             raise BackendError(f"twin: {art.file_stem}'s tiling struct is {self.library.tiling_size} bytes in C++, "
@@ -88,10 +97,14 @@ class TwinKernel:
     def host_tiling(self, inputs: Mapping[str, np.ndarray]) -> Tiling:
         """The emitted tiling function's decision for these inputs on the artifact's target."""
         arrays = self._arrays(inputs)
-        shapes = [tuple(int(d) for d in arrays[p.name].shape) for p in self.art.kernel.inputs]
-        host = self.library.host_tiling(shapes, self.art.target.aiv_cores, self.art.target.ub_bytes)
+        k = self.art.kernel
+        shapes = [tuple(int(d) for d in arrays[p.name].shape) for p in k.inputs]
+        dtypes = [DTYPE_CODES[p.dtype] for p in k.inputs]
+        values = call_attributes(k)
+        attrs = [values[a.name] for a in interface(k.op_type).attributes]
+        host = self.library.host_tiling(shapes, dtypes, attrs, self.art.target.aiv_cores, self.art.target.ub_bytes)
         data = self._struct.from_buffer_copy(host.data.ljust(ctypes.sizeof(self._struct), b"\0"))
-        scalars = tuple((i, float(getattr(data, f"s{i}"))) for i in self._scalar_ids)
+        scalars = tuple((i, float(data.scalars[n])) for n, i in enumerate(self._scalar_ids))
         return Tiling(data.numElements, data.blockFactor, data.tileElems, scalars, host.block_dim, host.tiling_key,
                       host.workspace)
 
@@ -116,8 +129,9 @@ class TwinKernel:
                                    f"codegen's scheduler {want}")
 
     def tiling_bytes(self, tiling: Tiling) -> bytes:
-        data = self._struct(tiling.num_elements, tiling.block_factor, tiling.tile_elems,
-                            *[v for _, v in tiling.scalars])
+        data = self._struct(tiling.num_elements, tiling.block_factor, tiling.tile_elems)
+        for n, (_, v) in enumerate(tiling.scalars):
+            data.scalars[n] = v
         return bytes(data)
 
     def run(self, inputs: Mapping[str, np.ndarray], tiling: Tiling, workers: int = 1,

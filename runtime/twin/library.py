@@ -18,7 +18,9 @@ import numpy as np
 from runtime.backend import BackendError
 from runtime.twin.errors import TwinRuleError
 
-ABI_VERSION = 1
+ABI_VERSION = 2
+HostAttr = float | str | bool
+_ATTR_KINDS = {float: 0, str: 1, bool: 2}  # gert::RuntimeAttrs::Kind of the twin header
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_guard = threading.Lock()
 GM_INPUT, GM_OUTPUT, GM_WORKSPACE, GM_TILING = 0, 1, 2, 3
@@ -92,7 +94,8 @@ class TwinLibrary:
         lib.twin_gm_count.restype = _U32
         lib.twin_tiling_size.restype = _U64
         lib.twin_host_tiling.restype = ctypes.c_int
-        lib.twin_host_tiling.argtypes = [_P, _P, _I32, _U32, _U64, _P, _U64, _P, _P, _P, _P, ctypes.c_char_p, _U64]
+        lib.twin_host_tiling.argtypes = [_P, _P, _P, _I32, _P, _P, _P, _I32, _U32, _U64, _P, _U64, _P, _P, _P, _P,
+                                         ctypes.c_char_p, _U64]
         lib.twin_launch_new.restype = _P
         lib.twin_launch_new.argtypes = [_P, _P, _P, _P, _P, _U32, _U64, _U32, _U64, _U64, _U32]
         lib.twin_run_blocks.restype = ctypes.c_int
@@ -102,14 +105,22 @@ class TwinLibrary:
         lib.twin_launch_free.restype = None
         lib.twin_launch_free.argtypes = [_P]
 
-    def host_tiling(self, shapes: Sequence[tuple[int, ...]], cores: int, ub_bytes: int) -> HostTiling:
-        """Run the emitted tiling function for inputs of `shapes` on a target's cores and UB."""
+    def host_tiling(self, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[int], attrs: Sequence[HostAttr],
+                    cores: int, ub_bytes: int) -> HostTiling:
+        """Run the emitted tiling function for inputs of `shapes` and ge `dtypes`, the call's
+        attributes in OpDef order, on a target's cores and UB."""
         dims = (ctypes.c_int64 * max(1, sum(len(s) for s in shapes)))(*[d for s in shapes for d in s])
         ranks = (_I32 * max(1, len(shapes)))(*[len(s) for s in shapes])
+        ge_dtypes = (_I32 * max(1, len(dtypes)))(*dtypes)
+        n_attrs = len(attrs)
+        kinds = (ctypes.c_uint8 * max(1, n_attrs))(*[_ATTR_KINDS[type(a)] for a in attrs])
+        floats = (ctypes.c_float * max(1, n_attrs))(*[0.0 if isinstance(a, str) else float(a) for a in attrs])
+        strs = (ctypes.c_char_p * max(1, n_attrs))(*[a.encode() if isinstance(a, str) else b"" for a in attrs])
         out = (ctypes.c_uint8 * _TILING_CAPACITY)()
         size, block_dim, key, workspace = _U64(), _U32(), _U64(), _U64()
         msg = ctypes.create_string_buffer(_TEXT)
-        rc = self._lib.twin_host_tiling(dims, ranks, len(shapes), cores, ub_bytes, out, _TILING_CAPACITY,
+        rc = self._lib.twin_host_tiling(dims, ranks, ge_dtypes, len(shapes), kinds, floats, strs, n_attrs, cores,
+                                        ub_bytes, out, _TILING_CAPACITY,
                                         ctypes.byref(size), ctypes.byref(block_dim), ctypes.byref(key),
                                         ctypes.byref(workspace), msg, _TEXT)
         if rc != 0:

@@ -1,8 +1,10 @@
 """What the twin compiles for a kernel: the emitted sources, unmodified, plus a small launcher.
 
-The launcher is one translation unit that includes the emitted op_kernel entry (which includes
-the pipeline header and kernel_operator.h) and the emitted op_host tiling function, then exports
-the kernel through the C ABI of include/twin/launch.h.
+The emitted sources are those of an operator project: of one kernel variant alone when the twin
+runs a node (runtime/twin/kernel.py), or of all variants of an op type. The launcher is one
+translation unit that includes the emitted op_kernel entry
+(which includes the pipeline header and kernel_operator.h) and the emitted op_host tiling
+function, then exports the kernel through the C ABI of include/twin/launch.h.
 """
 
 from __future__ import annotations
@@ -13,15 +15,15 @@ from codegen.emit import project_files
 from codegen.emit.kernel_src import tiling_struct
 
 if TYPE_CHECKING:
-    from codegen.api import KernelArtifact
+    from codegen.project import OperatorProject
 
 LAUNCHER = "twin_launch.cpp"
 
 
-def emitted_sources(art: KernelArtifact) -> dict[str, str]:
+def emitted_sources(project: OperatorProject) -> dict[str, str]:
     """The op_kernel files and the op_host tiling function of the emitted project."""
-    stem = art.file_stem
-    files = project_files(art)
+    stem = project.file_stem
+    files = project_files(project)
     wanted = [f"op_kernel/{stem}.cpp", f"op_kernel/{stem}.h", f"op_kernel/{stem}_tiling_data.h",
               f"op_kernel/{stem}_tiling_key.h", f"op_host/{stem}_tiling.cpp"]
     return {path: files[path] for path in wanted}
@@ -46,13 +48,13 @@ def launcher(includes: list[str], entry: str, gm_count: int, tiling_type: str) -
     ])
 
 
-def kernel_sources(art: KernelArtifact) -> dict[str, str]:
-    """Every file of the twin build of `art`: the emitted sources and the launcher."""
-    files = emitted_sources(art)
-    stem = art.file_stem
-    k = art.kernel
+def kernel_sources(project: OperatorProject) -> dict[str, str]:
+    """Every file of the twin build of an operator project: the emitted sources and the launcher."""
+    files = emitted_sources(project)
+    stem = project.file_stem
+    k = project.variants[0].kernel
     files[LAUNCHER] = launcher([f"op_kernel/{stem}.cpp", f"op_host/{stem}_tiling.cpp"], stem,
-                               len(k.inputs) + len(k.outputs), tiling_struct(art))
+                               len(k.inputs) + len(k.outputs), tiling_struct(project))
     return files
 
 

@@ -17,9 +17,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from codegen.api import build_kernels, emit_kernels, format_ir, kernel_for_node
 from codegen.emit import project_files
+from codegen.emit.kernel_src import key_names
 from codegen.errors import CodegenError
 from codegen.ir import VECTOR_OPS, Kind, Op
+from codegen.names import snake_case
 from codegen.nodes import fused_nodes, node_spec
+from codegen.op_interface import interface
+from codegen.project import operator_projects, project_of
 from codegen.targets import TARGETS
 from lowering import fuse
 from lowering.fused_ops import DOMAIN
@@ -137,12 +141,13 @@ def test_fused_nodes_become_expected_kernels(fused_models) -> None:
     k = kernel_for_node(sl1, fused_nodes(sl1)[0])
     assert k.param("dout").kind is Kind.SCALAR
     assert any(ins.op is Op.SNUMEL for ins in k.instrs)
-    pgd_const = fused_models[-4]  # float32, constant scalars
-    k = kernel_for_node(pgd_const, fused_nodes(pgd_const)[0])
-    assert not any(ins.op is Op.SINPUT for ins in k.instrs) and k.vector_instruction_count() <= 6
-    pgd_rt = fused_models[-3]
-    k = kernel_for_node(pgd_rt, fused_nodes(pgd_rt)[0])
-    assert k.vector_instruction_count() == 8
+    # constant or not, alpha/l1/l2 are read at run time as CANN's operator reads them: every
+    # declared input is used, and one kernel serves every value
+    for pgd in (fused_models[-4], fused_models[-3]):  # constant scalars, runtime scalars
+        k = kernel_for_node(pgd, fused_nodes(pgd)[0])
+        read = {str(ins.attr("name")) for ins in k.instrs if ins.op in (Op.SINPUT, Op.COPY_IN)}
+        assert read == {p.name for p in k.inputs}
+        assert k.vector_instruction_count() == 8
 
 
 def test_identical_nodes_share_one_kernel_and_text_lists_them() -> None:
@@ -157,7 +162,7 @@ def test_identical_nodes_share_one_kernel_and_text_lists_them() -> None:
     arts = build_kernels(model, "ascend910b")
     assert len(arts) == 1 and arts[0].nodes == (node.name, EVIL)
     text = format_ir(arts)
-    assert text.startswith(f"# {arts[0].file_stem} (ascend910b) serves: ")
+    assert text.startswith(f"# {arts[0].file_stem} {arts[0].variant_tag} (ascend910b) serves: ")
     assert EVIL not in text and "system(" not in text
 
 
@@ -183,21 +188,24 @@ def test_malicious_node_name_stays_out_of_paths_and_code(tmp_path: Path) -> None
         assert root in p.resolve().parents
         assert re.fullmatch(r"[a-z0-9_./A-Z]+", str(p.relative_to(root)))
         text = p.read_text()
-        assert "system(" not in text and 'x"' not in text
+        assert "system(" not in text and '/x"' not in text
         if p.suffix in (".cpp", ".h", ".txt", ".sh"):
             assert "rm -rf" not in text and ".._" not in text
     readme = next(p for p in paths if p.name == "README.md").read_text()
     assert "___.._x___system__rm_-rf____" in readme  # the sanitised name, for the user's reference
     assert {p.parent.name for p in paths} == {art.file_stem, "op_host", "op_kernel", "examples"}
+    assert f"{EVIL}" not in "".join(p.read_text() for p in paths if p.name != "README.md")
 
 
 def test_project_layout_and_one_call_per_instruction(fused_models) -> None:
     for model in (fused_models[1], fused_models[-1]):
         art = build_kernels(model, "ascend910b")[0]
-        files = project_files(art)
+        files = project_files(project_of([art]))
         stem = art.file_stem
         assert set(files) == {
-            "CMakeLists.txt", "README.md", "build.sh", f"examples/test_aclnn_{stem}.cpp",
+            "CMakeLists.txt", "CMakePresets.json", "README.md", "build.sh",
+            "examples/CMakeLists.txt", f"examples/test_aclnn_{stem}.cpp",
+            "op_host/CMakeLists.txt", "op_kernel/CMakeLists.txt",
             f"op_host/{stem}_def.cpp", f"op_host/{stem}_infershape.cpp", f"op_host/{stem}_tiling.cpp",
             f"op_kernel/{stem}.cpp", f"op_kernel/{stem}.h",
             f"op_kernel/{stem}_tiling_data.h", f"op_kernel/{stem}_tiling_key.h",
@@ -206,25 +214,78 @@ def test_project_layout_and_one_call_per_instruction(fused_models) -> None:
         compute = header[header.index("void Compute("): header.index("void CopyOut(")]
         calls = re.findall(r"^\s+(\w+)\(.*count\);$", compute, re.M)
         want = [ins.op.value for ins in art.kernel.instrs if ins.op in VECTOR_OPS]
-        assert [c.replace("Compares", "Compare") for c in calls] == want
+        assert "Compares(" not in compute  # 8.1-class toolkits declare only CompareScalar
+        assert [c.replace("CompareScalar", "Compare") for c in calls] == want
         assert f'extern "C" __global__ __aicore__ void {stem}(' in files[f"op_kernel/{stem}.cpp"]
-        assert f'AddConfig("{art.target.soc}"' in files[f"op_host/{stem}_def.cpp"]
+        assert f'AddConfig("{art.target.compute_unit}"' in files[f"op_host/{stem}_def.cpp"]
         assert "Cast(" not in compute or "RoundMode::CAST_RINT" in compute or art.kernel.dtype == "float32"
         assert art.ir_text.splitlines()[0] in files["README.md"]
+        assert f"namespace {art.op_name}_{art.variant_tag} {{" in header
+        assert f"TILING_KEY_IS({stem.upper()}_TILING_KEY_{art.variant_tag.upper()}_DOUBLE)" in files[
+            f"op_kernel/{stem}.cpp"]
+        assert f"#define {stem.upper()}_TILING_KEY_{art.variant_tag.upper()}_SINGLE {art.key_base}\n" in files[
+            f"op_kernel/{stem}_tiling_key.h"]
+        assert f'this->Attr("{interface(art.op_name).attributes[0].name}")' in files[f"op_host/{stem}_def.cpp"]
+        presets = json.loads(files["CMakePresets.json"])["configurePresets"][0]["cacheVariables"]
+        assert presets["ASCEND_COMPUTE_UNIT"]["value"] == art.target.compute_unit
+
+
+def test_one_operator_per_op_type_with_a_tiling_key_per_variant(fused_models, tmp_path: Path) -> None:
+    arts = [a for m in fused_models for a in build_kernels(m, "ascend950")]
+    projects = operator_projects(arts)
+    assert sorted(p.op_type for p in projects) == sorted({a.kernel.op_type for a in arts})
+    for project in projects:
+        files = project_files(project)
+        stem = project.file_stem
+        assert stem == snake_case(project.op_type)
+        entry = files[f"op_kernel/{stem}.cpp"]
+        tiling = files[f"op_host/{stem}_tiling.cpp"]
+        keys = {a.key_base for a in project.variants}
+        assert len(keys) == len(project.variants) and len(keys) > 1
+        for art in project.variants:
+            single, double = key_names(project, art)
+            assert f"TILING_KEY_IS({single})" in entry and f"TILING_KEY_IS({double})" in entry
+            assert f"    {{{single}, " in tiling  # the host's variant table
+            assert f"HostScalars{art.variant_tag}(" in tiling
+        # one OpDef: each input lists one dtype per variant dtype combination
+        combos = {tuple(p.dtype for p in a.kernel.inputs + a.kernel.outputs) for a in project.variants}
+        opdef = files[f"op_host/{stem}_def.cpp"]
+        assert opdef.count("OP_ADD(") == 1
+        first = re.search(r"\.DataType\(\{([^}]*)\}\)", opdef)
+        assert first is not None and len(first.group(1).split(",")) == len(combos)
+    written = emit_kernels(arts, tmp_path)
+    assert {p.relative_to(tmp_path).parts[0] for p in written} == {p.file_stem for p in projects}
+
+
+def test_nodes_that_differ_only_in_values_share_one_kernel() -> None:
+    """sigma is read at tiling time: nodes with other sigmas share one kernel and one key."""
+    models = [_fused(smooth_l1_where("float32", beta, "sum", True)) for beta in (0.5, 2.0, 3.0)]
+    combined = [a for m in models for a in build_kernels(m, "ascend910b")]
+    assert len({a.kernel.variant for a in combined}) == 1
+    assert dict(combined[0].kernel.variant)["sigma"] == "positive"
+    assert len({a.structure for a in combined}) == 1 and len({a.ir_text for a in combined}) == 3
+    (project,) = operator_projects(combined)
+    assert len(project.variants) == 1 and len(project.nodes) == 3
 
 
 def test_tiling_constants_match_the_python_plan(fused_models) -> None:
-    from codegen.schedule import fixed_bytes, tile_block_bytes
+    from codegen.schedule import UB_RESERVE_BYTES, fixed_bytes, tile_block_bytes
 
     for model in fused_models:
         for target in TARGETS:
             art = build_kernels(model, target)[0]
-            tiling = project_files(art)[f"op_host/{art.file_stem}_tiling.cpp"]
+            project = project_of([art])
+            tiling = project_files(project)[f"op_host/{art.file_stem}_tiling.cpp"]
             consts = dict(re.findall(r"constexpr int64_t (\w+) = (\d+);", tiling))
-            assert int(consts["TILE_BLOCK_BYTES_SINGLE"]) == tile_block_bytes(art.allocation, 1)
-            assert int(consts["TILE_BLOCK_BYTES_DOUBLE"]) == tile_block_bytes(art.allocation, 2)
-            assert int(consts["FIXED_BYTES"]) == fixed_bytes(art.kernel, art.target)
             assert int(consts["TARGET_UB_BYTES"]) == art.target.ub_bytes
+            assert int(consts["UB_RESERVE_BYTES"]) == UB_RESERVE_BYTES
+            row = re.search(r"\{(\w+), (\d+), (\d+), (\d+), (\d+)u, HostScalars", tiling)
+            assert row is not None and row.group(1) == key_names(project, art)[0]
+            assert int(row.group(2)) == tile_block_bytes(art.allocation, 1)
+            assert int(row.group(3)) == tile_block_bytes(art.allocation, 2)
+            assert int(row.group(4)) == fixed_bytes(art.kernel, art.target)
+            streamed = sum(1 << n for n, p in enumerate(art.kernel.inputs) if p.kind is Kind.TILE)
+            assert int(row.group(5)) == streamed
 
 
 def test_node_spec_reads_constants_and_refuses_bad_nodes() -> None:

@@ -27,10 +27,27 @@ def test_every_row_meets_the_cann_bar() -> None:
         assert row[-1] in ("meets", "no CANN kernel to compare"), row
     apgd_f32 = [r for r in rows if r[1] == "ApplyProximalGradientDescent" and r[3] == "float32"
                 and r[2] != bench.CLIP_VARIANT]
-    assert {r[4] for r in apgd_f32} == {"8", "6"}
-    assert {r[5] for r in apgd_f32} == {"8 (ops-nn tiling)"}
-    clip_f32 = {r[4] for r in rows if r[2] == bench.CLIP_VARIANT and r[3] == "float32"}
-    assert clip_f32 == {"10"}  # the 6 of the constant form + the NaN-safe clamp at shrink_max
+    on_950 = [r for r in apgd_f32 if r[0] == "ascend950"]
+    assert {r[4] for r in on_950} == {"8"}  # constant or runtime alpha/l1/l2: one kernel
+    assert {r[5] for r in on_950} == {"8 (ops-nn tiling)"}
+    # 910B-class: Sign as Compare/Select/Add over the whole tile (6 more than Sign's one call)
+    assert {r[4] for r in apgd_f32 if r[0] != "ascend950"} == {"14"}
+    clip_f32 = {r[4] for r in rows if r[2] == bench.CLIP_VARIANT and r[3] == "float32" and r[0] == "ascend950"}
+    assert clip_f32 == {"12"}  # the 8 of the general form + the NaN-safe clamp at shrink_max
+
+
+def test_no_chunked_sign_on_targets_without_a_native_one() -> None:
+    bench = _load()
+    for target in bench.TARGETS:
+        t = bench.get_target(target)
+        for dtype in bench.DTYPES:
+            for v in bench._variants(dtype):
+                plain = bench.kernel_for_spec(v.spec)
+                art = bench.artifact_for_target(plain, t)
+                if t.native_sign:
+                    assert art.kernel == plain, (target, v.label)  # Sign is one instruction there
+                else:
+                    assert not any(ins.op.value == "Sign" for ins in art.kernel.instrs), (target, v.label)
 
 
 def test_cann_smooth_l1_dag_figures() -> None:

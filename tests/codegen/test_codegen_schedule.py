@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from codegen.api import KernelArtifact, kernel_for_spec
 from codegen.buffers import allocate
 from codegen.nodes import InputSpec, NodeSpec
-from codegen.schedule import TILE_ALIGN, Plan, PlanError, check_plan, make_plan
+from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES, Plan, PlanError, check_plan, make_plan
 from codegen.targets import TARGETS, get_target
 
 
@@ -98,7 +98,7 @@ def test_ub_per_element_and_tile_size_track_each_other() -> None:
         per_elem = art.allocation.bytes_per_element(plan.buffer_num)
         assert plan.ub_bytes - plan.fixed_bytes == pytest.approx(per_elem * plan.tile_elems)
         # no room left for one more TILE_ALIGN block of tile
-        assert plan.ub_bytes + per_elem * TILE_ALIGN > art.target.ub_bytes or plan.tile_count(0) == 1
+        assert plan.ub_bytes + per_elem * TILE_ALIGN > art.target.ub_bytes - UB_RESERVE_BYTES or plan.tile_count(0) == 1
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 // Host side of the CPU twin: the gert/ge surface the emitted tiling function uses, with one
-// TilingContext the launcher fills from the launch's input shapes and the target.
+// TilingContext the launcher fills from the launch's input shapes and dtypes, the call's
+// attributes and the target.
 #ifndef TWIN_REGISTER_OP_IMPL_REGISTRY_H
 #define TWIN_REGISTER_OP_IMPL_REGISTRY_H
 
@@ -11,6 +12,8 @@ namespace ge {
 using graphStatus = uint32_t;
 constexpr graphStatus GRAPH_SUCCESS = 0;
 constexpr graphStatus GRAPH_FAILED = 0xFFFFFFFF;
+// the values of graph/types.h for the dtypes the twin runs
+enum DataType { DT_FLOAT = 0, DT_FLOAT16 = 1, DT_BF16 = 27, DT_UNDEFINED = 28 };
 }  // namespace ge
 
 namespace fe {
@@ -24,7 +27,53 @@ namespace gert {
 
 constexpr size_t TWIN_MAX_RANK = 8;
 constexpr size_t TWIN_MAX_INPUTS = 16;
+constexpr size_t TWIN_MAX_ATTRS = 16;
+constexpr size_t TWIN_MAX_STR = 64;
 constexpr size_t TWIN_TILING_CAPACITY = 4096;
+
+class CompileTimeTensorDesc {
+public:
+    ge::DataType GetDataType() const { return dtype_; }
+    ge::DataType dtype_ = ge::DT_UNDEFINED;
+};
+
+// Attributes by index, as the OpDef declares them: float, string (char) or bool.
+class RuntimeAttrs {
+public:
+    template <typename T>
+    const T* GetAttrPointer(size_t index) const;
+    const float* GetFloat(size_t index) const;
+    const char* GetStr(size_t index) const;
+    size_t GetAttrNum() const { return n_; }
+
+    enum Kind : uint8_t { FLOAT = 0, STRING = 1, BOOL = 2 };
+    size_t n_ = 0;
+    Kind kinds_[TWIN_MAX_ATTRS] = {};
+    float floats_[TWIN_MAX_ATTRS] = {};
+    bool bools_[TWIN_MAX_ATTRS] = {};
+    char strs_[TWIN_MAX_ATTRS][TWIN_MAX_STR] = {};
+};
+
+template <>
+inline const float* RuntimeAttrs::GetAttrPointer<float>(size_t index) const
+{
+    return index < n_ && kinds_[index] == FLOAT ? &floats_[index] : nullptr;
+}
+
+template <>
+inline const char* RuntimeAttrs::GetAttrPointer<char>(size_t index) const
+{
+    return index < n_ && kinds_[index] == STRING ? strs_[index] : nullptr;
+}
+
+template <>
+inline const bool* RuntimeAttrs::GetAttrPointer<bool>(size_t index) const
+{
+    return index < n_ && kinds_[index] == BOOL ? &bools_[index] : nullptr;
+}
+
+inline const float* RuntimeAttrs::GetFloat(size_t index) const { return GetAttrPointer<float>(index); }
+inline const char* RuntimeAttrs::GetStr(size_t index) const { return GetAttrPointer<char>(index); }
 
 class Shape {
 public:
@@ -52,6 +101,11 @@ public:
 class TilingContext {
 public:
     const StorageShape* GetInputShape(size_t index) const { return index < nInputs_ ? &inputs_[index] : nullptr; }
+    const CompileTimeTensorDesc* GetInputDesc(size_t index) const
+    {
+        return index < nInputs_ ? &descs_[index] : nullptr;
+    }
+    const RuntimeAttrs* GetAttrs() const { return &attrs_; }
     fe::PlatFormInfos* GetPlatformInfo() { return &platform_; }
 
     template <typename T>
@@ -81,6 +135,8 @@ public:
     }
 
     StorageShape inputs_[TWIN_MAX_INPUTS];
+    CompileTimeTensorDesc descs_[TWIN_MAX_INPUTS];
+    RuntimeAttrs attrs_;
     size_t nInputs_ = 0;
     fe::PlatFormInfos platform_ = {};
     alignas(8) uint8_t tiling_[TWIN_TILING_CAPACITY] = {};

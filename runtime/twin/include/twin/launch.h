@@ -1,6 +1,7 @@
 // The C ABI of a twin library (one kernel per shared object), called from runtime/twin/library.py.
 //
-//   twin_host_tiling   run the emitted tiling function for given input shapes and target
+//   twin_host_tiling   run the emitted tiling function for given input shapes and dtypes, attributes
+//                      and target
 //   twin_launch_new    describe one launch: GM regions, tiling key, block dim, target UB rules
 //   twin_run_blocks    run blocks [first, last) one after another (threads may run disjoint ranges)
 //   twin_launch_finish first rule broken (lowest block), else check every output byte was written
@@ -21,7 +22,7 @@
 #include "twin/core.h"
 
 #define TWIN_API extern "C" __attribute__((visibility("default")))
-#define TWIN_ABI_VERSION 1
+#define TWIN_ABI_VERSION 2
 
 namespace twin {
 
@@ -162,8 +163,9 @@ inline bool CheckCoverage(const Launch* l, char* rule, char* message, uint64_t c
 TWIN_API int twin_abi_version() { return TWIN_ABI_VERSION; }
 
 // Runs the registered tiling function; returns 0, or 1 with `message` saying why.
-TWIN_API int twin_host_tiling(const int64_t* dims, const int32_t* ranks, int32_t nInputs, uint32_t cores,
-                              uint64_t ubBytes, uint8_t* tilingOut, uint64_t tilingCapacity, uint64_t* tilingSize,
+TWIN_API int twin_host_tiling(const int64_t* dims, const int32_t* ranks, const int32_t* dtypes, int32_t nInputs,
+                              const uint8_t* attrKinds, const float* attrFloats, const char* const* attrStrs,
+                              int32_t nAttrs, uint32_t cores, uint64_t ubBytes, uint8_t* tilingOut, uint64_t tilingCapacity, uint64_t* tilingSize,
                               uint32_t* blockDim, uint64_t* tilingKey, uint64_t* workspace, char* message,
                               uint64_t capacity)
 {
@@ -179,8 +181,26 @@ TWIN_API int twin_host_tiling(const int64_t* dims, const int32_t* ranks, int32_t
     static thread_local gert::TilingContext ctx;
     ctx = gert::TilingContext();
     ctx.nInputs_ = static_cast<size_t>(nInputs);
+    if (nAttrs < 0 || static_cast<size_t>(nAttrs) > gert::TWIN_MAX_ATTRS) {
+        twin::Put(message, capacity, "too many attributes for the twin's tiling context");
+        return 1;
+    }
+    ctx.attrs_.n_ = static_cast<size_t>(nAttrs);
+    for (int32_t i = 0; i < nAttrs; ++i) {
+        ctx.attrs_.kinds_[i] = static_cast<gert::RuntimeAttrs::Kind>(attrKinds[i]);
+        ctx.attrs_.floats_[i] = attrFloats[i];
+        ctx.attrs_.bools_[i] = attrFloats[i] != 0.0f;
+        if (attrKinds[i] == gert::RuntimeAttrs::STRING) {
+            if (std::strlen(attrStrs[i]) >= gert::TWIN_MAX_STR) {
+                twin::Put(message, capacity, "a string attribute is longer than the twin holds");
+                return 1;
+            }
+            std::snprintf(ctx.attrs_.strs_[i], gert::TWIN_MAX_STR, "%s", attrStrs[i]);
+        }
+    }
     const int64_t* d = dims;
     for (int32_t i = 0; i < nInputs; ++i) {
+        ctx.descs_[i].dtype_ = static_cast<ge::DataType>(dtypes[i]);
         if (ranks[i] < 0 || static_cast<size_t>(ranks[i]) > gert::TWIN_MAX_RANK) {
             twin::Put(message, capacity, "input rank over 8");
             return 1;

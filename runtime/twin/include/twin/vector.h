@@ -421,12 +421,13 @@ __aicore__ inline void Compare(const LocalTensor<U>& dst, const LocalTensor<T>& 
     }
 }
 
+// CompareScalar is the spelling 8.1-class toolkits declare (and newer ones keep, deprecated);
+// Compares is the newer name. Both run the same check and compare.
 template <typename T, typename U>
-__aicore__ inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar,
-                                CMPMODE cmpMode, uint32_t count)
+__aicore__ inline void CompareScalarAs(const char* api, const LocalTensor<U>& dst, const LocalTensor<T>& src0,
+                                       const T src1Scalar, CMPMODE cmpMode, uint32_t count)
 {
-    static_assert(std::is_same<U, uint8_t>::value, "Compares writes a uint8_t bitmask");
-    const char* api = "Compares";
+    static_assert(std::is_same<U, uint8_t>::value, "CompareScalar writes a uint8_t bitmask");
     twin::CheckCompareType<T>(api);
     const uint64_t n = twin::CompareCount<T>(count, api);
     twin::Span<uint8_t> d = twin::Operand(dst, n / 8, api, "dst");
@@ -439,6 +440,20 @@ __aicore__ inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>&
     } else {
         twin::CompareLanes(d.data, a.data, [s](uint64_t) { return s; }, n, cmpMode);
     }
+}
+
+template <typename T, typename U>
+__aicore__ inline void CompareScalar(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar,
+                                     CMPMODE cmpMode, uint32_t count)
+{
+    CompareScalarAs("CompareScalar", dst, src0, src1Scalar, cmpMode, count);
+}
+
+template <typename T, typename U>
+__aicore__ inline void Compares(const LocalTensor<U>& dst, const LocalTensor<T>& src0, const T src1Scalar,
+                                CMPMODE cmpMode, uint32_t count)
+{
+    CompareScalarAs("Compares", dst, src0, src1Scalar, cmpMode, count);
 }
 
 // VSEL_TENSOR_TENSOR_MODE: lane i = src0[i] where mask bit i is 1, else src1[i].
