@@ -8,15 +8,11 @@ entry (which branches on that key). See codegen/variants.py for the key.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
 
+from codegen.artifact import KernelArtifact
 from codegen.errors import CodegenError
 from codegen.names import snake_case
 from codegen.targets import Target
-
-if TYPE_CHECKING:
-    from codegen.api import KernelArtifact
 
 
 @dataclass(frozen=True)
@@ -47,11 +43,6 @@ class OperatorProject:
     @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(n for a in self.variants for n in a.nodes)
-
-    def emit(self, kernels_dir: str | Path) -> list[Path]:
-        from codegen.emit import emit_project
-
-        return emit_project(self, Path(kernels_dir))
 
 
 def project_of(artifacts: list[KernelArtifact] | tuple[KernelArtifact, ...]) -> OperatorProject:

@@ -29,12 +29,6 @@ ALLOWED_FROM_LOWERING = frozenset({"lowering.fused_ops", "lowering.errors", "low
 # needs out of the pass's package (issue 20, "layers that point one way"): codegen and runtime
 # import lowering.fused_ops, lowering.loading and lowering.graph, and importing any of them runs
 # lowering/__init__.py, which imports lowering.api and with it the whole pass.
-# Cycles that exist only through imports for type checkers (`if TYPE_CHECKING:`), which do not run:
-# codegen.emit and its host_src, kernel_src and project_files modules name codegen.api's
-# KernelArtifact in their annotations, while codegen.api imports codegen.emit (one component).
-KNOWN_TYPE_ONLY_CYCLES = [["codegen.api", "codegen.emit", "codegen.emit.host_src", "codegen.emit.kernel_src",
-                           "codegen.emit.project_files"]]
-
 KNOWN_PASS_REACH = {
     "lowering": "lowering/__init__.py imports .api (fuse), .report and .errors at import time",
 }
@@ -173,8 +167,8 @@ def test_no_import_cycle_among_the_projects_modules() -> None:
     assert _cycles(_without_package_inits(_graph())) == []
 
 
-def test_type_only_imports_add_only_the_known_cycles() -> None:
-    assert _cycles(_without_package_inits(_graph(type_only=True))) == KNOWN_TYPE_ONLY_CYCLES
+def test_no_cycle_through_imports_for_type_checkers_either() -> None:
+    assert _cycles(_without_package_inits(_graph(type_only=True))) == []
 
 
 def test_codegen_and_runtime_name_no_pass_module() -> None:

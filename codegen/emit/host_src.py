@@ -29,7 +29,7 @@ from codegen.schedule import (
 from codegen.variants import AXES, FLOAT_DTYPES
 
 if TYPE_CHECKING:
-    from codegen.api import KernelArtifact
+    from codegen.artifact import KernelArtifact
     from codegen.project import OperatorProject
 
 _ATTR_TYPES = {"float": "Float", "string": "String", "bool": "Bool"}

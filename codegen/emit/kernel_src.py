@@ -30,7 +30,7 @@ from codegen.ir import (
 from codegen.schedule import SIGN_TMP_BYTES
 
 if TYPE_CHECKING:
-    from codegen.api import KernelArtifact
+    from codegen.artifact import KernelArtifact
     from codegen.project import OperatorProject
 
 

@@ -15,7 +15,7 @@ from codegen.variants import AXES
 from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 
 if TYPE_CHECKING:
-    from codegen.api import KernelArtifact
+    from codegen.artifact import KernelArtifact
     from codegen.project import OperatorProject
 
 FORMULAS = {
