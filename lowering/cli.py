@@ -16,8 +16,9 @@ from pathlib import Path
 
 import onnx
 
-from codegen.api import build_kernels, emit_kernels, format_ir
+from codegen.api import KernelArtifact, build_kernels, emit_kernels, format_ir
 from codegen.errors import CodegenError
+from codegen.project import operator_projects
 from codegen.targets import UnknownTargetError, get_target, known_targets
 from runtime.diff_cli import add_input_options, check_input_options, check_options, run_diff, run_verify
 
@@ -25,7 +26,7 @@ from .api import fuse_loaded
 from .errors import LoweringError, ToolError
 from .loading import LoadedModel, load, save
 from .outdir import COMPLETE, OutputTransaction
-from .report import more_line
+from .report import FusionReport, more_line
 from .terminal import printable
 
 SUMMARY_LIMIT = 20  # fusions, near misses and kernels listed on the terminal, each
@@ -33,7 +34,7 @@ SUMMARY_LIMIT = 20  # fusions, near misses and kernels listed on the terminal, e
 DESCRIPTION = """\
 Find SmoothL1-loss-backward and proximal-gradient-descent subgraphs in an ONNX model, fuse each
 into one custom node (domain com.huawei.ascend: SmoothL1LossGradV2, ApplyProximalGradientDescent),
-and generate an AscendC custom-operator project per fused kernel. Calls of model-local functions
+and generate an AscendC custom-operator project per fused op type. Calls of model-local functions
 that could hold a pattern are inlined to look inside them; those whose nodes fused stay inlined.
 
 Writes into OUTDIR (default: <model stem>.lowered in the current directory):
@@ -41,7 +42,8 @@ Writes into OUTDIR (default: <model stem>.lowered in the current directory):
                       subgraph, so onnxruntime still runs it
   report.json         fusions (pattern, node, op type, replaced nodes, attributes), near-matches
                       that were not fused and why, and the generated kernels
-  kernels/<name>/     one AscendC project per distinct kernel (op_host, op_kernel, build files)
+  kernels/<op>/       one AscendC custom-operator project per fused op type (msopgen layout: op_host,
+                      op_kernel, CMakePresets.json, build.sh); kernel variants are its tiling keys
 OUTDIR must be new, empty, or an earlier output of lower (--force: any folder; lower's files are added
 beside the others). The input model is never modified, and no file lower did not write is
 overwritten or deleted. The files are built in a folder beside OUTDIR and moved in when complete, so an interrupted
@@ -143,21 +145,23 @@ def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 
 def _write_outputs(staging: Path, stem: str, loaded: LoadedModel, fused: onnx.ModelProto,
-                   kernels: list, report_data: dict) -> None:
+                   kernels: list[KernelArtifact], report_data: dict[str, object]) -> None:
     save(fused, staging / f"{stem}.fused.onnx", loaded.has_external_data)
     if kernels:
         emit_kernels(kernels, staging / "kernels")
     (staging / COMPLETE).write_text(json.dumps(report_data, indent=2) + "\n")
 
 
-def _print_summary(report, kernels: list, outdir: Path, fused_name: str) -> None:
+def _print_summary(report: FusionReport, kernels: list[KernelArtifact], outdir: Path, fused_name: str) -> None:
     print(report.summary(limit=SUMMARY_LIMIT))
     for k in kernels[:SUMMARY_LIMIT]:
-        print(f"  kernel   {k.file_stem} ({k.kernel.op_type}, {k.kernel.dtype}) for {len(k.nodes)} node(s)")
+        print(f"  kernel   {k.file_stem} {k.variant_tag} ({k.variant_label}) for {len(k.nodes)} node(s)")
     for line in more_line(len(kernels), SUMMARY_LIMIT, "kernels"):
         print(line)
     kernels_dir = outdir / "kernels"
-    written = f" and {len(kernels)} kernel project(s) in {printable(str(kernels_dir), 200)}" if kernels else ""
+    projects = len(operator_projects(kernels))
+    written = (f" and {projects} operator project(s) with {len(kernels)} kernel variant(s) in "
+               f"{printable(str(kernels_dir), 200)}") if kernels else ""
     print(f"wrote {printable(str(outdir / fused_name), 200)}, {printable(str(outdir / COMPLETE), 200)}{written}")
 
 
@@ -196,7 +200,7 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
-def _kernels(fused: onnx.ModelProto, target: str) -> list:
+def _kernels(fused: onnx.ModelProto, target: str) -> list[KernelArtifact]:
     try:
         return build_kernels(fused, target)
     except CodegenError as exc:
