@@ -11,12 +11,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from codegen.api import KernelArtifact, kernel_for_spec
-from codegen.buffers import allocate
+from codegen.api import KernelArtifact, artifact_for_target, kernel_for_spec
 from codegen.errors import CodegenError
 from codegen.nodes import NodeSpec
 from codegen.schedule import Plan
-from codegen.targets import get_target
 from lowering.fused_ops import OP_SPECS
 from runtime.backend import Backend, BackendError, KernelCall
 from runtime.interpreter import Tile, execute
@@ -31,7 +29,7 @@ def _spec_key(spec: NodeSpec) -> tuple:
 def _artifact(key: tuple, target: str) -> KernelArtifact:
     op_type, inputs, attrs = key
     kernel = kernel_for_spec(NodeSpec("kernel", op_type, dict(inputs), dict(attrs)))
-    return KernelArtifact(kernel, get_target(target), (), allocate(kernel))
+    return artifact_for_target(kernel, target)  # what build_kernels emits for the target
 
 
 def artifact_for(spec: NodeSpec, target: str) -> KernelArtifact:

@@ -7,10 +7,12 @@ ASCEND_CUSTOM_OPP_PATH or ASCEND_OPP_PATH/vendors/*/op_api/lib. Without them, cr
 backend raises BackendError saying what is missing.
 
 Each call is the documented aclnn sequence: aclrtMalloc + aclrtMemcpy per tensor, aclCreateTensor,
-aclnn<Op>GetWorkspaceSize(inputs..., outputs..., &workspaceSize, &executor), aclnn<Op>(workspace,
-size, executor, stream), aclrtSynchronizeStream, copy back, free. <Op> is the emitted op's name
-(codegen KernelArtifact.op_name); its inputs and outputs are the kernel's parameters in order,
-with every attribute already folded into the kernel.
+aclnn<Op>GetWorkspaceSize(inputs..., attributes..., outputs..., &workspaceSize, &executor),
+aclnn<Op>(workspace, size, executor, stream), aclrtSynchronizeStream, copy back, free. <Op> is
+CANN's op type, which the emitted operator keeps; the attributes are the node's values in the
+operator's order (codegen/op_interface.py: float as double, string as char *, bool as bool), and
+an output the operator writes into an input (ApplyProximalGradientDescent's var) is no argument
+of its own: it is copied back from that input's device buffer.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from codegen.ir import Kernel
+from codegen.op_interface import call_attributes, interface
 from runtime.acl import AclDataType, AclFormat, AclrtMemcpyKind, acl_dtype
 from runtime.backend import Backend, BackendError, KernelCall
 from runtime.backends.cpu import artifact_for
@@ -109,21 +114,30 @@ class NpuBackend(Backend):
     def run(self, call: KernelCall) -> dict[str, np.ndarray]:
         art = artifact_for(call.spec, call.target)
         kernel = art.kernel
+        plan = aclnn_arguments(kernel)
         first = np.asarray(call.inputs[kernel.inputs[0].name])
+        results = {p.name: np.empty(first.shape, first.dtype) for p in kernel.outputs}
         owned: list[ctypes.c_void_p] = []
         tensors: list[ctypes.c_void_p] = []
-        results = {p.name: np.empty(first.shape, first.dtype) for p in kernel.outputs}
+        device: dict[str, ctypes.c_void_p] = {}  # contract name -> device buffer
+        args: list[object] = []
         try:
-            ins = [self._device_tensor(np.asarray(call.inputs[p.name]), owned) for p in kernel.inputs]
-            outs = [self._device_tensor(results[p.name], owned) for p in kernel.outputs]
-            tensors = ins + outs
+            for arg in plan:
+                if arg.kind == "tensor":
+                    host = results[arg.name] if arg.name in results else np.asarray(call.inputs[arg.name])
+                    tensor = self._device_tensor(host, owned)
+                    tensors.append(tensor)
+                    device[arg.name] = owned[-1]
+                    args.append(tensor)
+                else:
+                    args.append(_c_value(arg.kind, arg.value))
             ws_size, executor = ctypes.c_uint64(0), ctypes.c_void_p()
             phase1 = getattr(self.cust, f"aclnn{art.op_name}GetWorkspaceSize", None)
             phase2 = getattr(self.cust, f"aclnn{art.op_name}", None)
             if phase1 is None or phase2 is None:
                 raise BackendError(f"npu backend: the installed package has no aclnn{art.op_name}; "
                                    "rebuild and install the kernels lower generated for this model")
-            self._check(phase1(*tensors, ctypes.byref(ws_size), ctypes.byref(executor)),
+            self._check(phase1(*args, ctypes.byref(ws_size), ctypes.byref(executor)),
                         f"aclnn{art.op_name}GetWorkspaceSize")
             workspace = ctypes.c_void_p()
             if ws_size.value:
@@ -131,10 +145,10 @@ class NpuBackend(Backend):
                 owned.append(workspace)
             self._check(phase2(workspace, ws_size, executor, self.stream), f"aclnn{art.op_name}")
             self._check(self.acl.aclrtSynchronizeStream(self.stream), "aclrtSynchronizeStream")
-            for p, ptr in zip(kernel.outputs, owned[len(kernel.inputs):]):
-                out = results[p.name]
+            for out_name, source in output_sources(kernel).items():
+                out = results[out_name]
                 if out.nbytes:
-                    self._check(self.acl.aclrtMemcpy(out.ctypes.data, out.nbytes, ptr, out.nbytes,
+                    self._check(self.acl.aclrtMemcpy(out.ctypes.data, out.nbytes, device[source], out.nbytes,
                                                      AclrtMemcpyKind.DEVICE_TO_HOST), "aclrtMemcpy")
         finally:
             for t in tensors:
@@ -142,3 +156,39 @@ class NpuBackend(Backend):
             for ptr in owned:
                 self.acl.aclrtFree(ptr)
         return results
+
+
+@dataclass(frozen=True)
+class AclnnArgument:
+    kind: str  # "tensor" | "float" | "string" | "bool"
+    name: str  # a contract input or output name, or the attribute's name
+    value: float | str | bool | None = None  # an attribute's value
+
+
+def output_sources(kernel: Kernel) -> dict[str, str]:
+    """Kernel output -> the contract name of the tensor that holds it after the call: its own
+    output tensor, or the input the operator updates in place (APGD's var)."""
+    iface = interface(kernel.op_type)
+    return {p.name: (name if name == iface.ref_output else p.name)
+            for p, name in zip(kernel.outputs, iface.outputs)}
+
+
+def aclnn_arguments(kernel: Kernel) -> list[AclnnArgument]:
+    """The first phase's arguments before workspace size and executor, as the emitted operator's
+    aclnn API takes them: the inputs, the attributes (codegen/op_interface.py order), then the
+    outputs that are not an input updated in place."""
+    iface = interface(kernel.op_type)
+    values = call_attributes(kernel)
+    args = [AclnnArgument("tensor", p.name) for p in kernel.inputs]
+    args += [AclnnArgument(a.kind, a.name, values[a.name]) for a in iface.attributes]
+    sources = output_sources(kernel)
+    args += [AclnnArgument("tensor", p.name) for p in kernel.outputs if sources[p.name] == p.name]
+    return args
+
+
+def _c_value(kind: str, value: float | str | bool | None) -> object:
+    if kind == "float":
+        return ctypes.c_double(float(value))  # type: ignore[arg-type]
+    if kind == "bool":
+        return ctypes.c_bool(bool(value))
+    return ctypes.c_char_p(str(value).encode())
