@@ -6,8 +6,8 @@ and the kernel entry branches on that key. Everything else a node carries (sigma
 shrink_max, the scalar inputs' values) is read at tiling time or run time, so nodes that differ
 only there share one kernel.
 
-A rule (codegen/rules/) names its kernel's axis values; the emitter (codegen/emit/) writes the
-C++ that recomputes them. Both read this table.
+A rule (codegen/rules/) declares its axes and names its kernel's axis values; the emitter
+(codegen/emit/) writes the C++ that recomputes each axis from its source (codegen/registry.py).
 
 Tiling key = dtype code | (buffer_num - 1) << 8 | variant code << 9, where dtype code is the
 ops-nn encoding (DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27) and the variant code numbers the axis
@@ -16,41 +16,16 @@ values in mixed radix, first axis least significant.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from codegen.errors import CodegenError
-from lowering.fused_ops import PROXIMAL_GD, REDUCTIONS, SCALAR_FORMS, SMOOTH_L1_GRAD
+from codegen.ir import FLOAT_DTYPES
+from codegen.registry import Axis
+from codegen.rules import axes_of
 
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
-
-
-@dataclass(frozen=True)
-class Axis:
-    name: str
-    values: tuple[str, ...]
-
-
-AXES: dict[str, tuple[Axis, ...]] = {
-    SMOOTH_L1_GRAD: (
-        Axis("dout", ("tile", "scalar")),  # dout has predict's shape, or one element
-        Axis("reduction", REDUCTIONS),
-        Axis("sigma", ("positive", "zero")),
-        Axis("scale", ("one", "other")),  # scale 1 (CANN's op) needs no multiply
-    ),
-    PROXIMAL_GD: (
-        Axis("scalar_form", SCALAR_FORMS),
-        Axis("shrink_max", ("inf", "finite")),
-        Axis("alpha_dtype", FLOAT_DTYPES),
-        Axis("l1_dtype", FLOAT_DTYPES),
-        Axis("l2_dtype", FLOAT_DTYPES),
-    ),
-}
+__all__ = ["FLOAT_DTYPES", "Axis", "axes_of", "check_variant", "variant_code"]
 
 
 def check_variant(op_type: str, variant: tuple[tuple[str, str], ...]) -> None:
-    axes = AXES.get(op_type)
-    if axes is None:
-        raise CodegenError(f"no variant axes for {op_type!r}")
+    axes = axes_of(op_type)
     if tuple(a for a, _ in variant) != tuple(a.name for a in axes):
         raise CodegenError(
             f"{op_type} variant names axes {[a for a, _ in variant]}, "
@@ -65,7 +40,7 @@ def variant_code(op_type: str, variant: tuple[tuple[str, str], ...]) -> int:
     """The variant's number: axis values in mixed radix, first axis least significant."""
     check_variant(op_type, variant)
     code, weight = 0, 1
-    for (_, value), axis in zip(variant, AXES[op_type]):
+    for (_, value), axis in zip(variant, axes_of(op_type)):
         code += axis.values.index(value) * weight
         weight *= len(axis.values)
     return code

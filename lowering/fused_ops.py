@@ -234,7 +234,8 @@ register(OpSpec(
     attr_specs=(AttrSpec("scalar_form", "raw", choices=SCALAR_FORMS), AttrSpec("shrink_max", float("inf"))),
     reference=_proximal_golden,
     formula=("prox = var - alpha * delta\n"
-             "var_out = sign(prox) * max(|prox| - threshold, 0) / divisor   (sign(0) = 0; NaN propagates)\n"
+             "var_out = sign(prox) * min(max(|prox| - threshold, 0), shrink_max) / divisor"
+             "   (sign(0) = 0; NaN propagates)\n"
              "threshold, divisor = alpha*l1, 1 + alpha*l2 (raw) | l1, l2 (folded) | l1, 1/l2 (folded_reciprocal)"),
     example_scalars={"alpha": 0.01, "l1": 0.001, "l2": 0.01},
 ))

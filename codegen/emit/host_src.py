@@ -18,6 +18,7 @@ from codegen.emit.kernel_src import host_scalars, key_names, tiling_struct
 from codegen.ir import Kind, Op, format_instr, is_attr, scalar_stages
 from codegen.names import lower_camel
 from codegen.op_interface import interface
+from codegen.registry import FINITE_ATTR, ONE_ATTR, ONE_ELEMENT, STRING_ATTR, ZERO_ATTR
 from codegen.schedule import (
     CORE_ALIGN,
     TILE_ALIGN,
@@ -26,7 +27,8 @@ from codegen.schedule import (
     fixed_bytes,
     tile_block_bytes,
 )
-from codegen.variants import AXES, FLOAT_DTYPES
+from codegen.variants import FLOAT_DTYPES, axes_of
+from lowering.fused_ops import OP_SPECS
 
 if TYPE_CHECKING:
     from codegen.artifact import KernelArtifact
@@ -165,32 +167,37 @@ def _axis_lines(project: OperatorProject) -> list[str]:
             "    }",
         ]
 
-    for axis in AXES[op]:
-        name = axis.name
+    minimum = {a.name: a.minimum for a in OP_SPECS[op].attr_specs if a.minimum is not None}
+
+    def float_check(name: str) -> str:
+        if name not in minimum:
+            return ""
+        var = lower_camel(name)
+        return f" || !(*{var} >= {minimum[name]!r}f)"
+
+    def float_why(name: str) -> str:
+        return f"{name} must be a number >= {minimum[name]:g}" if name in minimum else f"{name} is missing"
+
+    for axis in axes_of(op):
+        name, reads = axis.name, axis.reads
         index = f"{lower_camel(name)}Index"
+        var = lower_camel(reads)
         can_fail = False
-        if name == "dout":
-            expr = f"ShapeSize(context, {input_index(k, 'dout')}) == 1 ? 1 : 0"
-        elif name in ("reduction", "scalar_form"):
+        if axis.source == ONE_ELEMENT:
+            expr = f"ShapeSize(context, {input_index(k, reads)}) == 1 ? 1 : 0"
+        elif axis.source == STRING_ATTR:
             values = f"{lower_camel(name)}Values"
             quoted = ", ".join(f'"{v}"' for v in axis.values)
             lines.append(f"    static const char* const {values}[] = {{{quoted}}};")
-            expr = f"StringIndex(attrs->GetStr({attr_index[name]}), {values}, {len(axis.values)})"
+            expr = f"StringIndex(attrs->GetStr({attr_index[reads]}), {values}, {len(axis.values)})"
             can_fail = True
-        elif name == "sigma":
-            lines += attr_float("sigma", " || !(*sigma >= 0.0f)", "sigma must be a number >= 0")
-            expr = "*sigma == 0.0f ? 1 : 0"
-        elif name == "scale":
-            lines += attr_float("scale", "", "scale is missing")
-            expr = "*scale == 1.0f ? 0 : 1"
-        elif name == "shrink_max":
-            lines += attr_float("shrink_max", "", "shrink_max is missing")
-            expr = "std::isfinite(*shrinkMax) ? 1 : 0"
-        elif name.endswith("_dtype"):
-            expr = f"DtypeIndex(context, {input_index(k, name[: -len('_dtype')])})"
+        elif axis.source in (ZERO_ATTR, ONE_ATTR, FINITE_ATTR):
+            lines += attr_float(reads, float_check(reads), float_why(reads))
+            expr = {ZERO_ATTR: f"*{var} == 0.0f ? 1 : 0", ONE_ATTR: f"*{var} == 1.0f ? 0 : 1",
+                    FINITE_ATTR: f"std::isfinite(*{var}) ? 1 : 0"}[axis.source]
+        else:  # INPUT_DTYPE
+            expr = f"DtypeIndex(context, {input_index(k, reads)})"
             can_fail = True
-        else:
-            raise ValueError(f"no C++ for variant axis {name!r}")
         lines.append(f"    const int64_t {index} = {expr};")
         if can_fail:
             lines += [

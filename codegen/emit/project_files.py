@@ -11,26 +11,13 @@ from codegen.ir import Kind
 from codegen.names import safe_text
 from codegen.op_interface import call_attributes, interface
 from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES, VARIANT_SHIFT
-from codegen.variants import AXES
-from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+from codegen.variants import axes_of
+from lowering.fused_ops import OP_SPECS
 
 if TYPE_CHECKING:
     from codegen.artifact import KernelArtifact
     from codegen.project import OperatorProject
 
-FORMULAS = {
-    SMOOTH_L1_GRAD: (
-        "x = predict - label\n"
-        "s = x / sigma where |x| < sigma, else sign(x)   (sign(+-0) = 0; NaN in x gives NaN)\n"
-        "gradient = scale * norm * dout * s,  norm = 1/numel(predict) for reduction mean, else 1"
-    ),
-    PROXIMAL_GD: (
-        "prox = var - alpha * delta\n"
-        "var = sign(prox) * min(max(|prox| - threshold, 0), shrink_max) / divisor   (sign(0) = 0; NaN propagates)\n"
-        "threshold, divisor = alpha*l1, 1 + alpha*l2 (raw) | l1, l2 (folded) | l1, 1/l2 (folded_reciprocal)"
-    ),
-}
-EXAMPLE_SCALARS = {"alpha": 0.01, "l1": 0.001, "l2": 0.01, "dout": 0.5}
 EXAMPLE_ELEMENTS = 8 * 1024 + 37  # a partial last tile on purpose
 
 
@@ -424,7 +411,7 @@ def example_cpp(project: OperatorProject) -> str:
                 "    }",
             ]
         else:
-            value = EXAMPLE_SCALARS.get(p.name, 0.5)
+            value = OP_SPECS[k.op_type].example_scalars.get(p.name, 0.5)
             lines.append(
                 f"    std::vector<double> {p.name} = {{RoundTrip({value!r}, {ACL_TYPES[p.dtype]})}};"
             )
@@ -555,11 +542,19 @@ reads each call's from the tiling data):
 """
 
 
+def _formula(op: str) -> str:
+    """The contract's formula with its output names as the operator names them."""
+    text = OP_SPECS[op].formula
+    for contract, emitted in zip(OP_SPECS[op].outputs, interface(op).outputs):
+        text = text.replace(f"{contract} =", f"{emitted} =")
+    return text
+
+
 def readme(project: OperatorProject) -> str:
     t = project.target
     stem = project.file_stem
     op = project.op_name
-    axes = "; ".join(f"{a.name} ({', '.join(a.values)})" for a in AXES[op])
+    axes = "; ".join(f"{a.name} ({', '.join(a.values)})" for a in axes_of(op))
     variants = "\n".join(_variant_section(a) for a in project.variants)
     return f"""# {op}
 
@@ -572,7 +567,7 @@ AscendC custom operator `{op}` with CANN's operator interface, generated for the
 ## Formula
 
 ```
-{FORMULAS.get(op, op)}
+{_formula(op)}
 ```
 
 Compute is float32: float16/bfloat16 inputs are cast up exactly and the result is cast down once

@@ -1,46 +1,34 @@
-"""Lowering rules: one function per fused op type, NodeSpec -> unoptimised kernel IR.
+"""Lowering rules: one module per fused op type, each registering its entry (codegen/registry.py):
+NodeSpec -> unoptimised kernel IR, the node's variant, the variant axes and the operator interface.
 
-A new pattern family adds a module here, one entry in RULES and VARIANTS, and its axes in
-codegen/variants.py. Rules state the computation
-plainly (with constants as SConst); the generic passes in codegen/passes.py fold and simplify.
+Rules state the computation plainly (with constants as SConst); the generic passes in
+codegen/passes.py fold and simplify. A new fused op type registers a Rule of its own (in a module
+here, or anywhere imported before lowering); nothing else in codegen names an op type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from codegen.errors import CodegenError
 from codegen.ir import Kernel
 from codegen.nodes import NodeSpec
-from codegen.rules.proximal import lower_proximal_gd, proximal_variant
-from codegen.rules.smooth_l1 import lower_smooth_l1_grad, smooth_l1_variant
-from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+from codegen.registry import Axis, OpInterface, Variant, rule_for
+from codegen.rules import proximal, smooth_l1
 
-RULES: dict[str, Callable[[NodeSpec], Kernel]] = {
-    SMOOTH_L1_GRAD: lower_smooth_l1_grad,
-    PROXIMAL_GD: lower_proximal_gd,
-}
+BUILTIN_RULES = (smooth_l1.SMOOTH_L1_GRAD, proximal.PROXIMAL_GD)
 
 
-VARIANTS: dict[str, Callable[[NodeSpec], tuple[tuple[str, str], ...]]] = {
-    SMOOTH_L1_GRAD: smooth_l1_variant,
-    PROXIMAL_GD: proximal_variant,
-}
-
-
-def node_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
-    """The variant axes (codegen/variants.py) of the kernel a node lowers to; checks the node's
-    attributes and dtypes as lowering would, without lowering it."""
-    try:
-        variant = VARIANTS[spec.op_type]
-    except KeyError:
-        raise CodegenError(f"no lowering rule for {spec.op_type!r}") from None
-    return variant(spec)
+def node_variant(spec: NodeSpec) -> Variant:
+    """The variant axes of the kernel a node lowers to; checks the node's attributes and dtypes
+    as lowering would, without lowering it."""
+    return rule_for(spec.op_type).variant(spec)
 
 
 def lower_node(spec: NodeSpec) -> Kernel:
-    try:
-        rule = RULES[spec.op_type]
-    except KeyError:
-        raise CodegenError(f"no lowering rule for {spec.op_type!r}") from None
-    return rule(spec)
+    return rule_for(spec.op_type).lower(spec)
+
+
+def axes_of(op_type: str) -> tuple[Axis, ...]:
+    return rule_for(op_type).axes
+
+
+def interface_of(op_type: str) -> OpInterface:
+    return rule_for(op_type).interface

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import math
 
-from codegen.ir import Kernel, KernelBuilder, Kind, Op
+from codegen.ir import FLOAT_DTYPES, Kernel, KernelBuilder, Kind, Op
 from codegen.nodes import NodeSpec
+from codegen.registry import FINITE_ATTR, INPUT_DTYPE, STRING_ATTR, Attribute, Axis, OpInterface, Rule, register_rule
 from codegen.rules.common import common_dtype, fail, load_f32, same_shape, store
-from lowering.fused_ops import SCALAR_FORMS
+from lowering.fused_ops import PROXIMAL_GD, SCALAR_FORMS
 
 _SCALAR_DTYPES = ("float32",)
 
@@ -106,3 +107,31 @@ def lower_proximal_gd(spec: NodeSpec) -> Kernel:
     out = b.tile_scalar(Op.MULS, shrunk, recip)
     store(b, "var_out", out, dtype)
     return b.build()
+
+
+register_rule(Rule(
+    PROXIMAL_GD,
+    lower=lower_proximal_gd,
+    variant=proximal_variant,
+    axes=(
+        Axis("scalar_form", SCALAR_FORMS, STRING_ATTR, "scalar_form"),
+        Axis("shrink_max", ("inf", "finite"), FINITE_ATTR, "shrink_max"),
+        *(Axis(f"{r}_dtype", FLOAT_DTYPES, INPUT_DTYPE, r) for r in ("alpha", "l1", "l2")),
+    ),
+    interface=OpInterface(
+        outputs=("var",),
+        attributes=(
+            Attribute("use_locking", "bool", False, True, "accepted and ignored, as by CANN's AI Core kernel"),
+            Attribute(
+                "scalar_form", "string", "raw", False,
+                '"raw" (CANN: threshold alpha*l1, divisor 1+alpha*l2), "folded" (l1, l2) or '
+                '"folded_reciprocal" (l1, 1/l2)',
+            ),
+            Attribute(
+                "shrink_max", "float", math.inf, False,
+                "clamp of the shrunk magnitude (inf: CANN's op; finite: ONNX Clip without max)",
+            ),
+        ),
+        ref_output="var",
+    ),
+))

@@ -23,8 +23,19 @@ import math
 
 from codegen.ir import Kernel, KernelBuilder, Kind, Op
 from codegen.nodes import NodeSpec
+from codegen.registry import (
+    ONE_ATTR,
+    ONE_ELEMENT,
+    STRING_ATTR,
+    ZERO_ATTR,
+    Attribute,
+    Axis,
+    OpInterface,
+    Rule,
+    register_rule,
+)
 from codegen.rules.common import common_dtype, fail, load_f32, same_shape, store
-from lowering.fused_ops import REDUCTIONS
+from lowering.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD
 
 
 def _dout_is_scalar(spec: NodeSpec) -> bool:
@@ -92,3 +103,24 @@ def lower_smooth_l1_grad(spec: NodeSpec) -> Kernel:
         s = b.binary(Op.MUL, s, load_f32(b, "dout"))
     store(b, "gradient", b.tile_scalar(Op.MULS, s, factor), dtype)
     return b.build()
+
+
+register_rule(Rule(
+    SMOOTH_L1_GRAD,
+    lower=lower_smooth_l1_grad,
+    variant=smooth_l1_variant,
+    axes=(
+        Axis("dout", ("tile", "scalar"), ONE_ELEMENT, "dout"),  # dout has predict's shape, or one element
+        Axis("reduction", REDUCTIONS, STRING_ATTR, "reduction"),
+        Axis("sigma", ("positive", "zero"), ZERO_ATTR, "sigma"),
+        Axis("scale", ("one", "other"), ONE_ATTR, "scale"),  # scale 1 (CANN's op) needs no multiply
+    ),
+    interface=OpInterface(
+        outputs=("gradient",),
+        attributes=(
+            Attribute("sigma", "float", 1.0, True, "PyTorch's beta, >= 0"),
+            Attribute("reduction", "string", "mean", True, '"none", "mean" or "sum"'),
+            Attribute("scale", "float", 1.0, False, "constant factor on the gradient (1: CANN's op)"),
+        ),
+    ),
+))

@@ -1,0 +1,99 @@
+"""The lowering rules of the fused op types: one registry entry per op type.
+
+An entry holds all codegen knows of one op type: the rule that lowers a node to kernel IR, the
+variant a node needs, the variant axes (how the emitted operator's tiling function tells the
+variants apart: codegen/variants.py) and the operator's interface (CANN's op name, outputs and
+attributes: codegen/op_interface.py). The contract of the op (lowering/fused_ops.py OP_SPECS) and
+this entry are all a new fused op type needs on codegen's side; the emitter, the schedule and the
+runtime read both and never branch on an op's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from codegen.errors import CodegenError
+from codegen.ir import Kernel
+from codegen.nodes import NodeSpec
+
+# How the tiling function recomputes an axis from a call; the axis values are in this order:
+ONE_ELEMENT = "one_element"  # input `name` has one element: (no, yes)
+STRING_ATTR = "string_attr"  # string attribute `name`: the axis values are its allowed values
+ZERO_ATTR = "zero_attr"  # float attribute `name` is 0: (no, yes)
+ONE_ATTR = "one_attr"  # float attribute `name` is 1: (yes, no)
+FINITE_ATTR = "finite_attr"  # float attribute `name` is finite: (no, yes)
+INPUT_DTYPE = "input_dtype"  # dtype of input `name`: the axis values are dtype names
+AXIS_SOURCES = (ONE_ELEMENT, STRING_ATTR, ZERO_ATTR, ONE_ATTR, FINITE_ATTR, INPUT_DTYPE)
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    values: tuple[str, ...]
+    source: str  # one of AXIS_SOURCES
+    reads: str  # the input or attribute the source reads
+
+    def __post_init__(self) -> None:
+        if self.source not in AXIS_SOURCES:
+            raise CodegenError(f"axis {self.name}: unknown source {self.source!r}")
+        if self.source in (ONE_ELEMENT, ZERO_ATTR, ONE_ATTR, FINITE_ATTR) and len(self.values) != 2:
+            raise CodegenError(f"axis {self.name}: a {self.source} axis has two values")
+
+    def attribute_value(self, value: str) -> float | str | None:
+        """The attribute value a variant with this axis value fixes, if it fixes one."""
+        index = self.values.index(value)
+        if self.source == STRING_ATTR:
+            return value
+        fixed = {ZERO_ATTR: (None, 0.0), ONE_ATTR: (1.0, None), FINITE_ATTR: (float("inf"), None)}
+        return fixed[self.source][index] if self.source in fixed else None
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str
+    kind: str  # "float" | "string" | "bool"
+    default: float | str | bool
+    cann: bool  # CANN's operator has it too
+    doc: str
+
+
+@dataclass(frozen=True)
+class OpInterface:
+    outputs: tuple[str, ...]  # OpDef output names, in the kernel's output order
+    attributes: tuple[Attribute, ...]
+    ref_output: str | None = None  # an output that is also the input of this name (updated in place)
+
+
+Variant = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Rule:
+    op_type: str
+    lower: Callable[[NodeSpec], Kernel]  # node -> unoptimised kernel IR
+    variant: Callable[[NodeSpec], Variant]  # node -> its axis values (checks the node on the way)
+    axes: tuple[Axis, ...]
+    interface: OpInterface
+
+
+RULES: dict[str, Rule] = {}
+
+
+def register_rule(rule: Rule) -> Rule:
+    if rule.op_type in RULES and RULES[rule.op_type] is not rule:
+        raise CodegenError(f"a lowering rule for {rule.op_type} is registered already")
+    RULES[rule.op_type] = rule
+    return rule
+
+
+def unregister_rule(op_type: str) -> None:
+    """Removes an op type's rule (a test's toy op)."""
+    RULES.pop(op_type, None)
+
+
+def rule_for(op_type: str) -> Rule:
+    try:
+        return RULES[op_type]
+    except KeyError:
+        raise CodegenError(f"no lowering rule for {op_type!r}") from None
