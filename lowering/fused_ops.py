@@ -80,9 +80,10 @@ class OpSpec:
     """Everything the stages after matching know of one fused op type: the registry entry.
 
     `reference` is the float64 golden (inputs and attributes by contract name -> one array per
-    output); `formula` the text the emitted README and the report show; `example_scalars` values
-    of the scalar inputs fit for an example program; `kinks` the differences of two inputs at which
-    the function changes piece (edge values that generated inputs should hit exactly).
+    output); `formula` the text the emitted README shows; `example_scalars` values of the scalar
+    inputs fit for an example program and `scalar_draws` how generated inputs draw them; `kinks`,
+    given the attributes and the scalar inputs' values, where the function changes piece (edge
+    values that generated inputs hit exactly).
     """
 
     op_type: str
@@ -93,7 +94,9 @@ class OpSpec:
     reference: Reference
     formula: str
     example_scalars: Mapping[str, float] = field(default_factory=dict)
-    kinks: Callable[[Mapping[str, object]], tuple[Kink, ...]] = field(default=lambda attrs: ())
+    scalar_draws: Mapping[str, ScalarDraw] = field(default_factory=dict)
+    kinks: Callable[[Mapping[str, object], Mapping[str, float]], tuple[Kink, ...]] = field(
+        default=lambda attrs, scalars: ())
 
     @property
     def attrs(self) -> dict[str, object]:
@@ -115,11 +118,22 @@ class OpSpec:
 
 @dataclass(frozen=True)
 class Kink:
-    """Where `minuend - subtrahend` (inputs by contract name) crosses a breakpoint of the op."""
+    """Input values at which the op changes piece: `first = s + o` with `second = s`, for every
+    o in `offsets` and s in `seconds` (inputs by contract name). Generated test inputs plant them."""
 
-    minuend: str
-    subtrahend: str
-    at: tuple[float, ...]
+    first: str
+    second: str
+    offsets: tuple[float, ...]
+    seconds: tuple[float, ...] = (0.0,)
+
+
+@dataclass(frozen=True)
+class ScalarDraw:
+    """How generated inputs draw a scalar input: one of `fixed` or uniform in [low, high)."""
+
+    fixed: tuple[float, ...]
+    low: float
+    high: float
 
 
 OP_SPECS: dict[str, OpSpec] = {}
@@ -211,6 +225,17 @@ def _proximal_golden(x: Mapping[str, np.ndarray], a: Mapping[str, object]) -> tu
                                   str(a["scalar_form"]), float(a["shrink_max"])),)  # type: ignore[arg-type]
 
 
+def _smooth_l1_kinks(a: Mapping[str, object], _: Mapping[str, float]) -> tuple[Kink, ...]:
+    sigma = float(a["sigma"])  # type: ignore[arg-type]
+    return (Kink("predict", "label", (sigma, -sigma), seconds=(0.0, 1.0, -3.0, 0.25)),)
+
+
+def _proximal_kinks(a: Mapping[str, object], x: Mapping[str, float]) -> tuple[Kink, ...]:
+    """|var - alpha*delta| = threshold, at delta = 0; and the zeros, where sign(prox) flips."""
+    threshold, _ = proximal_scalars(x["alpha"], x["l1"], x["l2"], str(a["scalar_form"]))
+    return (Kink("var", "delta", (threshold, -threshold, 0.0, -0.0)),)
+
+
 register(OpSpec(
     SMOOTH_L1_GRAD,
     inputs=("predict", "label", "dout"),
@@ -223,7 +248,7 @@ register(OpSpec(
              "s = x / sigma where |x| < sigma, else sign(x)   (sign(+-0) = 0; NaN in x gives NaN)\n"
              "gradient = scale * norm * dout * s,  norm = 1/numel(predict) for reduction mean, else 1"),
     example_scalars={"dout": 0.5},
-    kinks=lambda a: (Kink("predict", "label", (float(a["sigma"]), -float(a["sigma"]))),),  # type: ignore[arg-type]
+    kinks=_smooth_l1_kinks,
 ))
 
 register(OpSpec(
@@ -238,4 +263,9 @@ register(OpSpec(
              "   (sign(0) = 0; NaN propagates)\n"
              "threshold, divisor = alpha*l1, 1 + alpha*l2 (raw) | l1, l2 (folded) | l1, 1/l2 (folded_reciprocal)"),
     example_scalars={"alpha": 0.01, "l1": 0.001, "l2": 0.01},
+    # a positive step and non-negative penalties, with exact zeros now and then (l1 = 0 removes
+    # the shrink, l2 = 0 the scaling)
+    scalar_draws={"alpha": ScalarDraw((0.5, 0.125), 0.01, 1.0),
+                  "l1": ScalarDraw((0.0, 0.25), 0.0, 0.5), "l2": ScalarDraw((0.0, 0.25), 0.0, 0.5)},
+    kinks=_proximal_kinks,
 ))

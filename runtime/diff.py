@@ -15,11 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from lowering.fused_ops import (
-    PROXIMAL_GD,
-    proximal_gd_reference,
-    smooth_l1_grad_reference,
-)
+from lowering.fused_ops import OP_SPECS
 from runtime.backend import Backend
 from runtime.graph_exec import FusedRun, run_fused_model
 from runtime.local_functions import LocalFunctions
@@ -30,18 +26,13 @@ from runtime.progress import Progress
 from runtime.report import DiffReport, Row
 
 
-def formula_golden(run: FusedRun) -> np.ndarray:
-    """float64 formula for one fused node run, rounded to its output dtype."""
-    x, a = run.inputs, run.spec.attrs
-    if run.spec.op_type == PROXIMAL_GD:
-        g = proximal_gd_reference(x["var"], x["alpha"], x["l1"], x["l2"], x["delta"], str(a["scalar_form"]),
-                                  float(a.get("shrink_max", np.inf)))
-    else:
-        g = smooth_l1_grad_reference(x["predict"], x["label"], x["dout"], float(a["sigma"]),
-                                     str(a["reduction"]), float(a["scale"]))
-    out_dtype = next(iter(run.outputs.values())).dtype
+def formula_goldens(run: FusedRun) -> dict[str, np.ndarray]:
+    """The contract's float64 formula for one fused node run (lowering/fused_ops.py OP_SPECS),
+    each output rounded to its dtype."""
+    spec = OP_SPECS[run.spec.op_type]
+    goldens = spec.golden(run.inputs, run.spec.attrs)
     with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray(g).astype(out_dtype)
+        return {role: np.asarray(g).astype(run.outputs[role].dtype) for role, g in zip(spec.outputs, goldens)}
 
 
 def _clip_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden: np.ndarray) -> str:
@@ -82,11 +73,12 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress |
         progress.stage("comparing fused nodes with their references", total=len(runs))
     rows = []
     for run, ref in zip(runs, refs):
+        formula = formula_goldens(run) if ref is None else {}
         for role, actual in run.outputs.items():
             if ref is not None:
                 golden, where = ref[role], "matched subgraph"
             else:
-                golden, where = formula_golden(run), "float64 formula"
+                golden, where = formula[role], "float64 formula"
             cmp = compare(run.node.name, actual, golden)
             if (cmp.inf_mismatch or cmp.nan_mismatch) and ref is not None:
                 found = functions.called_by(run.node)

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from lowering.errors import LoweringError
-from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD, proximal_scalars
+from lowering.fused_ops import DOMAIN, OP_SPECS, ScalarDraw
 from lowering.graph import model_constants
 from lowering.terminal import printable
 from runtime.fused_node import fused_attrs
@@ -263,16 +263,22 @@ def load_npz(path: str, specs: list[InputSpec]) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------------------- edge hints
 
 
+@dataclass(frozen=True)
+class KinkSite:
+    op_type: str
+    attrs: dict[str, object]
+    sources: dict[str, str | float | None]  # contract input name -> graph input, constant, or unknown
+
+
 @dataclass
 class EdgeHints:
     """What the fused nodes tell about graph inputs, so generated data hits their edges."""
 
-    # (predict input, label input, sigma) for SmoothL1 nodes fed straight from graph inputs
-    sigma_pairs: list[tuple[str, str, float]] = field(default_factory=list)
-    # input name -> role ("alpha", "l1", "l2") for scalar inputs of proximal nodes
-    prox_scalars: dict[str, str] = field(default_factory=dict)
-    # (var input, delta input, alpha src, l1 src, l2 src, scalar_form); a src is an input name or a float
-    prox_pairs: list[tuple[str, str, str | float, str | float, str | float, str]] = field(default_factory=list)
+    # input name -> (op type, role) for graph inputs that are a fused node's scalar input
+    scalars: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # fused nodes whose kinks (OpSpec.kinks) generated data should hit: each node's op type,
+    # attributes and the source of each of its inputs (a graph input's name, a constant, or None)
+    kink_sites: list[KinkSite] = field(default_factory=list)
     # graph inputs some fused node reads straight (through Cast/Identity): these get large values,
     # float16's when a Cast on the way narrows them to float16 (True), else their own dtype's
     direct: dict[str, bool] = field(default_factory=dict)
@@ -331,23 +337,13 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
             source, to_half = _source_chain(inputs, producers, name)
             if source is not None:
                 hints.direct[source] = hints.direct.get(source, False) or to_half
-        attrs = fused_attrs(node)
-        if node.op_type == SMOOTH_L1_GRAD:
-            p, lab = (_source_input(inputs, producers, n) for n in node.input[:2])
-            if p and lab and p != lab:
-                hints.sigma_pairs.append((p, lab, float(attrs["sigma"])))
-        elif node.op_type == PROXIMAL_GD:
-            var, alpha, l1, l2, delta = node.input
-            roles = dict(zip(("alpha", "l1", "l2"), (alpha, l1, l2)))
-            scal = {}
-            for role, name in roles.items():
-                s = src(name)
-                scal[role] = s
-                if isinstance(s, str):
-                    hints.prox_scalars.setdefault(s, role)
-            v, d = _source_input(inputs, producers, var), _source_input(inputs, producers, delta)
-            if v and d and v != d and all(x is not None for x in scal.values()):
-                hints.prox_pairs.append((v, d, scal["alpha"], scal["l1"], scal["l2"], str(attrs["scalar_form"])))
+        spec = OP_SPECS[node.op_type]
+        sources = {role: src(name) for role, name in zip(spec.inputs, node.input)}
+        for role in spec.scalar_inputs:
+            source = sources[role]
+            if isinstance(source, str) and role in spec.scalar_draws:
+                hints.scalars.setdefault(source, (node.op_type, role))
+        hints.kink_sites.append(KinkSite(node.op_type, fused_attrs(node), sources))
     return hints
 
 
@@ -381,12 +377,30 @@ def _random_float(rng: np.random.Generator, spec_dtype: np.dtype, shape: tuple[i
         return values.astype(spec_dtype).reshape(shape)
 
 
-def _scalar_value(rng: np.random.Generator, role: str) -> float:
-    # Proximal hyper-parameters: a positive step and non-negative penalties, with exact zeros
-    # now and then (l1 = 0 removes the shrink, l2 = 0 the scaling).
-    if role == "alpha":
-        return float(rng.choice([0.5, 0.125, rng.uniform(0.01, 1.0)]))
-    return float(rng.choice([0.0, 0.25, rng.uniform(0.0, 0.5)]))
+def _scalar_value(rng: np.random.Generator, draw: ScalarDraw) -> float:
+    return float(rng.choice([*draw.fixed, rng.uniform(draw.low, draw.high)]))
+
+
+def _plant_kinks(rng: np.random.Generator, out: dict[str, np.ndarray], site: KinkSite) -> None:
+    """Plant the node's kinks where both inputs of a kink are distinct generated graph inputs."""
+    spec = OP_SPECS[site.op_type]
+    scalars: dict[str, float] = {}
+    for role in spec.scalar_inputs:
+        source = site.sources[role]
+        if isinstance(source, str):
+            if source not in out:
+                return
+            scalars[role] = float(np.asarray(out[source]).reshape(-1)[0])
+        elif source is None:
+            return
+        else:
+            scalars[role] = source
+    for kink in spec.kinks(site.attrs, scalars):
+        a, b = site.sources[kink.first], site.sources[kink.second]
+        if isinstance(a, str) and isinstance(b, str) and a != b and a in out and b in out:
+            seconds = np.array(kink.seconds)
+            _plant(rng, out[a], out[b], np.concatenate([seconds + o for o in kink.offsets]),
+                   np.concatenate([seconds for _ in kink.offsets]))
 
 
 def _plant(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, values_a: np.ndarray,
@@ -415,8 +429,9 @@ def generate_inputs(
     for index, s in enumerate(specs):
         rng = np.random.default_rng([seed, index])
         shape = shapes[s.name]
-        if s.name in hints.prox_scalars:
-            out[s.name] = np.full(shape, _scalar_value(rng, hints.prox_scalars[s.name])).astype(s.dtype)
+        if s.name in hints.scalars:
+            op_type, role = hints.scalars[s.name]
+            out[s.name] = np.full(shape, _scalar_value(rng, OP_SPECS[op_type].scalar_draws[role])).astype(s.dtype)
         elif s.dtype in _FLOATS:
             halved = hints.direct.get(s.name)
             large = None if halved is None else "float16" if halved else _dtype_name(s.dtype)
@@ -429,19 +444,8 @@ def generate_inputs(
             raise InputError(f"cannot generate values for input '{printable(s.name)}' of type {s.dtype}")
     rng = np.random.default_rng([seed, len(specs)])
     # hints name inputs; one that is also an initializer has its default and is not generated
-    for p, lab, sigma in hints.sigma_pairs:
-        if p not in out or lab not in out:
-            continue
-        base = np.array([0.0, 1.0, -3.0, 0.25])
-        _plant(rng, out[p], out[lab], np.concatenate([base + sigma, base - sigma]),
-               np.concatenate([base, base]))
-    for var, delta, alpha, l1, l2, form in hints.prox_pairs:
-        if any(x not in out for x in (var, delta, alpha, l1, l2) if isinstance(x, str)):
-            continue
-        a, t1, t2 = (float(np.asarray(out[x]).reshape(-1)[0]) if isinstance(x, str) else x
-                     for x in (alpha, l1, l2))
-        threshold, _ = proximal_scalars(a, t1, t2, form)
-        _plant(rng, out[var], out[delta], np.array([threshold, -threshold, 0.0, -0.0]), np.zeros(1))
+    for site in hints.kink_sites:
+        _plant_kinks(rng, out, site)
     for name, dtype_name in hints.narrowed.items():
         if name in out and out[name].dtype in (np.float32, np.float64):
             out[name] = rounded_to(out[name], dtype_name)
