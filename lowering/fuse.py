@@ -25,7 +25,7 @@ from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
 from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes, node_label
 from .loading import default_opset
 from .normalize import normalize
-from .patterns import DEFAULT_PATTERNS
+from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .report import Fusion, FusionReport, Rejection
 
@@ -33,7 +33,8 @@ FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 
 def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
-               validated: bool = True, recompute_shared: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+               validated: bool = True, recompute_shared: bool = False,
+               by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
     Calls of model-local functions that could hold a pattern are inlined first; only those whose
@@ -46,20 +47,23 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     `recompute_shared` lets a match whose intermediates the rest of the graph also reads fuse
     anyway: the matched nodes that compute them stay in the graph for those readers (by default
     such a match is refused, since the graph then computes them twice).
+
+    `by_meaning` runs the recogniser (lowering.patterns.meaning) on the kink ops the patterns left.
     """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return functions.fuse_through_functions(model, lambda m: _fuse_proto(m, patterns, validated, recompute_shared))
+        return functions.fuse_through_functions(model, lambda m: _fuse_proto(m, patterns, validated, recompute_shared,
+                                                                                  by_meaning))
     finally:
         if enabled:
             gc.enable()
 
 
-def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = False
-                ) -> tuple[onnx.ModelProto, FusionReport]:
+def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = False,
+                by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
     decoded = decode_nodes(model.graph)
@@ -103,6 +107,12 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
                 matches.append(found)
                 alg.taken |= found.interior
                 break
+    if by_meaning:
+        found, refusals = meaning.recognise(
+            alg, dead, lambda m: _check_closed(index, alg, m, stats.cse_shared, recompute_shared))
+        matches.extend(found)
+        rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]), nodes[r.anchor].op_type,
+                                             r.reason)) for r in refusals)
     # a refusal by one pattern at a node another pattern then fused is no near miss
     report.rejections = [r for i, r in rejected if i not in alg.taken]
     if not matches:

@@ -1,0 +1,171 @@
+"""Candidate regions: the elementwise subgraph that computes one value from chosen tensor inputs.
+
+A region starts at its output and walks back through elementwise nodes. It stops at the chosen
+tensors (predict and label, or var and delta), at constants (uniform fills such as
+ConstantOfShape(Shape(x)) count as their one value), at values that compute a tensor's element
+count (Size, ReduceProd(Shape)), and at every value that does not depend on the chosen tensors:
+such a value is a leaf the fused node reads as it is (dout, a runtime step size, 1 + lr*l2 computed
+upstream), which is sound whatever it holds, since the proof draws it at random.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...algebra import Algebra
+from ...graph import GraphIndex
+from ..base import fill
+from .evaluate import ELEMENTWISE
+
+# ops whose presence makes a function piecewise: the places the two fused functions kink
+KINKS = frozenset({"Abs", "Sign", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Where", "Clip", "Min", "Max",
+                   "Relu", "Shrink"})
+_NUMEL_OPS = frozenset({"Size", "ReduceProd", "Cast", "Mul", "Squeeze", "Reshape", "Gather"})
+MAX_NODES = 64  # the largest region evaluated; the spellings seen so far use under 30 nodes
+
+
+@dataclass
+class Region:
+    output: str
+    nodes: list[int]  # positions of the evaluated nodes, in graph (topological) order
+    tensors: tuple[str, ...]  # the chosen tensor inputs
+    constants: dict[str, np.ndarray] = field(default_factory=dict)  # leaf -> its value (a fill: one element)
+    numels: dict[str, str] = field(default_factory=dict)  # leaf -> tensor whose element count it holds
+    scalars: list[str] = field(default_factory=list)  # runtime leaves of one element
+    others: list[str] = field(default_factory=list)  # runtime leaves of more (or an unknown number of) elements
+    boundary: set[int] = field(default_factory=set)  # fill and numel nodes: kept in the graph, copied into the body
+    side: set[int] = field(default_factory=set)  # numel nodes that read a computed value: replaced with the region
+    scalar_nodes: set[int] = field(default_factory=set)  # one-element math on runtime scalars (1 + lr * l2)
+
+
+class RegionRefused(Exception):
+    """The walk met something a region cannot hold; the message says what."""
+
+
+def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], open_scalars: bool = False) -> Region:
+    """The region computing `output` from `tensors` (see the module docstring). With
+    `open_scalars`, one-element elementwise math that does not depend on the tensors is evaluated
+    too (scalar_nodes), down to the runtime scalars it reads: the proximal binding then finds
+    alpha, l1 and l2 among them or the values computed from them."""
+    index = alg.index
+    region = Region(output, [], tensors)
+    depends = _Dependence(index, set(tensors), taken)
+    nodes: set[int] = set()
+    seen: set[str] = set()
+    stack = [output]
+    while stack:
+        value = stack.pop()
+        if value in seen or value in tensors or not value:
+            continue
+        seen.add(value)
+        const = index.const(value)
+        if const is not None:
+            region.constants[value] = _uniform(const, value)
+            continue
+        i = index.producer.get(value)
+        node = None if i is None or i in taken else index.nodes[i]
+        if node is not None and node.op_type in _NUMEL_OPS and value != output:
+            numel = alg.numel_of(value)
+            if numel is not None:
+                region.numels[value] = numel[0]
+                (region.boundary if numel[0] in tensors or not depends(numel[0]) else region.side).update(numel[1])
+                continue
+        if node is not None and node.op_type in ("ConstantOfShape", "Expand"):
+            filled = fill(alg, value, tensors[0])
+            if filled is not None:
+                region.constants[value] = np.asarray(filled[0], np.float64)
+                region.boundary |= filled[1]
+                continue
+        if node is None or node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx"):
+            (region.scalars if index.numel(value) == 1 else region.others).append(value)
+            continue
+        if value != output and not depends(value):
+            if not (open_scalars and index.numel(value) == 1):
+                (region.scalars if index.numel(value) == 1 else region.others).append(value)
+                continue
+            region.scalar_nodes.add(i)
+        nodes.add(i)
+        if len(nodes) > MAX_NODES:
+            raise RegionRefused(f"the elementwise region is larger than {MAX_NODES} nodes")
+        stack.extend(node.input)
+    region.nodes = sorted(nodes)
+    return region
+
+
+def _uniform(const: np.ndarray, name: str) -> np.ndarray:
+    if const.size == 1:
+        return const.reshape(())
+    flat = const.reshape(-1)
+    if const.size and (flat == flat[0]).all():
+        raise RegionRefused(f"reads the constant {name} of shape {list(const.shape)}, which may broadcast the result")
+    raise RegionRefused(f"reads the constant tensor {name} of {const.size} different elements")
+
+
+class _Dependence:
+    """Whether a value is computed, through elementwise nodes, from one of the chosen tensors."""
+
+    def __init__(self, index: GraphIndex, tensors: set[str], taken: set[int]) -> None:
+        self.index = index
+        self.known: dict[str, bool] = dict.fromkeys(tensors, True)
+        self.taken = taken
+
+    def __call__(self, value: str, budget: int = 4 * MAX_NODES) -> bool:
+        known = self.known
+        if value in known:
+            return known[value]
+        i = self.index.producer.get(value)
+        node = None if i is None or i in self.taken else self.index.nodes[i]
+        result = False
+        if node is not None and budget > 0 and (node.op_type in ELEMENTWISE or node.op_type in _NUMEL_OPS):
+            result = any(self(v, budget - 1) for v in node.input if v)
+        known[value] = result
+        return result
+
+
+def is_difference(index: GraphIndex, i: int) -> bool:
+    """A Sub or Add of two values that are neither constants nor single elements."""
+    node = index.nodes[i]
+    if node.op_type not in ("Sub", "Add") or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+        return False
+    return all(index.const(v) is None and index.numel(v) != 1 for v in node.input)
+
+
+def differences_behind(index: GraphIndex, kink: int, taken: set[int], depth: int = 6) -> list[int]:
+    """The difference nodes a kink op reads through at most `depth` elementwise nodes."""
+    found: list[int] = []
+    frontier, seen = [kink], {kink}
+    for _ in range(depth):
+        step = []
+        for i in frontier:
+            for name in index.nodes[i].input:
+                j = index.producer.get(name)
+                if j is None or j in seen or j in taken or index.nodes[j].op_type not in ELEMENTWISE:
+                    continue
+                seen.add(j)
+                if is_difference(index, j):
+                    found.append(j)
+                step.append(j)
+        frontier = step
+    return found
+
+
+def forward_cone(index: GraphIndex, start: int, taken: set[int], depth: int = 14, limit: int = 48) -> list[int]:
+    """Elementwise nodes that read `start`'s output through at most `depth` elementwise nodes,
+    latest first: the candidate outputs of the regions around one difference."""
+    seen = {start}
+    frontier = [start]
+    for _ in range(depth):
+        step = []
+        for i in frontier:
+            for name in index.nodes[i].output:
+                for c in index.consumers.get(name, ()):
+                    if c in seen or c in taken or index.nodes[c].op_type not in ELEMENTWISE:
+                        continue
+                    seen.add(c)
+                    step.append(c)
+        frontier = step
+        if len(seen) > limit:
+            break
+    return sorted(seen, reverse=True)
