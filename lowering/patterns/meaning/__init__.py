@@ -13,7 +13,7 @@ is, the report gets the most telling reason: a counterexample where one was foun
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,12 +36,15 @@ class Refusal:
     family: str
     reason: str
     rank: tuple[int, int]  # lower is more telling: (kind, mismatching probes)
+    covers: set[int] = field(default_factory=set)  # the nodes of every region tried around the difference
 
 
-def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None]) -> tuple[list[Match], list[Refusal]]:
+def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None],
+              refused: set[int] = frozenset()) -> tuple[list[Match], list[Refusal]]:
     """Matches found by meaning among the nodes not in alg.taken or `skip`, each already checked
     by `closed` (the pass's own closure check, which may raise NoMatch); and one refusal per
-    difference that did not fuse."""
+    difference that did not fuse. A region around a node a pattern `refused` must hold that node:
+    a part of a function the patterns refused is not fused on its own."""
     index = alg.index
     rng = np.random.default_rng(SEED)
     differences: dict[int, None] = {}
@@ -54,7 +57,7 @@ def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None]) -> 
     for d in sorted(differences, reverse=True):
         if d in alg.taken:
             continue
-        found, refusal = _around(alg, d, skip, closed, rng)
+        found, refusal = _around(alg, d, skip, closed, rng, refused)
         if found is not None:
             matches.append(found)
             alg.taken |= found.interior
@@ -64,11 +67,14 @@ def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None]) -> 
 
 
 def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None],
-            rng: np.random.Generator) -> tuple[Match | None, Refusal | None]:
+            rng: np.random.Generator, refused: set[int]) -> tuple[Match | None, Refusal | None]:
     index = alg.index
     best: Refusal | None = None
     tried = 0
-    for out in forward_cone(index, d, alg.taken | skip):
+    covers = {d}
+    cone = forward_cone(index, d, alg.taken | skip)
+    must_hold = refused.intersection(cone)
+    for out in cone:
         output = index.nodes[out].output[0]
         if index.elem_type(output) not in FLOAT_TYPES:
             continue
@@ -78,6 +84,9 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
         for family, tensors in _choices(alg, d):
             try:
                 region = build(alg, output, tensors, alg.taken | skip, open_scalars=family == "proximal_gd")
+                covers.update(region.nodes)
+                if not must_hold <= set(region.nodes):
+                    continue
                 if not any(index.nodes[i].op_type in KINKS for i in region.nodes):
                     continue  # not piecewise: no fused op (a bare var - alpha * delta is plain SGD)
                 match, refusal = _decide(alg, family, region, out, closed, rng)
@@ -87,6 +96,8 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
                 return match, None
             if best is None or refusal.rank < best.rank:
                 best = refusal
+    if best is not None:
+        best.covers = covers
     return None, best
 
 

@@ -147,7 +147,8 @@ class Evaluator:
         if to == onnx.TensorProto.BOOL:
             return x != 0
         if to in FLOAT_TYPES or to == onnx.TensorProto.DOUBLE:
-            return x.astype(np.float64 if self.wide else _NP_TYPES[to])
+            with np.errstate(over="ignore"):
+                return x.astype(np.float64 if self.wide else _NP_TYPES[to])
         if to in (onnx.TensorProto.INT64, onnx.TensorProto.INT32) and x.dtype.kind in "biu":
             return x.astype(_NP_TYPES[to])
         raise Unsupported(f"a Cast from {x.dtype} to type {to}")

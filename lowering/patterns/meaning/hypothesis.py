@@ -112,3 +112,17 @@ def points(rng: np.random.Generator, breaks: list[float], constants: list[float]
 
 def is_float_scalar(index: GraphIndex, name: str, dtype: int) -> bool:
     return index.elem_type(name) in (onnx.TensorProto.FLOAT, dtype) and index.elem_type(name) in FLOAT_TYPES
+
+
+def nudges(breaks: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """(at, by): pairs that put a difference a - b within a hair of each breakpoint from both
+    sides, a on the breakpoint and b a tiny power of two. In a float16 graph the inputs lie on the
+    float16 grid, but their difference (computed in float32) falls between grid points: where a
+    graph compares a value rounded to float16, only such points show it."""
+    tiny = np.array([2.0**-k for k in (8, 11, 14, 17, 20, 24)])
+    at, by = [], []
+    for x in sorted({abs(b) for b in breaks if np.isfinite(b) and b != 0}):
+        for sign in (1.0, -1.0):
+            at += [sign * x] * (2 * len(tiny))
+            by += list(tiny) + list(-tiny)
+    return np.asarray(at, np.float64), np.asarray(by, np.float64)

@@ -18,7 +18,7 @@ import onnx
 from ...fused_ops import PROXIMAL_GD, proximal_gd_reference, proximal_scalars
 from ...graph import DTYPE_NAMES, GraphIndex
 from ..base import NoMatch, is_single_element, require, same_shape, shapes_differ
-from .hypothesis import Proposal, evaluate, is_float_scalar, magnitudes, points, scalar_shape, tensor_type
+from .hypothesis import Proposal, evaluate, is_float_scalar, magnitudes, nudges, points, scalar_shape, tensor_type
 from .evaluate import Evaluator
 from .proof import Probe
 from .region import Region
@@ -167,6 +167,8 @@ def _probe(region: Region, var: str, delta: str, alpha: float, t: float, mags: l
     width = 4 * max(abs(t), 1.0)
     mixed_v, mixed_d = rng.uniform(-width, width, 24), rng.uniform(-4, 4, 24)
     by_delta = points(rng, [t], mags) / alpha if alpha != 0 else np.zeros(0)
-    vars_ = np.concatenate([on_var, mixed_v, np.zeros(len(by_delta)), [1.0, 1.0, -1.0]])
-    deltas = np.concatenate([np.zeros(len(on_var)), mixed_d, -by_delta, [np.nan, np.inf, -np.inf]])
+    at, by = nudges([t] + mags)
+    by = by / alpha if alpha != 0 else by
+    vars_ = np.concatenate([on_var, mixed_v, np.zeros(len(by_delta)), at, [1.0, 1.0, -1.0]])
+    deltas = np.concatenate([np.zeros(len(on_var)), mixed_d, -by_delta, by, [np.nan, np.inf, -np.inf]])
     return Probe({**region.constants, **draw, var: vars_, delta: deltas})

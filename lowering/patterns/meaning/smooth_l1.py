@@ -18,7 +18,7 @@ from ...fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
 from ...graph import GraphIndex
 from ..base import NoMatch, broadcasts_to, is_single_element, require, same_shape, shape_text, shapes_differ
 from ..smooth_l1_grad import split_reduction
-from .hypothesis import (Proposal, evaluate, magnitudes, numel_leaves, points, scalar_shape, tensor_type)
+from .hypothesis import Proposal, evaluate, magnitudes, nudges, numel_leaves, points, scalar_shape, tensor_type
 from .proof import Probe
 from .region import Region
 
@@ -50,6 +50,8 @@ def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str
                 f"divides by the element count of {source}, which is not predict's")
     mags = magnitudes(region)
     c, sigma = _plateau_and_sigma(index, region, predict, label, dout, mags)
+    # a bare sign(a - b) is a part of some function (a sign the graph reuses), not a gradient to fuse
+    require(sigma > 0 or dout is not None, "computes sign(predict - label) alone, with no dout")
     runtime_mean = bool(region.numels)
     if runtime_mean:
         reduction, scale, norm = "mean", c * _INFER_N, None
@@ -112,6 +114,10 @@ def _probes(index: GraphIndex, region: Region, predict: str, label: str, dout: s
         else:
             lab = rng.uniform(-4, 4, n)
         pred = lab + xs
+        if k == 0:
+            at, by = nudges([sigma] + mags)
+            pred, lab = np.concatenate([pred, at]), np.concatenate([lab, by])
+            n = len(pred)
         if k == 2:  # non-finite labels
             lab[-3:] = [np.nan, np.inf, -np.inf]
         leaves = {predict: pred, label: lab, **numel_leaves(index, region, n)}
