@@ -1,0 +1,316 @@
+"""The fixtures from exporters the pass is being taught (JAX through jax2onnx, onnxruntime-training's
+gradient builder, PaddlePaddle through paddle2onnx) are sound, whatever the pass makes of them.
+
+Each manifest entry in tests/fixtures/{jax,ort_training,paddle}/manifest.json must load, pass the
+ONNX checker, run under onnxruntime (graph optimizations off) on seeded random inputs with the
+edge values placed in them (x = 0, -0, +-sigma exactly, var = +-0), and every output it lists
+must equal a float64 numpy reference of its ground truth within the CANN precision standard
+(runtime/precision.py):
+
+- "attrs": the fused-op instances the graph holds (SmoothL1LossGradV2: sigma, reduction, scale;
+  ApplyProximalGradientDescent: alpha, l1, l2 and their scalar form), checked against the formulas
+  below, written here again rather than taken from lowering/, so a change there cannot move them;
+- "near_misses": outputs that look like one of those functions but compute something else; each
+  names the formula it computes (checked like an instance) and the instance it resembles, which
+  must differ from it on the probe inputs (the first such input is recorded in "differs_at"),
+  unless it is a near miss by rule, not by value ("same_values_but" says which rule: plain SGD is
+  the update with l1 = l2 = 0, which DESIGN section 2 keeps unfused);
+- "nan_outputs": whether a NaN in predict (var) comes out as NaN, as measured at generation time.
+
+Nothing here needs the exporters (CI has none): the models/make_*_models.py scripts that write the
+fixtures load this module to apply the same check right after export.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from fixture_manifests import NEW_EXPORTER_MANIFESTS
+
+from runtime.precision import compare
+
+REPO = Path(__file__).resolve().parents[2]
+SMOOTH_L1_GRAD = "SmoothL1LossGradV2"
+PROXIMAL_GD = "ApplyProximalGradientDescent"
+MAX_FIXTURE_BYTES = 100_000
+NP_DTYPES: dict[str, type] = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+# ----------------------------------------------------------------------------------------------
+# Float64 references: the two functions' contracts and the near-miss formulas.
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    """sign with sign(+-0) = 0 and NaN kept."""
+    return np.where(np.isnan(x), x, np.sign(x))
+
+
+def _norm(predict: np.ndarray, reduction: str) -> float:
+    return 1.0 / predict.size if reduction == "mean" and predict.size else 1.0
+
+
+def smooth_l1_grad(predict: np.ndarray, label: np.ndarray, dout: np.ndarray, sigma: float,
+                   reduction: str, scale: float = 1.0) -> np.ndarray:
+    """d/dpredict of the SmoothL1 loss: scale * norm * dout * (x/sigma if |x| < sigma else sign(x))."""
+    x = predict - label
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(np.abs(x) < sigma, x / (sigma or 1.0), _sign(x))
+    return scale * _norm(predict, reduction) * dout * s
+
+
+def proximal_gd(var: np.ndarray, alpha: np.ndarray, l1: np.ndarray, l2: np.ndarray, delta: np.ndarray,
+                scalar_form: str) -> np.ndarray:
+    """sign(p) * max(|p| - threshold, 0) / divisor with p = var - alpha * delta; the scalar form says
+    whether l1, l2 are the raw strengths, the folded threshold and divisor, or threshold and 1/divisor."""
+    a, s1, s2 = (float(np.reshape(v, -1)[0]) for v in (alpha, l1, l2))
+    if scalar_form == "raw":
+        threshold, divisor = a * s1, 1.0 + a * s2
+    elif scalar_form == "folded":
+        threshold, divisor = s1, s2
+    else:
+        threshold, divisor = s1, 1.0 / s2
+    p = var - a * delta
+    return _sign(p) * np.maximum(np.abs(p) - threshold, 0.0) / divisor
+
+
+def l1_grad_sign_ge(predict: np.ndarray, label: np.ndarray, dout: np.ndarray, reduction: str) -> np.ndarray:
+    """The L1 loss gradient as autodiff writes |x|'s derivative: +1 at x >= 0 (also at 0), else -1."""
+    x = predict - label
+    return _norm(predict, reduction) * dout * np.where(x >= 0, 1.0, -1.0)
+
+
+def select_grad(predict: np.ndarray, label: np.ndarray, dout: np.ndarray, reduction: str, threshold: float,
+                inner_slope: float, outer: float) -> np.ndarray:
+    """dout * norm * (inner_slope * x if |x| < threshold else outer * sign(x)): SmoothL1's shape with
+    constants that do not fit together (a kink that is not continuous)."""
+    x = predict - label
+    return _norm(predict, reduction) * dout * np.where(np.abs(x) < threshold, inner_slope * x, outer * _sign(x))
+
+
+def two_mask_grad(predict: np.ndarray, label: np.ndarray, dout: np.ndarray, reduction: str,
+                  sigma: float) -> np.ndarray:
+    """dout * norm * (x/sigma * [|x| < sigma] + sign(x) * [|x| > sigma]): zero exactly at |x| == sigma."""
+    x = predict - label
+    ax = np.abs(x)
+    return _norm(predict, reduction) * dout * (x / sigma * (ax < sigma) + _sign(x) * (ax > sigma))
+
+
+def smooth_l1_grad_zero_at_minus_sigma(predict: np.ndarray, label: np.ndarray, dout: np.ndarray, reduction: str,
+                                       sigma: float) -> np.ndarray:
+    """SmoothL1's gradient except 0 at x == -sigma, where two tie-split derivatives cancel."""
+    x = predict - label
+    return np.where(x == -sigma, 0.0, smooth_l1_grad(predict, label, dout, sigma, reduction))
+
+
+def sgd(var: np.ndarray, alpha: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    return var - float(np.reshape(alpha, -1)[0]) * delta
+
+
+def l1_subgradient_step(var: np.ndarray, alpha: np.ndarray, l1: np.ndarray, l2: np.ndarray,
+                        delta: np.ndarray) -> np.ndarray:
+    """(var - alpha * (delta + l1 * sign(var))) / (1 + alpha * l2): the L1 penalty's subgradient step,
+    which never lands on zero where the proximal step does."""
+    a, s1, s2 = (float(np.reshape(v, -1)[0]) for v in (alpha, l1, l2))
+    return (var - a * (delta + s1 * _sign(var))) / (1.0 + a * s2)
+
+
+def shrink_without_sign(var: np.ndarray, alpha: np.ndarray, l1: np.ndarray, l2: np.ndarray,
+                        delta: np.ndarray) -> np.ndarray:
+    """max(|p| - alpha*l1, 0) / (1 + alpha*l2): the proximal step with sign(p) left out."""
+    a, s1, s2 = (float(np.reshape(v, -1)[0]) for v in (alpha, l1, l2))
+    p = var - a * delta
+    return np.maximum(np.abs(p) - a * s1, 0.0) / (1.0 + a * s2)
+
+
+FORMULAS: dict[str, Callable[..., np.ndarray]] = {
+    "l1_grad_sign_ge": l1_grad_sign_ge,
+    "select_grad": select_grad,
+    "two_mask_grad": two_mask_grad,
+    "smooth_l1_grad_zero_at_minus_sigma": smooth_l1_grad_zero_at_minus_sigma,
+    "sgd": sgd,
+    "l1_subgradient_step": l1_subgradient_step,
+    "shrink_without_sign": shrink_without_sign,
+}
+
+
+def instance_reference(inst: Mapping, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The float64 value of a fused-op instance ("attrs") on the bound inputs."""
+    bound = {k: np.asarray(values[v] if isinstance(v, str) else v, np.float64) for k, v in inst["inputs"].items()}
+    if inst["op"] == SMOOTH_L1_GRAD:
+        return smooth_l1_grad(bound["predict"], bound["label"], bound["dout"], inst["sigma"], inst["reduction"],
+                              inst.get("scale", 1.0))
+    if inst["op"] == PROXIMAL_GD:
+        return proximal_gd(bound["var"], bound["alpha"], bound["l1"], bound["l2"], bound["delta"],
+                           inst["scalar_form"])
+    raise ValueError(f"unknown op {inst['op']!r}")
+
+
+def near_miss_reference(miss: Mapping, values: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The float64 value of the formula a near miss really computes."""
+    bound = {k: np.asarray(values[v] if isinstance(v, str) else v, np.float64) for k, v in miss["inputs"].items()}
+    return FORMULAS[miss["formula"]](**bound, **miss.get("params", {}))
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs, running, checking.
+
+def entry_seed(entry: Mapping) -> int:
+    """A fixed per-fixture seed, so a failure names data that can be reproduced."""
+    return zlib.crc32(entry["file"].encode())
+
+
+def _instances(entry: Mapping) -> list[Mapping]:
+    return [*entry["attrs"], *(m["resembles"] for m in entry.get("near_misses", []))]
+
+
+def make_feeds(entry: Mapping, rng: np.random.Generator, nan: bool = False) -> dict[str, np.ndarray]:
+    """Random inputs of the manifest's shapes ("range": uniform, else normal times "scale"), with the
+    edge values placed where a fused instance reads graph inputs directly; `nan` puts a NaN into
+    the first element of every predict and var instead."""
+    feeds = {}
+    for name, spec in entry["inputs"].items():
+        shape = tuple(spec["shape"])
+        values = rng.uniform(*spec["range"], size=shape) if "range" in spec \
+            else rng.standard_normal(shape) * spec.get("scale", 1.0)
+        feeds[name] = np.asarray(values).astype(NP_DTYPES[spec["dtype"]])
+    for inst in _instances(entry):
+        first, second = ("predict", "label") if inst["op"] == SMOOTH_L1_GRAD else ("var", "delta")
+        a, b = inst["inputs"][first], inst["inputs"][second]
+        if not (isinstance(a, str) and isinstance(b, str) and a in feeds and b in feeds):
+            continue
+        if nan:
+            feeds[a].reshape(-1)[0] = np.nan
+        elif inst["op"] == SMOOTH_L1_GRAD:
+            # (predict, label) pairs whose difference is exactly 0, -0 or +-sigma in the input dtype
+            s = float(feeds[a].dtype.type(inst["sigma"]))
+            pairs = [(0.0, 0.0), (-0.0, 0.0), (s, 0.0), (-s, 0.0), (0.0, s), (2 * s, s), (s / 2, 0.0)]
+            k = min(len(pairs), feeds[a].size, feeds[b].size)
+            feeds[a].reshape(-1)[:k] = np.array([p for p, _ in pairs[:k]]).astype(feeds[a].dtype)
+            feeds[b].reshape(-1)[:k] = np.array([t for _, t in pairs[:k]]).astype(feeds[b].dtype)
+        else:
+            k = min(2, feeds[a].size, feeds[b].size)
+            feeds[a].reshape(-1)[:k] = np.array([0.0, -0.0][:k]).astype(feeds[a].dtype)
+            feeds[b].reshape(-1)[:k] = 0
+    return feeds
+
+
+def _to_ort(value: np.ndarray) -> ort.OrtValue:
+    if value.dtype == ml_dtypes.bfloat16:
+        # onnxruntime's numpy bridge has no bfloat16: hand it the raw bits
+        bits = np.ascontiguousarray(value).view(np.uint16)
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, onnx.TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
+
+
+def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """All graph outputs under onnxruntime without graph optimizations; a bfloat16 output is read
+    through an exact Cast to float32 added to a copy of the graph, then rounded back."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    bf16 = [o.name for o in probe.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
+    for name in bf16:
+        probe.graph.node.append(onnx.helper.make_node("Cast", [name], [f"{name}__f32"], to=onnx.TensorProto.FLOAT))
+        probe.graph.output.append(onnx.helper.make_tensor_value_info(f"{name}__f32", onnx.TensorProto.FLOAT, None))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in model.graph.output]
+    fetch = [f"{n}__f32" if n in bf16 else n for n in names]
+    values = session.run_with_ort_values(fetch, {n: _to_ort(v) for n, v in feeds.items()})
+    return {n: v.numpy().astype(ml_dtypes.bfloat16) if n in bf16 else v.numpy() for n, v in zip(names, values)}
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray, values: Mapping[str, np.ndarray], inputs: Mapping) -> dict | None:
+    """The first element where two float64 results differ beyond float32 rounding, with the inputs there."""
+    a, b = np.broadcast_arrays(a, b)
+    differs = ~np.isclose(a, b, rtol=2.0**-13, atol=0.0, equal_nan=True)
+    if not differs.any():
+        return None
+    i = int(np.flatnonzero(differs.reshape(-1))[0])
+    at = {}
+    for key, ref in inputs.items():
+        value = np.asarray(values[ref] if isinstance(ref, str) else ref, np.float64)
+        at[key] = float(np.broadcast_to(value, a.shape).reshape(-1)[i])
+    return {"inputs": at, "resembled": float(a.reshape(-1)[i]), "computed": float(b.reshape(-1)[i])}
+
+
+def check_new_entry(entry: Mapping, root: Path = REPO, seed: int | None = None) -> list[dict]:
+    """Check one manifest entry; returns one row per checked output, raises AssertionError on failure.
+    Each near miss's row carries "differs_at": where it differs from the instance it resembles."""
+    seed = entry_seed(entry) if seed is None else seed
+    where = f"{entry['file']} (seed {seed})"
+    path = root / entry["file"]
+    assert path.stat().st_size < MAX_FIXTURE_BYTES, f"{where}: {path.stat().st_size} bytes"
+    model = onnx.load(path)
+    onnx.checker.check_model(model)
+    opset = {o.domain: o.version for o in model.opset_import}[""]
+    assert opset == entry["opset"], f"{where}: opset {opset}, manifest says {entry['opset']}"
+    counts = {op: sum(1 for i in entry["attrs"] if i["op"] == op) for op in (SMOOTH_L1_GRAD, PROXIMAL_GD)}
+    assert counts == entry["expected"], f"{where}: attrs {counts}, expected {entry['expected']}"
+    if entry["family"] == "near_miss":
+        assert not entry["attrs"] and entry["near_misses"], f"{where}: a near miss lists no near_misses"
+    feeds = make_feeds(entry, np.random.default_rng(seed))
+    values = {**feeds, **run_model(model, feeds)}
+    rows = []
+    checks = [(i["output"], i["op"], instance_reference(i, values)) for i in entry["attrs"]]
+    checks += [(m["output"], m["formula"], near_miss_reference(m, values)) for m in entry.get("near_misses", [])]
+    for output, what, golden in checks:
+        actual = values[output]
+        result = compare(output, actual, np.broadcast_to(golden, actual.shape).astype(np.float64))
+        assert result.passed, (f"{where}: {output} is not {what} of the manifest: MERE {result.mere:.3g}, "
+                               f"MARE {result.mare:.3g}, T {result.threshold:.3g} {result.note}")
+        rows.append({"output": output, "formula": what, "mere": result.mere, "mare": result.mare})
+    for miss, row in zip(entry.get("near_misses", []), rows[len(entry["attrs"]):]):
+        resembled = instance_reference(miss["resembles"], values)
+        row["differs_at"] = _first_difference(resembled, near_miss_reference(miss, values), values,
+                                              miss["resembles"]["inputs"])
+        if "same_values_but" in miss:
+            assert row["differs_at"] is None, f"{where}: near miss {miss['output']} by rule differs in value"
+        else:
+            assert row["differs_at"], f"{where}: near miss {miss['output']} equals the {miss['resembles']['op']} it resembles"
+    nan_values = run_model(model, make_feeds(entry, np.random.default_rng(seed), nan=True))
+    for output, propagates in entry.get("nan_outputs", {}).items():
+        got = bool(np.isnan(np.asarray(nan_values[output], np.float64).reshape(-1)[0]))
+        assert got == propagates, f"{where}: NaN in gives NaN out at {output}: {got}, manifest says {propagates}"
+    return rows
+
+
+def nan_outputs(entry: Mapping, model: onnx.ModelProto) -> dict[str, bool]:
+    """For each checked output, whether a NaN placed in predict (var) comes out as NaN."""
+    seed = entry_seed(entry)
+    values = run_model(model, make_feeds(entry, np.random.default_rng(seed), nan=True))
+    outputs = [i["output"] for i in entry["attrs"]] + [m["output"] for m in entry.get("near_misses", [])]
+    return {o: bool(np.isnan(np.asarray(values[o], np.float64).reshape(-1)[0])) for o in outputs}
+
+
+# ----------------------------------------------------------------------------------------------
+
+_ENTRIES = [e for path in NEW_EXPORTER_MANIFESTS for e in json.loads(path.read_text(encoding="utf-8"))]
+
+
+def test_every_new_exporter_fixture_is_listed_once() -> None:
+    listed = [e["file"] for e in _ENTRIES]
+    on_disk = {str(p.relative_to(REPO)) for m in NEW_EXPORTER_MANIFESTS for p in m.parent.glob("*.onnx")}
+    assert on_disk, "no fixtures"
+    assert len(listed) == len(set(listed)), "duplicate manifest entries"
+    assert on_disk == set(listed), f"on disk, not listed: {sorted(on_disk - set(listed))}; " \
+                                   f"listed, not on disk: {sorted(set(listed) - on_disk)}"
+    for e in _ENTRIES:
+        # the manifest describes the bytes it was generated with; a file regenerated alone drifts
+        assert (REPO / e["file"]).stat().st_size == e["size_bytes"], f"{e['file']}: manifest out of date"
+        assert e["exporter"] and e["exporter_version"] and e["source"], e["file"]
+
+
+@pytest.mark.parametrize("entry", _ENTRIES, ids=[Path(e["file"]).stem for e in _ENTRIES])
+def test_fixture_computes_its_ground_truth(entry: dict) -> None:
+    rows = check_new_entry(entry)
+    assert len(rows) == len(entry["attrs"]) + len(entry.get("near_misses", []))
