@@ -166,7 +166,7 @@ def _match(index: GraphIndex, family: str, region: Region, proposal: Proposal, c
     """The Match of an accepted proposal: the region's nodes that compute the output from the
     bound inputs; one-element math and the numel and fill nodes are boundary (kept for other readers)."""
     members = _needed(index, region, {v for v in proposal.inputs if isinstance(v, str)})
-    boundary = members & (region.boundary | region.scalar_nodes)
+    boundary = members & (region.boundary | region.independent)
     return Match(f"{family}/meaning", proposal.op_type, region.output, proposal.dtype, list(proposal.inputs),
                  dict(proposal.attrs), interior=members - boundary, boundary=boundary,
                  caveats=proposal.caveats + caveats, expand=dict(proposal.expand))

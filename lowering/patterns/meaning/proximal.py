@@ -35,7 +35,7 @@ def propose(index: GraphIndex, region: Region, rng: np.random.Generator) -> list
     for s in region.scalars:
         require(is_float_scalar(index, s, dtype), f"the scalar {s} is neither float32 nor {DTYPE_NAMES[dtype]}")
     # alpha, l1 and l2 are runtime scalars the region reads, or one-element values it computes from them
-    names = region.scalars + [index.nodes[i].output[0] for i in region.nodes if i in region.scalar_nodes]
+    names = region.scalars + [index.nodes[i].output[0] for i in region.nodes if i in region.independent]
     draws = [_with_computed(index, region, draw) for draw in _draws(index, region.scalars, rng)]
     mags = magnitudes(region)
     inferred = [_infer(index, region, var, delta, draw, mags) for draw in draws[:_INFER_DRAWS]]
@@ -92,7 +92,7 @@ def _draws(index: GraphIndex, scalars: list[str], rng: np.random.Generator) -> l
 
 def _with_computed(index: GraphIndex, region: Region, draw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The draw with the one-element values the region computes from it."""
-    nodes = [index.nodes[i] for i in region.nodes if i in region.scalar_nodes]
+    nodes = [index.nodes[i] for i in region.nodes if i in region.independent]
     values = Evaluator(index, wide=True).run(nodes, {**region.constants, **draw})
     return {**draw, **{n.output[0]: np.asarray(values[n.output[0]], np.float64) for n in nodes}}
 

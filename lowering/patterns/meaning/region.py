@@ -16,7 +16,7 @@ import numpy as np
 
 from ...algebra import Algebra
 from ...graph import GraphIndex
-from ..base import fill
+from ..base import fill, within_shape
 from .evaluate import ELEMENTWISE
 
 # ops whose presence makes a function piecewise: the places the two fused functions kink
@@ -37,7 +37,9 @@ class Region:
     others: list[str] = field(default_factory=list)  # runtime leaves of more (or an unknown number of) elements
     boundary: set[int] = field(default_factory=set)  # fill and numel nodes: kept in the graph, copied into the body
     side: set[int] = field(default_factory=set)  # numel nodes that read a computed value: replaced with the region
-    scalar_nodes: set[int] = field(default_factory=set)  # one-element math on runtime scalars (1 + lr * l2)
+    # math that does not read the tensors: on constants (a broadcast 1/n negated) or, with
+    # open_scalars, on runtime scalars (1 + lr * l2); kept in the graph, copied into the body
+    independent: set[int] = field(default_factory=set)
 
 
 class RegionRefused(Exception):
@@ -47,11 +49,12 @@ class RegionRefused(Exception):
 def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], open_scalars: bool = False) -> Region:
     """The region computing `output` from `tensors` (see the module docstring). With
     `open_scalars`, one-element elementwise math that does not depend on the tensors is evaluated
-    too (scalar_nodes), down to the runtime scalars it reads: the proximal binding then finds
+    too (independent), down to the runtime scalars it reads: the proximal binding then finds
     alpha, l1 and l2 among them or the values computed from them."""
     index = alg.index
     region = Region(output, [], tensors)
     depends = _Dependence(index, set(tensors), taken)
+    constant_valued = _ConstantValued(alg, tensors[0], taken)
     nodes: set[int] = set()
     seen: set[str] = set()
     stack = [output]
@@ -62,7 +65,7 @@ def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], 
         seen.add(value)
         const = index.const(value)
         if const is not None:
-            region.constants[value] = _uniform(const, value)
+            region.constants[value] = _uniform(index, const, value, tensors[0])
             continue
         i = index.producer.get(value)
         node = None if i is None or i in taken else index.nodes[i]
@@ -73,7 +76,7 @@ def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], 
                 (region.boundary if numel[0] in tensors or not depends(numel[0]) else region.side).update(numel[1])
                 continue
         if node is not None and node.op_type in ("ConstantOfShape", "Expand"):
-            filled = fill(alg, value, tensors[0])
+            filled = fill(alg, value, tensors[0]) or _expanded_constant(index, i, tensors[0])
             if filled is not None:
                 region.constants[value] = np.asarray(filled[0], np.float64)
                 region.boundary |= filled[1]
@@ -82,10 +85,10 @@ def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], 
             (region.scalars if index.numel(value) == 1 else region.others).append(value)
             continue
         if value != output and not depends(value):
-            if not (open_scalars and index.numel(value) == 1):
+            if not (open_scalars and index.numel(value) == 1) and not constant_valued(value):
                 (region.scalars if index.numel(value) == 1 else region.others).append(value)
                 continue
-            region.scalar_nodes.add(i)
+            region.independent.add(i)
         nodes.add(i)
         if len(nodes) > MAX_NODES:
             raise RegionRefused(f"the elementwise region is larger than {MAX_NODES} nodes")
@@ -94,13 +97,61 @@ def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], 
     return region
 
 
-def _uniform(const: np.ndarray, name: str) -> np.ndarray:
+def _uniform(index: GraphIndex, const: np.ndarray, name: str, like: str) -> np.ndarray:
+    """A constant as its one value: one element, or one value repeated in a shape that leaves
+    `like`'s as it is when broadcast (JAX writes zeros and ones of the full shape)."""
     if const.size == 1:
         return const.reshape(())
     flat = const.reshape(-1)
     if const.size and (flat == flat[0]).all():
+        if within_shape(index, tuple(const.shape), like):
+            return flat[0].reshape(())
         raise RegionRefused(f"reads the constant {name} of shape {list(const.shape)}, which may broadcast the result")
     raise RegionRefused(f"reads the constant tensor {name} of {const.size} different elements")
+
+
+def _expanded_constant(index: GraphIndex, i: int, like: str) -> tuple[float, set[int]] | None:
+    """(v, nodes) for Expand(v, Concat(constants)) of a one-element constant v whose shape leaves
+    `like`'s as it is (JAX's broadcast of a scalar, with the target shape concatenated from dims)."""
+    node = index.nodes[i]
+    value = index.const(node.input[0]) if node.op_type == "Expand" else None
+    j = index.producer.get(node.input[1]) if value is not None and value.size == 1 else None
+    if j is None or index.nodes[j].op_type != "Concat":
+        return None
+    dims = [index.const(v) for v in index.nodes[j].input]
+    if any(d is None or d.dtype.kind not in "iu" for d in dims):
+        return None
+    shape = tuple(int(d) for d in np.concatenate([d.reshape(-1) for d in dims]))
+    if not within_shape(index, shape, like):
+        return None
+    return float(value.reshape(-1)[0]), {i, j}
+
+
+class _ConstantValued:
+    """Whether a value is computed by elementwise nodes from constants and uniform fills alone."""
+
+    def __init__(self, alg: Algebra, like: str, taken: set[int]) -> None:
+        self.alg = alg
+        self.like = like
+        self.taken = taken
+        self.known: dict[str, bool] = {}
+
+    def __call__(self, value: str, budget: int = MAX_NODES) -> bool:
+        if value in self.known:
+            return self.known[value]
+        index = self.alg.index
+        i = index.producer.get(value)
+        node = None if i is None or i in self.taken else index.nodes[i]
+        if index.const(value) is not None:
+            result = True
+        elif node is None or budget <= 0:
+            result = False
+        elif node.op_type in ("ConstantOfShape", "Expand"):
+            result = (fill(self.alg, value, self.like) or _expanded_constant(index, i, self.like)) is not None
+        else:
+            result = node.op_type in ELEMENTWISE and all(self(v, budget - 1) for v in node.input if v)
+        self.known[value] = result
+        return result
 
 
 class _Dependence:

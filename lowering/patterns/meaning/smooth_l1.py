@@ -96,8 +96,16 @@ def _plateau_and_sigma(index: GraphIndex, region: Region, predict: str, label: s
                       "is a nonzero constant")
     if abs(float(v[2]) - c) <= 1e-9 * abs(c):
         return c, 0.0
-    sigma = float(np.float32(abs(c * _TINY / float(v[2])))) if v[2] != 0 and np.isfinite(v[2]) else 1.0
-    return c, sigma if np.isfinite(sigma) else 1.0
+    rough = abs(c * _TINY / float(v[2])) if v[2] != 0 and np.isfinite(v[2]) else 1.0
+    if not np.isfinite(rough) or rough == 0:
+        return c, 1.0
+    # again at a quarter of it, inside the linear piece but far from 0, where a graph that
+    # subtracts two near-equal terms (JAX's tie-split minimum) loses no digits
+    x = rough / 4
+    leaves[predict] = np.array([x, -x, x, -x])
+    w = float(np.broadcast_to(evaluate(index, region, leaves), (_INFER_N,))[0])
+    sigma = abs(c * x / w) if w != 0 and np.isfinite(w) else rough
+    return c, float(np.float32(sigma)) if np.isfinite(sigma) else 1.0
 
 
 def _probes(index: GraphIndex, region: Region, predict: str, label: str, dout: str | None, sigma: float,
