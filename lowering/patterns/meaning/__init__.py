@@ -35,7 +35,10 @@ class Refusal:
     anchor: int  # the candidate output's node
     family: str
     reason: str
-    rank: tuple[int, int]  # lower is more telling: (kind, mismatching probes)
+    # lower is more telling: 0 for a region evaluated (a counterexample, or proven but not
+    # closed), 1 for one refused before; then the later output (the larger region); then fewer
+    # mismatching probes
+    rank: tuple[int, int, int]
     covers: set[int] = field(default_factory=set)  # the nodes of every region tried around the difference
 
 
@@ -84,6 +87,8 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
         for family, tensors in _choices(alg, d):
             try:
                 region = build(alg, output, tensors, alg.taken | skip, open_scalars=family == "proximal_gd")
+                if family == "smooth_l1_grad" and len(region.scalars) + len(region.others) > 1:
+                    region = build(alg, output, tensors, alg.taken | skip, open_all=True)
                 covers.update(region.nodes)
                 if not must_hold <= set(region.nodes):
                     continue
@@ -91,7 +96,7 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
                     continue  # not piecewise: no fused op (a bare var - alpha * delta is plain SGD)
                 match, refusal = _decide(alg, family, region, out, closed, rng)
             except (NoMatch, RegionRefused) as exc:
-                match, refusal = None, Refusal(out, family, str(exc), (2, 0))
+                match, refusal = None, Refusal(out, family, str(exc), (1, -out, 0))
             if match is not None:
                 return match, None
             if best is None or refusal.rank < best.rank:
@@ -148,7 +153,8 @@ def _decide(alg: Algebra, family: str, region: Region, out: int, closed: Callabl
         verdict = check(index, region, proposal.probes, proposal.contract, proposal.described(), proposal.roles,
                         proposal.dtype, narrowest(index, region, proposal.dtype))
         if not verdict.holds:
-            refusal = Refusal(out, family, verdict.reason, (1, verdict.mismatches) if verdict.mismatches else (2, 0))
+            refusal = Refusal(out, family, verdict.reason, (0, -out, verdict.mismatches) if verdict.mismatches
+                              else (1, -out, 0))
         else:
             match = _match(index, family, region, proposal, verdict.caveats)
             try:
@@ -156,7 +162,7 @@ def _decide(alg: Algebra, family: str, region: Region, out: int, closed: Callabl
                 closed(match)
                 return match, None
             except NoMatch as exc:
-                refusal = Refusal(out, family, f"computes {proposal.described()}, but {exc}", (0, 0))
+                refusal = Refusal(out, family, f"computes {proposal.described()}, but {exc}", (0, -out, 0))
         if best is None or refusal.rank < best.rank:
             best = refusal
     return None, best

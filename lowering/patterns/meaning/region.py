@@ -46,11 +46,13 @@ class RegionRefused(Exception):
     """The walk met something a region cannot hold; the message says what."""
 
 
-def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], open_scalars: bool = False) -> Region:
+def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], open_scalars: bool = False,
+          open_all: bool = False) -> Region:
     """The region computing `output` from `tensors` (see the module docstring). With
     `open_scalars`, one-element elementwise math that does not depend on the tensors is evaluated
     too (independent), down to the runtime scalars it reads: the proximal binding then finds
-    alpha, l1 and l2 among them or the values computed from them."""
+    alpha, l1 and l2 among them or the values computed from them. With `open_all`, every such
+    elementwise value is: a cotangent read twice (-ct and ct * c) is then one leaf."""
     index = alg.index
     region = Region(output, [], tensors)
     depends = _Dependence(index, set(tensors), taken)
@@ -85,7 +87,7 @@ def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], 
             (region.scalars if index.numel(value) == 1 else region.others).append(value)
             continue
         if value != output and not depends(value):
-            if not (open_scalars and index.numel(value) == 1) and not constant_valued(value):
+            if not open_all and not (open_scalars and index.numel(value) == 1) and not constant_valued(value):
                 (region.scalars if index.numel(value) == 1 else region.others).append(value)
                 continue
             region.independent.add(i)
