@@ -503,11 +503,12 @@ def probe_cases() -> list[Case]:
                   "The where form in float16: the two copies of the x*x term are multiplied in different "
                   "orders (Mul(mul, g) and Mul(0.5, Mul(g, sub)))", dtype="float16"))
     c.append(Case("nm_sl1_v1_huber_runtime_weight_f32_op13.onnx", v1_huber_weighted_grad,
-                  [*sl1_signature(go="none"), tf.TensorSpec(SL1_SHAPE, tf.float32, name="w")], 13, "near_miss", [],
-                  "Near miss: tf.compat.v1.losses.huber_loss with weights=w, a runtime tensor: the gradient is "
-                  "sign(x) * (W + select(|x| <= 1, 2*0.5*W*min(|x|, 1) - W, 0)) with W = w, which the pass reads "
-                  "with a constant weight only.",
-                  not_fused=[{**sl1(1.0, "sum", "w"), "reason": "runtime weight"}]))
+                  [*sl1_signature(go="none"), tf.TensorSpec(SL1_SHAPE, tf.float32, name="w")], 13, "smooth_l1_grad",
+                  [sl1(1.0, "none", "w")],
+                  "tf.compat.v1.losses.huber_loss with weights=w, a runtime tensor: the gradient is "
+                  "sign(x) * (W + select(|x| <= 1, 2*0.5*W*min(|x|, 1) - W, 0)) with W = w, which is the SmoothL1 "
+                  "gradient with dout = w; the patterns read it with a constant weight only (a near miss by their "
+                  "rule, hence the file name), the recogniser by meaning fuses it."))
     c.append(Case("sl1_hand_over_max_mean_b05_f32_op13.onnx", over_max_grad, sl1_signature(), 13,
                   "smooth_l1_grad", [sl1(0.5, "mean", "go")],
                   "x / tf.maximum(|x|, 0.5) * go / numel: x/beta inside, x/|x| = sign(x) outside (NaN at "

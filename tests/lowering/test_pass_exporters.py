@@ -167,8 +167,6 @@ def test_half_graph_bound_catches_a_wrong_alpha(entry: dict) -> None:
      "var and delta shapes differ or are unknown (var: [unk__0, 16], delta: [unk__1, 16])", ("proximal_gd", "Div")),
     ("tf2onnx/nm_sl1_hand_where_mean_b05_f32_dynamic_op13.onnx",
      "predict and label shapes differ or are unknown (p: [unk__0, 5], t: [unk__1, 5])", ("smooth_l1_grad", "Add")),
-    ("tf2onnx/nm_sl1_v1_huber_runtime_weight_f32_op13.onnx", "read with a constant weight only",
-     ("smooth_l1_grad", "Mul")),
     ("tf2onnx/nm_sl1_hand_min_max_sum_b1_f32_op13.onnx", "both hold at |x| == 1", ("smooth_l1_grad", "Mul")),
 ])
 def test_exporter_near_miss_is_reported_with_its_reason(fixture: str, reason: str, anchor: tuple[str, str]) -> None:

@@ -251,3 +251,21 @@ def test_jax_fixture_fuses_as_its_manifest_says(entry: dict) -> None:
         feeds[input_name] = values.astype(dtype)
     for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
         assert_same(before, after)
+
+
+def test_a_runtime_loss_weight_is_dout_to_the_recogniser() -> None:
+    # tf.compat.v1.losses.huber_loss(weights=w): the patterns take a constant weight only
+    model = onnx.load(REPO / "tests/fixtures/tf2onnx/nm_sl1_v1_huber_runtime_weight_f32_op13.onnx")
+    _, report = lowering.fuse(model, by_meaning=False)
+    assert not report.fusions
+    assert any("read with a constant weight only" in r.reason for r in report.rejections), report.summary()
+    fused, report = lowering.fuse(model)
+    fusion, = report.fusions
+    assert fusion.pattern == "smooth_l1_grad/meaning" and fusion.inputs[2] == "w", report.summary()
+    rng = np.random.default_rng(18)
+    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32)
+             for vi in model.graph.input}
+    feeds["p"].reshape(-1)[:3] = [np.nan, 1.0, -1.0]
+    feeds["t"].reshape(-1)[:3] = [0.0, 0.0, 0.0]
+    for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
+        assert_same(before, after)
