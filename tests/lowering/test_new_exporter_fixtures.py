@@ -17,6 +17,10 @@ must equal a float64 numpy reference of its ground truth within the CANN precisi
   the update with l1 = l2 = 0, which DESIGN section 2 keeps unfused);
 - "nan_outputs": whether a NaN in predict (var) comes out as NaN, as measured at generation time.
 
+A checked output may be an intermediate (onnxruntime-training's gradient feeds an in-place
+accumulator and is no graph output). The training graphs' two training-only ops, which CI's
+onnxruntime lacks, run as the ONNX ops that define them (_training_op_definitions).
+
 Nothing here needs the exporters (CI has none): the models/make_*_models.py scripts that write the
 fixtures load this module to apply the same check right after export.
 """
@@ -42,7 +46,8 @@ REPO = Path(__file__).resolve().parents[2]
 SMOOTH_L1_GRAD = "SmoothL1LossGradV2"
 PROXIMAL_GD = "ApplyProximalGradientDescent"
 MAX_FIXTURE_BYTES = 100_000
-NP_DTYPES: dict[str, type] = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+NP_DTYPES: dict[str, type] = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
+                              "bool": np.bool_}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,14 +177,19 @@ def _instances(entry: Mapping) -> list[Mapping]:
 
 
 def make_feeds(entry: Mapping, rng: np.random.Generator, nan: bool = False) -> dict[str, np.ndarray]:
-    """Random inputs of the manifest's shapes ("range": uniform, else normal times "scale"), with the
+    """Random inputs of the manifest's shapes ("value": that value, "range": uniform, else normal times
+    "scale"), with the
     edge values placed where a fused instance reads graph inputs directly; `nan` puts a NaN into
     the first element of every predict and var instead."""
     feeds = {}
     for name, spec in entry["inputs"].items():
         shape = tuple(spec["shape"])
-        values = rng.uniform(*spec["range"], size=shape) if "range" in spec \
-            else rng.standard_normal(shape) * spec.get("scale", 1.0)
+        if "value" in spec:
+            values = np.full(shape, spec["value"])
+        elif "range" in spec:
+            values = rng.uniform(*spec["range"], size=shape)
+        else:
+            values = rng.standard_normal(shape) * spec.get("scale", 1.0)
         feeds[name] = np.asarray(values).astype(NP_DTYPES[spec["dtype"]])
     for inst in _instances(entry):
         first, second = ("predict", "label") if inst["op"] == SMOOTH_L1_GRAD else ("var", "delta")
@@ -210,23 +220,75 @@ def _to_ort(value: np.ndarray) -> ort.OrtValue:
     return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
 
 
-def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """All graph outputs under onnxruntime without graph optimizations; a bfloat16 output is read
-    through an exact Cast to float32 added to a copy of the graph, then rounded back."""
+def _training_op_definitions(node: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """onnxruntime-training's training-only ops, which the inference build lacks, as the ONNX ops
+    they are defined by: com.microsoft Scale(x, s) is x * s (x / s with scale_down), s cast to x's
+    type; InPlaceAccumulatorV2(buffer, value, overwrite) adds value into buffer in place and
+    returns the flag 'updated', always true."""
+    h = onnx.helper
+    if node.op_type == "Scale":
+        down = any(a.name == "scale_down" and a.i for a in node.attribute)
+        cast = f"{node.output[0]}__scale"
+        return [h.make_node("CastLike", [node.input[1], node.input[0]], [cast]),
+                h.make_node("Div" if down else "Mul", [node.input[0], cast], list(node.output))]
+    if node.op_type == "InPlaceAccumulatorV2":
+        return [h.make_node("Constant", [], [node.output[0]], value=h.make_tensor("t", onnx.TensorProto.BOOL, [1], [True]))]
+    raise ValueError(f"no ONNX definition for com.microsoft {node.op_type}")
+
+
+TRAINING_ONLY_OPS = {"Scale", "InPlaceAccumulatorV2"}
+
+
+def runnable_copy(model: onnx.ModelProto, fetch: list[str], elem_type: int) -> onnx.ModelProto:
+    """A copy that onnxruntime's inference build runs and that outputs `fetch` too: training-only ops
+    replaced by their definitions; intermediates made graph outputs (typed `elem_type`; a bfloat16
+    one through an exact Cast to float32 named <name>__f32)."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
-    bf16 = [o.name for o in probe.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16]
-    for name in bf16:
-        probe.graph.node.append(onnx.helper.make_node("Cast", [name], [f"{name}__f32"], to=onnx.TensorProto.FLOAT))
-        probe.graph.output.append(onnx.helper.make_tensor_value_info(f"{name}__f32", onnx.TensorProto.FLOAT, None))
+    nodes = []
+    for node in probe.graph.node:
+        training = node.domain == "com.microsoft" and node.op_type in TRAINING_ONLY_OPS
+        nodes.extend(_training_op_definitions(node) if training else [node])
+    del probe.graph.node[:]
+    probe.graph.node.extend(nodes)
+    types = {o.name: o.type.tensor_type.elem_type for o in probe.graph.output}
+    for name in fetch:
+        if name not in types:
+            probe.graph.output.append(onnx.helper.make_tensor_value_info(name, elem_type, None))
+            types[name] = elem_type
+        if types[name] == onnx.TensorProto.BFLOAT16:
+            probe.graph.node.append(onnx.helper.make_node("Cast", [name], [f"{name}__f32"], to=onnx.TensorProto.FLOAT))
+            probe.graph.output.append(onnx.helper.make_tensor_value_info(f"{name}__f32", onnx.TensorProto.FLOAT, None))
+    return probe
+
+
+def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], fetch: list[str],
+              dtype: str) -> dict[str, np.ndarray]:
+    """The graph outputs and the named intermediates (of the entry's `dtype`) under onnxruntime
+    without graph optimizations."""
+    elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(NP_DTYPES[dtype]))
+    names = list(dict.fromkeys([o.name for o in model.graph.output] + fetch))
+    probe = runnable_copy(model, names, elem)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
     session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in model.graph.output]
-    fetch = [f"{n}__f32" if n in bf16 else n for n in names]
-    values = session.run_with_ort_values(fetch, {n: _to_ort(v) for n, v in feeds.items()})
-    return {n: v.numpy().astype(ml_dtypes.bfloat16) if n in bf16 else v.numpy() for n, v in zip(names, values)}
+    bf16 = {o.name for o in probe.graph.output if o.name.endswith("__f32")}
+    read = [f"{n}__f32" if f"{n}__f32" in bf16 else n for n in names]
+    values = session.run_with_ort_values(read, {n: _to_ort(v) for n, v in feeds.items()})
+    return {n: v.numpy().astype(ml_dtypes.bfloat16) if r in bf16 else v.numpy()
+            for n, r, v in zip(names, read, values)}
+
+
+def _checked_outputs(entry: Mapping) -> list[str]:
+    return [i["output"] for i in entry["attrs"]] + [m["output"] for m in entry.get("near_misses", [])]
+
+
+def _fetched(entry: Mapping) -> list[str]:
+    """The checked outputs and the intermediates their references read (a predict that is a layer's output)."""
+    bound = [v for i in (*entry["attrs"], *entry.get("near_misses", []), *_instances(entry))
+             for v in i["inputs"].values() if isinstance(v, str) and v not in entry["inputs"]]
+    return list(dict.fromkeys(_checked_outputs(entry) + bound))
 
 
 def _first_difference(a: np.ndarray, b: np.ndarray, values: Mapping[str, np.ndarray], inputs: Mapping) -> dict | None:
@@ -259,7 +321,7 @@ def check_new_entry(entry: Mapping, root: Path = REPO, seed: int | None = None) 
     if entry["family"] == "near_miss":
         assert not entry["attrs"] and entry["near_misses"], f"{where}: a near miss lists no near_misses"
     feeds = make_feeds(entry, np.random.default_rng(seed))
-    values = {**feeds, **run_model(model, feeds)}
+    values = {**feeds, **run_model(model, feeds, _fetched(entry), entry["dtype"])}
     rows = []
     checks = [(i["output"], i["op"], instance_reference(i, values)) for i in entry["attrs"]]
     checks += [(m["output"], m["formula"], near_miss_reference(m, values)) for m in entry.get("near_misses", [])]
@@ -277,7 +339,8 @@ def check_new_entry(entry: Mapping, root: Path = REPO, seed: int | None = None) 
             assert row["differs_at"] is None, f"{where}: near miss {miss['output']} by rule differs in value"
         else:
             assert row["differs_at"], f"{where}: near miss {miss['output']} equals the {miss['resembles']['op']} it resembles"
-    nan_values = run_model(model, make_feeds(entry, np.random.default_rng(seed), nan=True))
+    nan_values = run_model(model, make_feeds(entry, np.random.default_rng(seed), nan=True), _checked_outputs(entry),
+                           entry["dtype"])
     for output, propagates in entry.get("nan_outputs", {}).items():
         got = bool(np.isnan(np.asarray(nan_values[output], np.float64).reshape(-1)[0]))
         assert got == propagates, f"{where}: NaN in gives NaN out at {output}: {got}, manifest says {propagates}"
@@ -287,8 +350,8 @@ def check_new_entry(entry: Mapping, root: Path = REPO, seed: int | None = None) 
 def nan_outputs(entry: Mapping, model: onnx.ModelProto) -> dict[str, bool]:
     """For each checked output, whether a NaN placed in predict (var) comes out as NaN."""
     seed = entry_seed(entry)
-    values = run_model(model, make_feeds(entry, np.random.default_rng(seed), nan=True))
-    outputs = [i["output"] for i in entry["attrs"]] + [m["output"] for m in entry.get("near_misses", [])]
+    outputs = _checked_outputs(entry)
+    values = run_model(model, make_feeds(entry, np.random.default_rng(seed), nan=True), outputs, entry["dtype"])
     return {o: bool(np.isnan(np.asarray(values[o], np.float64).reshape(-1)[0])) for o in outputs}
 
 
