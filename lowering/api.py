@@ -15,7 +15,7 @@ from .loading import LoadedModel, is_ir_model, load
 from .report import FusionReport
 
 
-def fuse(model: Any, *, recompute_shared: bool = False, by_meaning: bool = True) -> tuple[Any, FusionReport]:
+def fuse(model: Any, *, recompute_shared: bool = True, by_meaning: bool = True) -> tuple[Any, FusionReport]:
     """Fuses a model given as onnx.ModelProto, onnx_ir.Model or path.
 
     Returns the fused model in the same kind as given (a ModelProto for a path) and the report.
@@ -33,7 +33,7 @@ def fuse(model: Any, *, recompute_shared: bool = False, by_meaning: bool = True)
     return fused, report
 
 
-def fuse_loaded(loaded: LoadedModel, recompute_shared: bool = False,
+def fuse_loaded(loaded: LoadedModel, recompute_shared: bool = True,
                 by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     """fuse_proto on a loaded model whose ONNX check may still run in the background: its
     verdict is taken before the result is returned, and before the pass's own error when the

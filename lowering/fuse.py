@@ -27,13 +27,14 @@ from .loading import default_opset
 from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
+from .patterns.meaning.evaluate import ELEMENTWISE
 from .report import Fusion, FusionReport, Rejection
 
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 
 def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
-               validated: bool = True, recompute_shared: bool = False,
+               validated: bool = True, recompute_shared: bool = True,
                by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
@@ -62,7 +63,7 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
             gc.enable()
 
 
-def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = False,
+def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = True,
                 by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
@@ -166,6 +167,11 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
             if not recompute_shared:
                 raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the "
                               "match (lower --recompute-shared fuses it and computes the value again for them)")
+            meet = _meeting_point(index, m.output, user)
+            if meet is not None:
+                raise NoMatch(f"it is a part of a larger elementwise function: its output and "
+                              f"{node_label(index.nodes[user])}, which reads its intermediate {name}, meet again at "
+                              f"{node_label(index.nodes[meet])}")
             recomputed += 1
         m.duplicate.add(i)
         for source in index.nodes[i].input:
@@ -181,6 +187,27 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
     if m.expand and len(_broadcast_positions(index, m, root)) < 2 * len(m.expand):
         raise NoMatch("too few matched nodes after its inputs leave the graph to put the Expand of a broadcast "
                       "input in their place")
+
+
+def _meeting_point(index: GraphIndex, output: str, user: int, depth: int = 8) -> int | None:
+    """A node that reads, through at most `depth` elementwise nodes each, both `output` and the
+    output of node `user`: then the match is one piece of a function the graph finishes
+    elementwise (a near miss's two halves), not a value the rest of the graph reads on its own
+    (a forward loss beside its gradient, which ends in a reduction or a graph output)."""
+    root = index.producer[output]
+    ahead = _elementwise_cone(index, root, depth) - {root}
+    return next((i for i in sorted(_elementwise_cone(index, user, depth)) if i in ahead), None)
+
+
+def _elementwise_cone(index: GraphIndex, start: int, depth: int) -> set[int]:
+    """`start` and the elementwise nodes that read it through at most `depth` nodes."""
+    seen = {start}
+    frontier = [start]
+    for _ in range(depth):
+        frontier = [c for i in frontier for name in index.nodes[i].output for c in index.consumers.get(name, ())
+                    if c not in seen and index.nodes[c].op_type in ELEMENTWISE]
+        seen.update(frontier)
+    return seen
 
 
 def _same_shape_input(index: GraphIndex, m: Match, name: str) -> str | None:

@@ -15,7 +15,7 @@ class FuseAscendPass(FunctionalPass):
     The last report is kept on `self.report`, so pipelines can log why something did not fuse.
     """
 
-    def __init__(self, recompute_shared: bool = False, by_meaning: bool = True) -> None:
+    def __init__(self, recompute_shared: bool = True, by_meaning: bool = True) -> None:
         super().__init__()
         self.recompute_shared = recompute_shared  # see lowering.fuse
         self.by_meaning = by_meaning

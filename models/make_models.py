@@ -561,12 +561,11 @@ def sl1_cases(gen: torch.Generator) -> list[Case]:
     args = sl1_args("mean", f32, gen)
     c.append(Case(fx("nm_sl1_aten_shared_sub_dynopt.onnx"),
                   lambda go, p, t: (aten_sl1("mean", 0.5)(go, p, t), (p - t).abs().sum()), args,
-                  "dynamo-optimized", "near_miss", [],
-                  "Near miss: aten SmoothL1 backward plus a separate user term |p - t|.sum(); the optimizer's CSE "
-                  "merges the two Sub(p,t) and the two Abs, so both are consumed outside the backward "
-                  "(ReduceSum).", outputs=["grad", "l1"],
-                  not_fused=[sl1("grad", 0.5, "mean", "p", "t", "go",
-                                 reason="Sub(p,t) and Abs(Sub) are shared with the ReduceSum (CSE)")]))
+                  "dynamo-optimized", "smooth_l1_grad", [sl1("grad", 0.5, "mean", "p", "t", "go")],
+                  "aten SmoothL1 backward plus a separate user term |p - t|.sum(); the optimizer's CSE merges the "
+                  "two Sub(p,t) and the two Abs, so both are also read outside the backward (ReduceSum): they are "
+                  "computed again for it (recompute_shared, the default; a near miss without it, hence the name).",
+                  outputs=["grad", "l1"]))
     return c
 
 
@@ -749,13 +748,12 @@ def mixed_cases(gen: torch.Generator) -> list[Case]:
              "W and b pass through Identity (detach) before MatMul/Add; every prox update has its own Mul(lr,l1) "
              "and Add(Mul(lr,l2), Cast(1)).", outputs=["W_new", "b_new", "loss"]),
         Case(fx("mixed_box_head_step_with_loss_dynopt.onnx"), BoxHeadStep(return_loss=True), step_args(gen),
-             "dynamo-optimized", "mixed", step_attrs_opt[1:],
+             "dynamo-optimized", "mixed", [sl1("where_1", 0.5, "mean", "add", "target", 1.0), *step_attrs_opt[1:]],
              "Optimized, loss returned: CSE merges the forward's and the backward's Sub(add,target), Abs and "
-             "Less(Abs,0.5), so the SmoothL1 backward's intermediates feed the loss (Pow/ReduceMean) too and it "
-             "must NOT fuse; the two prox updates still fuse. " + step_notes,
-             outputs=["W_new", "b_new", "loss"],
-             not_fused=[sl1("where_1", 0.5, "mean", "add", "target", 1.0,
-                            reason="Sub, Abs and Less are shared with the forward loss (CSE)")]),
+             "Less(Abs,0.5), so the SmoothL1 backward's intermediates feed the loss (Pow/ReduceMean) too: the "
+             "backward fuses and they are computed again for the loss (recompute_shared, the default); the two "
+             "prox updates fuse as well. " + step_notes,
+             outputs=["W_new", "b_new", "loss"]),
         Case(fx("mixed_two_heads_dynopt.onnx"), TwoHeadStep(),
              {"x": randn(12, 6, gen=gen), "t1": randn(12, 4, gen=gen), "t2": randn(12, 3, gen=gen),
               "W1": randn(6, 4, scale=0.5, gen=gen), "b1": randn(4, scale=0.1, gen=gen),

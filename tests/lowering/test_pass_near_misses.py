@@ -68,11 +68,17 @@ def test_intermediate_graph_output_blocks_fusion() -> None:
     _assert_rejected(_sl1_graph(mutate), SL1, "is a graph output")
 
 
-def test_intermediate_with_outside_consumer_blocks_fusion() -> None:
+def test_intermediate_with_outside_consumer_blocks_fusion_without_recompute() -> None:
     def mutate(g, parts, stage):
         if stage == "post":
             g.output(g.op("Neg", parts["a"]))
-    _assert_rejected(_sl1_graph(mutate), SL1, "outside the match")
+    model = _sl1_graph(mutate)
+    _, report = lowering.fuse(model, recompute_shared=False)
+    assert not report.fusions
+    assert any("outside the match" in r.reason for r in report.rejections), report.summary()
+    # by default the intermediate is computed again for its outside reader
+    fused, report = _fuse(model)
+    assert report.counts() == {SL1: 1} and "--recompute-shared" in report.fusions[0].caveats[-1], report.summary()
 
 
 def test_overridable_beta_blocks_fusion() -> None:

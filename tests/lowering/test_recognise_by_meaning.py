@@ -216,25 +216,27 @@ def test_a_changed_branch_names_the_input_where_it_differs() -> None:
     assert "the graph gives" in reasons[0] and "the fused op" in reasons[0]
 
 
-def _jax_entries() -> list[dict]:
-    path = REPO / "tests" / "fixtures" / "jax" / "manifest.json"
-    return json.loads(path.read_text()) if path.exists() else []
+def _new_exporter_entries() -> list[dict]:
+    """The fixtures of the exporters taught by meaning (JAX, onnxruntime-training, Paddle)."""
+    out = []
+    for folder in ("jax", "ort_training", "paddle"):
+        path = REPO / "tests" / "fixtures" / folder / "manifest.json"
+        out += json.loads(path.read_text()) if path.exists() else []
+    return out
 
 
 # NaN in p gives 0 in these (the where's 0 branch) where the contract gives NaN: refused, as the
 # patterns refuse the same form
 _JAX_NAN_TO_ZERO = {"prox_const_where_f32.onnx", "prox_tensor_where_f32.onnx"}
-# the loss shares its intermediates with the gradient: fuses with recompute_shared
-_JAX_SHARED = {"sl1_where_mean_b05_value_and_grad_f32.onnx"}
 # grad_t = -grad_p reads the first instance's output: one fused node, and grad_t stays its Neg
 _JAX_ONE_OF_TWO = {"sl1_optax_huber_both_grads_sum_d1_f32.onnx"}
 
 
-@pytest.mark.parametrize("entry", _jax_entries(), ids=lambda e: Path(e["file"]).stem)
-def test_jax_fixture_fuses_as_its_manifest_says(entry: dict) -> None:
+@pytest.mark.parametrize("entry", _new_exporter_entries(), ids=lambda e: e["file"].split("/")[-2] + "/" + Path(e["file"]).stem)
+def test_new_exporter_fixture_fuses_as_its_manifest_says(entry: dict) -> None:
     name = Path(entry["file"]).name
     model = onnx.load(REPO / entry["file"])
-    fused, report = lowering.fuse(model, recompute_shared=name in _JAX_SHARED)
+    fused, report = lowering.fuse(model)
     want = {k: v for k, v in entry["expected"].items() if v}
     if name in _JAX_NAN_TO_ZERO:
         assert not report.fusions and report.rejections, report.summary()
