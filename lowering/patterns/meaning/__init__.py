@@ -21,12 +21,12 @@ from ...algebra import Algebra
 from ...graph import FLOAT_TYPES, GraphIndex, node_label
 from ..base import Match, NoMatch
 from . import proximal, smooth_l1
-from .hypothesis import Proposal, narrowest
+from .hypothesis import Counterexample, Proposal, narrowest
 from .proof import check
-from .region import KINKS, Region, RegionRefused, build, differences_behind, forward_cone
+from .region import KINKS, Region, RegionRefused, Walks, build, differences_behind, forward_cone
 
 SEED = 18  # probes are drawn from a fixed seed: the same model always gets the same verdict
-MAX_OUTPUTS = 16  # candidate outputs tried per difference
+MAX_OUTPUTS = 10  # candidate outputs tried per difference
 FAMILIES = {"smooth_l1_grad": smooth_l1.propose, "proximal_gd": proximal.propose}
 
 
@@ -75,7 +75,8 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
     best: Refusal | None = None
     tried = 0
     covers = {d}
-    cone = forward_cone(index, d, alg.taken | skip)
+    walks = Walks(alg, alg.taken | skip)
+    cone = forward_cone(index, d, walks.taken)
     must_hold = refused.intersection(cone)
     for out in cone:
         output = index.nodes[out].output[0]
@@ -86,15 +87,17 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
             break
         for family, tensors in _choices(alg, d):
             try:
-                region = build(alg, output, tensors, alg.taken | skip, open_scalars=family == "proximal_gd")
+                region = build(walks, output, tensors, open_scalars=family == "proximal_gd")
                 if family == "smooth_l1_grad" and len(region.scalars) + len(region.others) > 1:
-                    region = build(alg, output, tensors, alg.taken | skip, open_all=True)
+                    region = build(walks, output, tensors, open_all=True)
                 covers.update(region.nodes)
                 if not must_hold <= set(region.nodes):
                     continue
                 if not any(index.nodes[i].op_type in KINKS for i in region.nodes):
                     continue  # not piecewise: no fused op (a bare var - alpha * delta is plain SGD)
                 match, refusal = _decide(alg, family, region, out, closed, rng)
+            except Counterexample as exc:
+                match, refusal = None, Refusal(out, family, str(exc), (0, -out, 1 << 20))
             except (NoMatch, RegionRefused) as exc:
                 match, refusal = None, Refusal(out, family, str(exc), (1, -out, 0))
             if match is not None:

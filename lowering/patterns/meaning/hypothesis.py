@@ -14,6 +14,10 @@ from .proof import Contract, Probe, run_region
 from .region import Region
 
 
+class Counterexample(NoMatch):
+    """No attributes can make the fused op match: the message gives the input and the graph's value."""
+
+
 @dataclass
 class Proposal:
     op_type: str

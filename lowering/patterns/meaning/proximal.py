@@ -18,7 +18,7 @@ import onnx
 from ...fused_ops import PROXIMAL_GD, proximal_gd_reference, proximal_scalars
 from ...graph import DTYPE_NAMES, GraphIndex
 from ..base import NoMatch, is_single_element, require, same_shape, shapes_differ
-from .hypothesis import Proposal, evaluate, is_float_scalar, magnitudes, nudges, points, scalar_shape, tensor_type
+from .hypothesis import Counterexample, Proposal, evaluate, is_float_scalar, magnitudes, nudges, points, scalar_shape, tensor_type
 from .evaluate import Evaluator
 from .proof import Probe
 from .region import Region
@@ -105,8 +105,9 @@ def _infer(index: GraphIndex, region: Region, var: str, delta: str, draw: dict[s
     o = np.broadcast_to(evaluate(index, region, leaves), (5,))
     slope = (float(o[1]) - float(o[0])) / big
     if not np.isfinite(slope) or slope == 0:
-        raise NoMatch(f"gives {float(o[0]):.9g} and {float(o[1]):.9g} for var = {big:.9g} and {2 * big:.9g} (delta = 0): "
-                      "a proximal update grows with var")
+        raise Counterexample(f"differs from every ApplyProximalGradientDescent at var={big:.9g} and {2 * big:.9g}, "
+                             f"delta=0: the graph gives {float(o[0]):.9g} and {float(o[1]):.9g}, the fused op values "
+                             "that grow with var")
     k = 1.0 / slope
     near = 2 * abs(big - float(o[0]) * k) + 1.0  # above the threshold, and small enough that t = near - out*k is exact
     t = near - float(np.broadcast_to(evaluate(index, region, {**draw, var: np.array([near]), delta: np.zeros(1)}),

@@ -24,6 +24,7 @@ KINKS = frozenset({"Abs", "Sign", "Less", "Greater", "LessOrEqual", "GreaterOrEq
                    "Relu", "Shrink"})
 _NUMEL_OPS = frozenset({"Size", "ReduceProd", "Cast", "Mul", "Squeeze", "Reshape", "Gather"})
 MAX_NODES = 64  # the largest region evaluated; the spellings seen so far use under 30 nodes
+MAX_RUNTIME_LEAVES = 6  # dout, or alpha, l1, l2 and the values computed from them, with room to spare
 
 
 @dataclass
@@ -46,17 +47,41 @@ class RegionRefused(Exception):
     """The walk met something a region cannot hold; the message says what."""
 
 
-def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], open_scalars: bool = False,
+class Walks:
+    """What the walks of one difference's regions learn and share: which values depend on
+    which chosen tensors, which are constant-valued. Valid while alg.taken does not change."""
+
+    def __init__(self, alg: Algebra, taken: set[int]) -> None:
+        self.alg = alg
+        self.taken = taken
+        self._depends: dict[tuple[str, ...], _Dependence] = {}
+        self._constant: dict[str, _ConstantValued] = {}
+
+    def depends(self, tensors: tuple[str, ...]) -> "_Dependence":
+        found = self._depends.get(tensors)
+        if found is None:
+            found = self._depends[tensors] = _Dependence(self.alg.index, set(tensors), self.taken)
+        return found
+
+    def constant(self, like: str) -> "_ConstantValued":
+        found = self._constant.get(like)
+        if found is None:
+            found = self._constant[like] = _ConstantValued(self.alg, like, self.taken)
+        return found
+
+
+def build(walks: Walks, output: str, tensors: tuple[str, ...], open_scalars: bool = False,
           open_all: bool = False) -> Region:
     """The region computing `output` from `tensors` (see the module docstring). With
     `open_scalars`, one-element elementwise math that does not depend on the tensors is evaluated
     too (independent), down to the runtime scalars it reads: the proximal binding then finds
     alpha, l1 and l2 among them or the values computed from them. With `open_all`, every such
     elementwise value is: a cotangent read twice (-ct and ct * c) is then one leaf."""
+    alg, taken = walks.alg, walks.taken
     index = alg.index
     region = Region(output, [], tensors)
-    depends = _Dependence(index, set(tensors), taken)
-    constant_valued = _ConstantValued(alg, tensors[0], taken)
+    depends = walks.depends(tensors)
+    constant_valued = walks.constant(tensors[0])
     nodes: set[int] = set()
     seen: set[str] = set()
     stack = [output]
@@ -85,6 +110,8 @@ def build(alg: Algebra, output: str, tensors: tuple[str, ...], taken: set[int], 
                 continue
         if node is None or node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx"):
             (region.scalars if index.numel(value) == 1 else region.others).append(value)
+            if len(region.scalars) + len(region.others) > MAX_RUNTIME_LEAVES:
+                raise RegionRefused(f"reads more than {MAX_RUNTIME_LEAVES} runtime values")
             continue
         if value != output and not depends(value):
             if not open_all and not (open_scalars and index.numel(value) == 1) and not constant_valued(value):
@@ -164,7 +191,7 @@ class _Dependence:
         self.known: dict[str, bool] = dict.fromkeys(tensors, True)
         self.taken = taken
 
-    def __call__(self, value: str, budget: int = 4 * MAX_NODES) -> bool:
+    def __call__(self, value: str, budget: int = 16) -> bool:
         known = self.known
         if value in known:
             return known[value]
@@ -185,22 +212,33 @@ def is_difference(index: GraphIndex, i: int) -> bool:
     return all(index.const(v) is None and index.numel(v) != 1 for v in node.input)
 
 
-def differences_behind(index: GraphIndex, kink: int, taken: set[int], depth: int = 6) -> list[int]:
-    """The difference nodes a kink op reads through at most `depth` elementwise nodes."""
+_LOOKS_THROUGH = frozenset({"Abs", "Neg", "Cast", "Identity", "Mul", "Div", "Add", "Sub"})
+
+
+def differences_behind(index: GraphIndex, kink: int, taken: set[int], depth: int = 3) -> list[int]:
+    """The difference nodes a kink op reads over at most `depth` steps that keep it a function of
+    the difference alone: |x|, -x, a cast, x times, over, plus or minus one element (|x| - t,
+    x / beta). A kink over anything else is not one of the fused functions' breakpoints."""
     found: list[int] = []
     frontier, seen = [kink], {kink}
-    for _ in range(depth):
-        step = []
+    for step in range(depth):
+        after = []
         for i in frontier:
-            for name in index.nodes[i].input:
+            node = index.nodes[i]
+            # the kink op itself reads any of its inputs; the steps between read one tensor
+            reads = node.input if i == kink else [v for v in node.input if v and index.numel(v) != 1]
+            if i != kink and len(reads) != 1:
+                continue
+            for name in reads:
                 j = index.producer.get(name)
-                if j is None or j in seen or j in taken or index.nodes[j].op_type not in ELEMENTWISE:
+                if j is None or j in seen or j in taken:
                     continue
                 seen.add(j)
                 if is_difference(index, j):
                     found.append(j)
-                step.append(j)
-        frontier = step
+                elif index.nodes[j].op_type in _LOOKS_THROUGH and index.nodes[j].domain in ("", "ai.onnx"):
+                    after.append(j)
+        frontier = after
     return found
 
 

@@ -18,7 +18,7 @@ from ...fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
 from ...graph import GraphIndex
 from ..base import NoMatch, broadcasts_to, is_single_element, require, same_shape, shape_text, shapes_differ
 from ..smooth_l1_grad import split_reduction
-from .hypothesis import Proposal, evaluate, magnitudes, nudges, numel_leaves, points, scalar_shape, tensor_type
+from .hypothesis import Counterexample, Proposal, evaluate, magnitudes, nudges, numel_leaves, points, scalar_shape, tensor_type
 from .proof import Probe
 from .region import Region
 
@@ -92,8 +92,8 @@ def _plateau_and_sigma(index: GraphIndex, region: Region, predict: str, label: s
     v = np.broadcast_to(v, (_INFER_N,))
     c = float(v[0])
     if not np.isfinite(c) or c == 0:
-        raise NoMatch(f"gives {c:.9g} for predict - label = {big:.9g} with dout = 1, where every SmoothL1 gradient "
-                      "is a nonzero constant")
+        raise Counterexample(f"differs from every SmoothL1LossGradV2 at predict={big:.9g}, label=0, dout=1: the graph "
+                             f"gives {c:.9g}, the fused op a nonzero constant (scale * norm)")
     if abs(float(v[2]) - c) <= 1e-9 * abs(c):
         return c, 0.0
     rough = abs(c * _TINY / float(v[2])) if v[2] != 0 and np.isfinite(v[2]) else 1.0
