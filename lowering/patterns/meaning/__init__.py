@@ -76,7 +76,7 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
     tried = 0
     covers = {d}
     walks = Walks(alg, alg.taken | skip)
-    cone = forward_cone(index, d, walks.taken)
+    cone = forward_cone(walks, d)
     must_hold = refused.intersection(cone)
     for out in cone:
         output = index.nodes[out].output[0]

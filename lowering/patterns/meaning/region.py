@@ -242,19 +242,32 @@ def differences_behind(index: GraphIndex, kink: int, taken: set[int], depth: int
     return found
 
 
-def forward_cone(index: GraphIndex, start: int, taken: set[int], depth: int = 14, limit: int = 48) -> list[int]:
+def forward_cone(walks: Walks, start: int, depth: int = 14, limit: int = 48, foreign: int = 2) -> list[int]:
     """Elementwise nodes that read `start`'s output through at most `depth` elementwise nodes,
-    latest first: the candidate outputs of the regions around one difference."""
+    latest first: the candidate outputs of the regions around one difference. A node joins only
+    while the cone reads at most `foreign` tensors from outside (dout, a label broadcast): a
+    function of one difference reads few, and a graph of arbitrary elementwise math is cut short."""
+    index, taken = walks.alg.index, walks.taken
+    constant = walks.constant(index.nodes[start].input[0])
     seen = {start}
+    made = set(index.nodes[start].output)
+    outside: set[str] = set()
     frontier = [start]
     for _ in range(depth):
         step = []
         for i in frontier:
             for name in index.nodes[i].output:
                 for c in index.consumers.get(name, ()):
-                    if c in seen or c in taken or index.nodes[c].op_type not in ELEMENTWISE:
+                    node = index.nodes[c]
+                    if c in seen or c in taken or node.op_type not in ELEMENTWISE:
                         continue
+                    reads = {v for v in node.input if v and v not in made and index.numel(v) != 1
+                             and index.const(v) is None and not constant(v)}
+                    if len(outside | reads) > foreign:
+                        continue
+                    outside |= reads
                     seen.add(c)
+                    made.update(node.output)
                     step.append(c)
         frontier = step
         if len(seen) > limit:
