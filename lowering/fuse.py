@@ -329,8 +329,10 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     out.positions = [i for i in range(len(nodes)) if i not in gone or i in replacement]
     out.nodes = [replacement[i] if i in replacement else nodes[i] for i in out.positions]
     if renamed:
+        # every reader, a later fused node too: its input may be an intermediate an earlier
+        # fusion took and re-emitted under a new name
         for node in out.nodes:
-            if node.domain != DOMAIN and any(n in renamed for n in node.input):
+            if any(n in renamed for n in node.input):
                 node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
     return out
 
