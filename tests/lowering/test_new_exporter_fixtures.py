@@ -135,6 +135,15 @@ def shrink_without_sign(var: np.ndarray, alpha: np.ndarray, l1: np.ndarray, l2: 
     return np.maximum(np.abs(p) - a * s1, 0.0) / (1.0 + a * s2)
 
 
+def shrink_with_var_sign(var: np.ndarray, alpha: np.ndarray, l1: np.ndarray, l2: np.ndarray,
+                         delta: np.ndarray) -> np.ndarray:
+    """sign(var) * max(|p| - l1, 0) / l2 with p = var - alpha*delta (l1, l2 the folded threshold and
+    divisor): the shrunk magnitude carrying var's sign, not p's."""
+    a, threshold, divisor = (float(np.reshape(v, -1)[0]) for v in (alpha, l1, l2))
+    p = var - a * delta
+    return _sign(var) * np.maximum(np.abs(p) - threshold, 0.0) / divisor
+
+
 FORMULAS: dict[str, Callable[..., np.ndarray]] = {
     "l1_grad_sign_ge": l1_grad_sign_ge,
     "select_grad": select_grad,
@@ -143,6 +152,7 @@ FORMULAS: dict[str, Callable[..., np.ndarray]] = {
     "sgd": sgd,
     "l1_subgradient_step": l1_subgradient_step,
     "shrink_without_sign": shrink_without_sign,
+    "shrink_with_var_sign": shrink_with_var_sign,
 }
 
 
