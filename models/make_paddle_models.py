@@ -44,7 +44,12 @@ warnings.filterwarnings("ignore")
 import onnx  # noqa: E402
 import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
-from fixture_common import load_new_exporter_checker, ops_histogram, record_new_exporter_fixture  # noqa: E402
+from fixture_common import (  # noqa: E402
+    load_new_exporter_checker,
+    ops_histogram,
+    record_new_exporter_fixture,
+    remove_stale_fixtures,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path("tests/fixtures/paddle")
@@ -185,6 +190,17 @@ def hand_backward_where(p: paddle.Tensor, t: paddle.Tensor, dout: paddle.Tensor)
 def hand_backward_clip(p: paddle.Tensor, t: paddle.Tensor, dout: paddle.Tensor) -> paddle.Tensor:
     """The Huber backward by hand: clip(x, -2, 2) * dout."""
     return paddle.clip(p - t, -2.0, 2.0) * dout
+
+
+def scale_step(W: paddle.Tensor, b: paddle.Tensor, x: paddle.Tensor, t: paddle.Tensor, lr: paddle.Tensor,
+               l1: paddle.Tensor, l2: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+    """A training step of a per-feature scale and bias (x * W + b, W and b of shape [5]) with the
+    Huber loss, then the proximal update of both."""
+    W.stop_gradient = False
+    b.stop_gradient = False
+    gW, gb = paddle.grad(huber(0.5)(x * W + b, t).sum(), [W, b])
+    update = prox_tensor("maximum")
+    return update(W, gW, lr, l1, l2), update(b, gb, lr, l1, l2)
 
 
 # Proximal updates.
@@ -347,7 +363,13 @@ class Program5(Program):
         return self.fn(a, b, c, d, e)
 
 
-PROGRAMS = {2: Program2, 3: Program3, 5: Program5}
+class Program7(Program):
+    def forward(self, a: paddle.Tensor, b: paddle.Tensor, c: paddle.Tensor, d: paddle.Tensor, e: paddle.Tensor,
+                f: paddle.Tensor, g: paddle.Tensor) -> object:
+        return self.fn(a, b, c, d, e, f, g)
+
+
+PROGRAMS = {2: Program2, 3: Program3, 5: Program5, 7: Program7}
 
 
 _CONVERT = """
@@ -416,6 +438,10 @@ def exporter_limits() -> dict[str, list[str]]:
         ("sl1_huber_none_vjp_d2", "the same gradient with p, t, dout of shape [-1, 5] (the decomposition "
          "writes shape64, full_with_tensor, reduce_as), with prim",
          lambda: measured_limit(grad_vjp(huber(2.0)), {n: [None, 5] for n in ("p", "t", "dout")}, True)),
+        ("prox_tensor_maximum", "a training step x * W + b (W, b of shape [5], x [4, 5]) with the Huber loss's "
+         "paddle.grad and this update of W and b (the gradient through the broadcast), with prim",
+         lambda: measured_limit(scale_step, {"W": [5], "b": [5], "x": [4, 5], "t": [4, 5], "lr": [], "l1": [],
+                                             "l2": []}, True)),
         ("sl1_huber_mean_by_numel_d1", "paddle.grad of the Huber's .mean(), with prim",
          lambda: measured_limit(grad_mean(huber(1.0)), pt, True)),
     ]
@@ -465,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
     if limits:
         raise RuntimeError(f"exporter limits recorded for fixtures that were not generated: {sorted(limits)}")
     MANIFEST.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+    if not opts.only:
+        for name in remove_stale_fixtures(FIXTURES, {e["file"] for e in entries}):
+            print(f"removed {name}: no case writes it")
     width = max(len(r[0]) for r in rows)
     for name, size, hist in rows:
         print(f"{name:<{width}}  {size:>6}  {hist}")
