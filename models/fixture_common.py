@@ -136,3 +136,12 @@ def record_new_exporter_fixture(file: str, model: onnx.ModelProto, entry: dict, 
     for miss, row in zip(entry.get("near_misses", []), rows[len(entry["attrs"]):]):
         miss["differs_at"] = row["differs_at"]
     return entry
+
+
+def remove_stale_fixtures(folder: Path, kept: set[str]) -> list[str]:
+    """Deletes the .onnx files of `folder` (relative to the repository) that a full regeneration did
+    not write, so a renamed or dropped case leaves no file behind; returns their names."""
+    stale = sorted(p for p in (REPO / folder).glob("*.onnx") if str(p.relative_to(REPO)) not in kept)
+    for path in stale:
+        path.unlink()
+    return [p.name for p in stale]

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 import onnx
 import optax
-from fixture_common import load_new_exporter_checker, ops_histogram, record_new_exporter_fixture
+from fixture_common import (load_new_exporter_checker, ops_histogram, record_new_exporter_fixture,
+                            remove_stale_fixtures)
 from jax2onnx import to_onnx
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,17 +65,14 @@ class Case:
     family: str
     source: str
     notes: str
-    attrs: list[dict] = field(default_factory=list)
+    # the instances, or a function of the exported graph giving them (to name intermediates)
+    attrs: list[dict] | Callable[[onnx.ModelProto], list[dict]] = field(default_factory=list)
     near_misses: list[dict] = field(default_factory=list)
     dtype: str = "float32"
 
     @property
     def file(self) -> str:
         return str(FIXTURES / f"{self.name}.onnx")
-
-    @property
-    def expected(self) -> dict[str, int]:
-        return {op: sum(1 for a in self.attrs if a["op"] == op) for op in (SL1, PROX)}
 
 
 def sl1(sigma: float, reduction: str, dout: str | float = 1.0, scale: float = 1.0, output: str = "grad",
@@ -437,6 +435,53 @@ def prox_cases() -> list[Case]:
 
 # ----------------------------------------------------------------------------------------------
 
+def mixed_cases() -> list[Case]:
+    inputs = {"W": ((5,), "float32"), "b": ((5,), "float32"), "x": ((4, 5), "float32"), "t": ((4, 5), "float32"),
+              **{s: ((), "float32") for s in ("lr", "l1", "l2")}}
+    return [Case("mixed_scale_step_mean_b05_f32", scale_step, inputs, ["W_new", "b_new"], "mixed",
+                 "gW, gb = jax.grad(lambda W, b: jnp.mean(smooth_l1(x * W + b, t, 0.5)), argnums=(0, 1))(W, b); "
+                 "W_new, b_new = prox(W, gW), prox(b, gb) with p = v - lr*g, "
+                 "jnp.sign(p) * jnp.maximum(jnp.abs(p) - lr*l1, 0) / (1 + lr*l2)",
+                 "One training step of a per-feature scale and bias: the SmoothL1 gradient w.r.t. the prediction "
+                 "(an intermediate) feeds the Mul and ReduceSum of the weight and bias gradients, which feed two "
+                 "proximal updates sharing lr*l1 and lr*l2. Exporter limit measured: the same step with a matrix "
+                 "x @ W (x [4,3], W [3,5]) exports from jax2onnx 0.17.1 as a graph onnxruntime refuses: the "
+                 "weight gradient's Gemm(g, x) contracts axis 0 without transA ('Dimension mismatch in "
+                 "unification between 4 and 5').", scale_step_instances)]
+
+
+def scale_step(W: jax.Array, b: jax.Array, x: jax.Array, t: jax.Array, lr: jax.Array, l1: jax.Array,
+                l2: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def loss(W: jax.Array, b: jax.Array) -> jax.Array:
+        return jnp.mean(smooth_l1_where(0.5)(x * W + b, t))
+    gW, gb = jax.grad(loss, argnums=(0, 1))(W, b)
+    update = prox_tensor("maximum")
+    return update(W, gW, lr, l1, l2), update(b, gb, lr, l1, l2)
+
+
+def _input_beside(model: onnx.ModelProto, op_type: str, known: str) -> str:
+    """The other input of the last `op_type` node (in graph order) that reads `known` with one other input."""
+    *_, node = [n for n in model.graph.node if n.op_type == op_type and known in n.input and len(n.input) == 2]
+    return next(i for i in node.input if i != known)
+
+
+def scale_step_instances(model: onnx.ModelProto) -> list[dict]:
+    """The SmoothL1 gradient is the operand beside x of the backward's Mul (the weight gradient's
+    g * x before its ReduceSum, after the forward's x * W); the deltas are what lr multiplies
+    before each Sub from W and b."""
+    grad = _input_beside(model, "Mul", "x")
+    predict = _input_beside(model, "Sub", "t")
+    deltas = {}
+    for var in ("W", "b"):
+        scaled = _input_beside(model, "Sub", var)
+        producer = next(n for n in model.graph.node if scaled in n.output)
+        deltas[var] = next(i for i in producer.input if i != "lr")
+    return [sl1(0.5, "mean", output=grad, predict=predict),
+            *({"op": PROX, "scalar_form": "raw", "output": f"{var}_new",
+               "inputs": {"var": var, "alpha": "lr", "l1": "l1", "l2": "l2", "delta": deltas[var]}}
+              for var in ("W", "b"))]
+
+
 def export(case: Case) -> onnx.ModelProto:
     args = [jax.ShapeDtypeStruct(shape, JNP_DTYPES[dtype]) for shape, dtype in case.inputs.values()]
     return to_onnx(case.fn, args, model_name=case.name, input_names=list(case.inputs), output_names=case.outputs)
@@ -450,8 +495,10 @@ def entry_for(case: Case, model: onnx.ModelProto) -> dict:
         if name in SCALAR_RANGES:
             spec["range"] = list(SCALAR_RANGES[name])
         inputs[name] = spec
+    attrs = case.attrs(model) if callable(case.attrs) else case.attrs
+    expected = {op: sum(1 for a in attrs if a["op"] == op) for op in (SL1, PROX)}
     entry = {"exporter": "jax2onnx", "exporter_version": EXPORTER_VERSION, "opset": opset, "family": case.family,
-             "source": case.source, "expected": case.expected, "attrs": case.attrs, "dtype": case.dtype,
+             "source": case.source, "expected": expected, "attrs": attrs, "dtype": case.dtype,
              "dynamic": False, "inputs": inputs, "notes": case.notes}
     if case.near_misses:
         entry["near_misses"] = case.near_misses
@@ -467,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     checker = load_new_exporter_checker()
     old = {e["file"]: e for e in json.loads(MANIFEST.read_text(encoding="utf-8"))} if MANIFEST.exists() else {}
     entries, rows = [], []
-    for case in sl1_cases() + prox_cases():
+    for case in sl1_cases() + prox_cases() + mixed_cases():
         if opts.only not in case.name:
             if case.file in old:
                 entries.append(old[case.file])
@@ -479,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
         entries.append(entry)
         rows.append((case.name, entry["size_bytes"], ops_histogram(model)))
     MANIFEST.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+    if not opts.only:
+        for name in remove_stale_fixtures(FIXTURES, {e["file"] for e in entries}):
+            print(f"removed {name}: no case writes it")
     width = max(len(r[0]) for r in rows)
     for name, size, hist in rows:
         print(f"{name:<{width}}  {size:>6}  {hist}")

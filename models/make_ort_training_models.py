@@ -37,7 +37,8 @@ import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F
-from fixture_common import load_new_exporter_checker, ops_histogram, record_new_exporter_fixture
+from fixture_common import (load_new_exporter_checker, ops_histogram, record_new_exporter_fixture,
+                            remove_stale_fixtures)
 from onnxruntime.training import artifacts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +49,7 @@ SL1 = "SmoothL1LossGradV2"
 PROX = "ApplyProximalGradientDescent"
 SHAPE = (4, 5)
 OPSET = 18
+TORCHSCRIPT_OPSET = 17
 EXPORTER_VERSION = (f"onnxruntime-training {version('onnxruntime-training')}, torch {version('torch')} "
                     f"(torch.onnx.export dynamo, onnxscript {version('onnxscript')})")
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -56,7 +58,7 @@ TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 class Regression(torch.nn.Module):
     """A parameter `pred` (the model's output itself) or a linear layer x @ W^T + b, and a loss."""
 
-    def __init__(self, loss: Callable[..., torch.Tensor], linear: bool, dtype: str) -> None:
+    def __init__(self, loss: Callable[..., torch.Tensor] | None, linear: bool, dtype: str) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.loss = loss
@@ -66,14 +68,14 @@ class Regression(torch.nn.Module):
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         if self.linear is not None:
             x, *rest = inputs
-            return self.loss(self.linear(x), *rest)
+            return self.loss(self.linear(x), *rest) if self.loss else self.linear(x)
         return self.loss(self.pred, *inputs)
 
 
 @dataclass
 class Case:
     name: str
-    loss: Callable[..., torch.Tensor]
+    loss: Callable[..., torch.Tensor] | None  # None: the model outputs its prediction (see ort_loss)
     source: str
     notes: str
     family: str = "smooth_l1_grad"
@@ -84,6 +86,8 @@ class Case:
     weighted: bool = False         # loss(reduction="none") * w summed: dout is the input w
     near_miss: dict | None = None  # formula name and params of what the gradient computes instead
     dtype: str = "float32"
+    ort_loss: str | None = None    # an artifacts.LossType added by generate_artifacts to the model's output
+    torchscript: bool = False      # torch.onnx.export(dynamo=False) instead of the dynamo exporter
     inputs: dict[str, dict] = field(default_factory=dict)
 
     @property
@@ -145,6 +149,17 @@ def cases() -> list[Case]:
         Case("sl1_hand_where_mean_b05_f32", hand_sl1(0.5),
              "torch.where(|x| < 0.5, 0.5*x**2/0.5, |x| - 0.25).mean(), x = pred - target",
              "Written by hand in torch."),
+        Case("sl1_hand_where_mean_b05_ts_f32", hand_sl1(0.5),
+             "torch.where(|x| < 0.5, 0.5*x**2/0.5, |x| - 0.25).mean(), x = pred - target; TorchScript exporter",
+             "torch.onnx.export(dynamo=False, opset 17), the exporter older ORT-training examples use. Exporter "
+             "limit measured: F.smooth_l1_loss through the TorchScript exporter fails: "
+             "UnsupportedOperatorError (aten::smooth_l1_loss at opset 17).", torchscript=True),
+        Case("sl1_ort_l1loss_linear_f32", None,
+             "generate_artifacts(torch.nn.Linear(3, 5) exported, loss=artifacts.LossType.L1Loss): "
+             "mean(|pred - target|)",
+             "ORT's own L1Loss block; Abs's gradient is Sign(x) * dy, so the gradient is SmoothL1's with sigma 0 "
+             "exactly (sign(0) = 0). ORT names the target input 'target'.", sigma=0.0, linear=True,
+             ort_loss="L1Loss"),
         Case("nm_sl1_changed_constant_mean_f32", hand_sl1(0.5, divisor=0.4),
              "torch.where(|x| < 0.5, 0.5*x**2/0.4, |x| - 0.25).mean(), x = pred - target",
              "Near miss: the quadratic divides by 0.4, the branch switches at 0.5.", family="near_miss",
@@ -162,31 +177,64 @@ def cases() -> list[Case]:
 def forward_model(case: Case) -> onnx.ModelProto:
     module = Regression(case.loss, case.linear, case.dtype)
     dt = TORCH_DTYPES[case.dtype]
-    args = ([torch.zeros(SHAPE[0], 3, dtype=dt)] if case.linear else []) + [torch.zeros(SHAPE, dtype=dt)]
-    names = (["x"] if case.linear else []) + ["target"]
+    args = [torch.zeros(SHAPE[0], 3, dtype=dt)] if case.linear else []
+    names = ["x"] if case.linear else []
+    if not case.ort_loss:
+        args.append(torch.zeros(SHAPE, dtype=dt))
+        names.append("target")
     if case.weighted:
         args.append(torch.zeros(SHAPE, dtype=dt))
         names.append("w")
+    output = "pred" if case.ort_loss else "loss"
+    if case.torchscript:
+        buffer = io.BytesIO()
+        torch.onnx.export(module, tuple(args), buffer, input_names=names, output_names=[output], dynamo=False,
+                          opset_version=TORCHSCRIPT_OPSET, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+        return onnx.load_from_string(buffer.getvalue())
     with contextlib.redirect_stdout(io.StringIO()):
-        program = torch.onnx.export(module, tuple(args), input_names=names, output_names=["loss"], dynamo=True,
+        program = torch.onnx.export(module, tuple(args), input_names=names, output_names=[output], dynamo=True,
                                     opset_version=OPSET, verbose=False)
     return program.model_proto
 
 
 def training_graph(case: Case) -> tuple[onnx.ModelProto, list[str]]:
     forward = forward_model(case)
-    params = [i.name for i in forward.graph.initializer if i.name in ("pred", "linear.weight", "linear.bias")]
+    params = [i.name for i in forward.graph.initializer
+              if i.name in ("pred", "linear.weight", "linear.bias", "weight", "bias")]
+    loss = getattr(artifacts.LossType, case.ort_loss) if case.ort_loss else None
     with tempfile.TemporaryDirectory() as folder:
-        artifacts.generate_artifacts(forward, requires_grad=params, loss=None, optimizer=None,
+        artifacts.generate_artifacts(forward, requires_grad=params, loss=loss, optimizer=None,
                                      artifact_directory=folder)
         model = onnx.load(os.path.join(folder, "training_model.onnx"))
     return model, params
 
 
 def predict_value(model: onnx.ModelProto) -> str:
-    """The forward value the loss differences against the target (the linear layer's output or pred)."""
+    """The forward value the loss differences against the target (the linear layer's output or pred):
+    the other operand of the first Sub that reads the target, through the Identity nodes the
+    TorchScript export leaves on a parameter."""
     sub = next(n for n in model.graph.node if n.op_type == "Sub" and "target" in n.input)
-    return next(i for i in sub.input if i != "target")
+    value = next(i for i in sub.input if i != "target")
+    producer = {o: n for n in model.graph.node for o in n.output}
+    while value in producer and producer[value].op_type == "Identity":
+        value = producer[value].input[0]
+    return value
+
+
+def half_precision_limit(loss: Callable[..., torch.Tensor]) -> str:
+    """What generate_artifacts says to a model with a float16 parameter pred and target."""
+    forward = forward_model(Case("half", loss, "", "", dtype="float16"))
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            artifacts.generate_artifacts(forward, requires_grad=["pred"], loss=None, optimizer=None,
+                                         artifact_directory=folder)
+        except RuntimeError as exc:
+            # the message after ORT's status prefix, or after the C++ signature it starts with
+            line = str(exc).strip().splitlines()[-1]
+            line = line.split("FAIL : ", 1)[1] if "FAIL : " in line else line.rsplit(") ", 1)[-1]
+            return f"fails: {line[:200].rstrip('.')}"
+    return "succeeds"
 
 
 def entry_for(case: Case, model: onnx.ModelProto, params: list[str]) -> dict:
@@ -221,6 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     checker = load_new_exporter_checker()
+    limits = {"sl1_functional_mean_b05_f32": [
+        "Exporter limit measured: the same model with a float16 parameter and target (torch's decomposition "
+        "computes the loss in float32 and the dynamo exporter's optimizer folds Cast(pred) into a float32 "
+        f"constant): generate_artifacts(requires_grad=['pred']) {half_precision_limit(sl1_loss(0.5, 'mean'))}."],
+        "sl1_hand_where_mean_b05_f32": [
+            "Exporter limit measured: the same loss on float16 pred and target (computed in float16): "
+            f"generate_artifacts {half_precision_limit(hand_sl1(0.5))}."]} if not opts.only else {}
     old = {e["file"]: e for e in json.loads(MANIFEST.read_text(encoding="utf-8"))} if MANIFEST.exists() else {}
     entries, rows = [], []
     for case in cases():
@@ -229,12 +284,19 @@ def main(argv: list[str] | None = None) -> int:
                 entries.append(old[case.file])
             continue
         model, params = training_graph(case)
-        entry = record_new_exporter_fixture(case.file, model, entry_for(case, model, params), checker)
+        entry = entry_for(case, model, params)
+        entry["notes"] = " ".join([entry["notes"], *limits.pop(case.name, [])])
+        entry = record_new_exporter_fixture(case.file, model, entry, checker)
         if case.file in old and "fused_today" in old[case.file]:
             entry["fused_today"] = old[case.file]["fused_today"]
         entries.append(entry)
         rows.append((case.name, entry["size_bytes"], ops_histogram(model)))
+    if limits:
+        raise RuntimeError(f"exporter limits recorded for fixtures that were not generated: {sorted(limits)}")
     MANIFEST.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+    if not opts.only:
+        for name in remove_stale_fixtures(FIXTURES, {e["file"] for e in entries}):
+            print(f"removed {name}: no case writes it")
     width = max(len(r[0]) for r in rows)
     for name, size, hist in rows:
         print(f"{name:<{width}}  {size:>6}  {hist}")

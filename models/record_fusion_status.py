@@ -1,7 +1,7 @@
 """Record what the pass of this checkout makes of the new exporters' fixtures (tests/fixtures/{jax,
 ort_training,paddle}/): each manifest entry gets "fused_today" (the fusion counts by default and
 with recompute_shared, whether they equal the manifest's ground truth, and the near-match reasons),
-and docs/new_exporter_fixtures.md gets the table of all of them.
+and docs/new_exporter_fusion_status.md gets the table of all of them.
 
 The counts are lowering.fuse()'s, which `lower` prints; a fixture is "ok" when the counts equal its
 "expected" (zero for a near miss). Rerun after changing the pass.
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "lowering"))
 from fixture_manifests import NEW_EXPORTER_MANIFESTS  # noqa: E402
 
-TABLE = REPO / "docs" / "new_exporter_fixtures.md"
+TABLE = REPO / "docs" / "new_exporter_fusion_status.md"
 MAX_REASONS = 3
 
 

@@ -15,7 +15,8 @@ must equal a float64 numpy reference of its ground truth within the CANN precisi
   must differ from it on the probe inputs (the first such input is recorded in "differs_at"),
   unless it is a near miss by rule, not by value ("same_values_but" says which rule: plain SGD is
   the update with l1 = l2 = 0, which DESIGN section 2 keeps unfused);
-- "nan_outputs": whether a NaN in predict (var) comes out as NaN, as measured at generation time.
+- "nan_outputs": whether a NaN in predict (var), where that is a graph input, comes out as NaN, as
+  measured at generation time (the contracts say it does; an autodiff graph may say otherwise).
 
 A checked output may be an intermediate (onnxruntime-training's gradient feeds an in-place
 accumulator and is no graph output). The training graphs' two training-only ops, which CI's
@@ -135,6 +136,15 @@ def shrink_without_sign(var: np.ndarray, alpha: np.ndarray, l1: np.ndarray, l2: 
     return np.maximum(np.abs(p) - a * s1, 0.0) / (1.0 + a * s2)
 
 
+def shrink_with_var_sign(var: np.ndarray, alpha: np.ndarray, l1: np.ndarray, l2: np.ndarray,
+                         delta: np.ndarray) -> np.ndarray:
+    """sign(var) * max(|p| - l1, 0) / l2 with p = var - alpha*delta (l1, l2 the folded threshold and
+    divisor): the shrunk magnitude carrying var's sign, not p's."""
+    a, threshold, divisor = (float(np.reshape(v, -1)[0]) for v in (alpha, l1, l2))
+    p = var - a * delta
+    return _sign(var) * np.maximum(np.abs(p) - threshold, 0.0) / divisor
+
+
 FORMULAS: dict[str, Callable[..., np.ndarray]] = {
     "l1_grad_sign_ge": l1_grad_sign_ge,
     "select_grad": select_grad,
@@ -143,6 +153,7 @@ FORMULAS: dict[str, Callable[..., np.ndarray]] = {
     "sgd": sgd,
     "l1_subgradient_step": l1_subgradient_step,
     "shrink_without_sign": shrink_without_sign,
+    "shrink_with_var_sign": shrink_with_var_sign,
 }
 
 
@@ -348,9 +359,12 @@ def check_new_entry(entry: Mapping, root: Path = REPO, seed: int | None = None) 
 
 
 def nan_outputs(entry: Mapping, model: onnx.ModelProto) -> dict[str, bool]:
-    """For each checked output, whether a NaN placed in predict (var) comes out as NaN."""
+    """For each checked output whose predict (var) is a graph input, whether a NaN placed there
+    comes out as NaN at the same element."""
     seed = entry_seed(entry)
-    outputs = _checked_outputs(entry)
+    read = [(i["output"], i) for i in entry["attrs"]] + [(m["output"], m["resembles"]) for m in entry.get("near_misses", [])]
+    outputs = [o for o, inst in read
+               if inst["inputs"]["predict" if inst["op"] == SMOOTH_L1_GRAD else "var"] in entry["inputs"]]
     values = run_model(model, make_feeds(entry, np.random.default_rng(seed), nan=True), outputs, entry["dtype"])
     return {o: bool(np.isnan(np.asarray(values[o], np.float64).reshape(-1)[0])) for o in outputs}
 
@@ -377,3 +391,28 @@ def test_every_new_exporter_fixture_is_listed_once() -> None:
 def test_fixture_computes_its_ground_truth(entry: dict) -> None:
     rows = check_new_entry(entry)
     assert len(rows) == len(entry["attrs"]) + len(entry.get("near_misses", []))
+
+
+def _perturbed(entry: dict) -> list[tuple[str, dict]]:
+    """Copies of the entry whose ground truth is off by a little: each must fail the check."""
+    out = []
+    for k, inst in enumerate(entry["attrs"]):
+        keys = ["sigma", "scale"] if inst["op"] == SMOOTH_L1_GRAD else []
+        keys += [key for key in ("alpha", "l1", "l2") if isinstance(inst["inputs"].get(key), float)]
+        for key in keys:
+            bad = json.loads(json.dumps(entry))
+            target = bad["attrs"][k] if key in inst else bad["attrs"][k]["inputs"]
+            if target[key] == 0:
+                continue
+            target[key] *= 1.1
+            out.append((f"{inst['output']}.{key}", bad))
+    return out
+
+
+_PERTURBED = [(f"{Path(e['file']).stem}:{what}", bad) for e in _ENTRIES for what, bad in _perturbed(e)]
+
+
+@pytest.mark.parametrize("bad", [b for _, b in _PERTURBED], ids=[i for i, _ in _PERTURBED])
+def test_check_refuses_a_ground_truth_off_by_ten_percent(bad: dict) -> None:
+    with pytest.raises(AssertionError, match="is not"):
+        check_new_entry(bad)
