@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...algebra import Algebra
-from ...graph import GraphIndex
+from ...graph import GraphIndex, attr
 from ..base import fill, within_shape
 from .evaluate import ELEMENTWISE
 
@@ -103,7 +103,8 @@ def build(walks: Walks, output: str, tensors: tuple[str, ...], open_scalars: boo
                 (region.boundary if numel[0] in tensors or not depends(numel[0]) else region.side).update(numel[1])
                 continue
         if node is not None and node.op_type in ("ConstantOfShape", "Expand"):
-            filled = fill(alg, value, tensors[0]) or _expanded_constant(index, i, tensors[0])
+            filled = fill(alg, value, tensors[0]) or _expanded_constant(index, i, tensors[0]) \
+                or _fill_shaped_like(alg, i, depends)
             if filled is not None:
                 region.constants[value] = np.asarray(filled[0], np.float64)
                 region.boundary |= filled[1]
@@ -137,6 +138,21 @@ def _uniform(index: GraphIndex, const: np.ndarray, name: str, like: str) -> np.n
             return flat[0].reshape(())
         raise RegionRefused(f"reads the constant {name} of shape {list(const.shape)}, which may broadcast the result")
     raise RegionRefused(f"reads the constant tensor {name} of {const.size} different elements")
+
+
+def _fill_shaped_like(alg: Algebra, i: int, depends: "_Dependence") -> tuple[float, set[int]] | None:
+    """fill's (v, nodes) for a fill of Shape(u) where u is computed from the chosen tensors: u's
+    shape is part of the region's own, so the fill cannot broadcast the result any further."""
+    index = alg.index
+    shape = alg.producer(index.nodes[i].input[-1], "Shape")
+    if shape is None or attr(shape[1], "start") or attr(shape[1], "end") is not None \
+            or not depends(shape[1].input[0]):
+        return None
+    node = index.nodes[i]
+    if node.op_type == "ConstantOfShape":
+        return fill(alg, node.output[0])
+    value = index.const(node.input[0])
+    return None if value is None or value.size != 1 else (float(value.reshape(-1)[0]), {i, shape[0]})
 
 
 def _expanded_constant(index: GraphIndex, i: int, like: str) -> tuple[float, set[int]] | None:

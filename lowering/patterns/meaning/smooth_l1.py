@@ -19,6 +19,7 @@ from ...graph import GraphIndex
 from ..base import NoMatch, broadcasts_to, is_single_element, require, same_shape, shape_text, shapes_differ
 from ..smooth_l1_grad import split_reduction
 from .hypothesis import Counterexample, Proposal, evaluate, magnitudes, nudges, numel_leaves, points, scalar_shape, tensor_type
+from .evaluate import ELEMENTWISE
 from .proof import Probe
 from .region import Region
 
@@ -50,8 +51,11 @@ def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str
                 f"divides by the element count of {source}, which is not predict's")
     mags = magnitudes(region)
     c, sigma = _plateau_and_sigma(index, region, predict, label, dout, mags)
-    # a bare sign(a - b) is a part of some function (a sign the graph reuses), not a gradient to fuse
-    require(sigma > 0 or dout is not None, "computes sign(predict - label) alone, with no dout")
+    # a bare sign(a - b) that more elementwise math reads is a part of some other function, not a
+    # gradient to fuse (an L1 loss's gradient with dout folded to 1 ends there)
+    require(sigma > 0 or dout is not None or not any(index.nodes[c].op_type in ELEMENTWISE
+                                                     for c in index.consumers.get(region.output, ())),
+            "computes sign(predict - label) alone, with no dout, and more elementwise math reads it")
     runtime_mean = bool(region.numels)
     if runtime_mean:
         reduction, scale, norm = "mean", c * _INFER_N, None
