@@ -3,6 +3,7 @@ and the helpers both families use to infer attributes and build probe points."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,7 @@ class Proposal:
     inputs: list[Input]  # in lowering.fused_ops.OP_SPECS order
     roles: dict[str, str]  # leaf -> the name counterexamples give it (predict, dout, alpha, ...)
     contract: Contract
-    probes: list[Probe]
+    probes: Iterable[Probe]  # drawn lazily: a wrong hypothesis usually fails on the first
     dtype: int  # the fused node's tensor type
     expand: dict[int, int] = field(default_factory=dict)
     caveats: list[str] = field(default_factory=list)

@@ -12,6 +12,8 @@ or t / alpha and (k - 1) / alpha ("raw"). Every runtime leaf must get a role.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import onnx
 
@@ -60,12 +62,14 @@ def propose(index: GraphIndex, region: Region, rng: np.random.Generator) -> list
     for v, role in ((alpha, "alpha"), (l1, "l1"), (l2, "l2")):
         if isinstance(v, str):
             roles.setdefault(v, role)
-    probes = []
-    for draw in draws:
-        a = float(value(alpha, draw).reshape(-1)[0])
-        t, _ = proximal_scalars(a, float(value(l1, draw).reshape(-1)[0]), float(value(l2, draw).reshape(-1)[0]), form)
-        probes.append(_probe(region, var, delta, a, t, mags, draw, rng))
-    return [Proposal(PROXIMAL_GD, attrs, [var, alpha, l1, l2, delta], roles, contract, probes, dtype)]
+    def probes() -> Iterator[Probe]:
+        for draw in draws:
+            a = float(value(alpha, draw).reshape(-1)[0])
+            t, _ = proximal_scalars(a, float(value(l1, draw).reshape(-1)[0]), float(value(l2, draw).reshape(-1)[0]),
+                                    form)
+            yield _probe(region, var, delta, a, t, mags, draw, rng)
+
+    return [Proposal(PROXIMAL_GD, attrs, [var, alpha, l1, l2, delta], roles, contract, probes(), dtype)]
 
 
 def _draws(index: GraphIndex, scalars: list[str], rng: np.random.Generator) -> list[dict[str, np.ndarray]]:

@@ -10,6 +10,8 @@ it computes is a "mean" whose scale is c * n.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -113,9 +115,8 @@ def _plateau_and_sigma(index: GraphIndex, region: Region, predict: str, label: s
 
 
 def _probes(index: GraphIndex, region: Region, predict: str, label: str, dout: str | None, sigma: float,
-            mags: list[float], rng: np.random.Generator) -> list[Probe]:
+            mags: list[float], rng: np.random.Generator) -> Iterator[Probe]:
     scalar_douts = [1.0, -0.75, 2.5, 0.0]
-    probes = []
     for k, d in enumerate(scalar_douts):
         xs = points(rng, [sigma], mags, extra=3 * k)
         n = len(xs)
@@ -138,8 +139,7 @@ def _probes(index: GraphIndex, region: Region, predict: str, label: str, dout: s
                 leaves[dout] = np.full(scalar_shape(index, dout), d)
             else:
                 leaves[dout] = rng.uniform(0.25, 4, n) * rng.choice([-1.0, 1.0], n)
-        probes.append(Probe({**region.constants, **leaves}))
-    return probes
+        yield Probe({**region.constants, **leaves})
 
 
 def _one(dtype: int) -> np.ndarray:
