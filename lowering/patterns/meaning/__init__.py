@@ -23,9 +23,9 @@ from ..base import Match, NoMatch
 from . import proximal, smooth_l1
 from .hypothesis import Counterexample, Proposal, narrowest
 from .proof import check
-from .region import KINKS, Region, RegionRefused, Walks, build, differences_behind, forward_cone
+from .region import KINKS, Either, Region, RegionRefused, Walks, build, differences_behind, forward_cone
 
-SEED = 18  # probes are drawn from a fixed seed: the same model always gets the same verdict
+SEED = 18  # probes are drawn from this seed and the difference's position: the same region, the same verdict
 MAX_OUTPUTS = 10  # candidate outputs tried per difference
 FAMILIES = {"smooth_l1_grad": smooth_l1.propose, "proximal_gd": proximal.propose}
 
@@ -49,7 +49,6 @@ def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None],
     difference that did not fuse. A region around a node a pattern `refused` must hold that node:
     a part of a function the patterns refused is not fused on its own."""
     index = alg.index
-    rng = np.random.default_rng(SEED)
     differences: dict[int, None] = {}
     for op in sorted(KINKS):
         for i in index.by_op.get(op, ()):
@@ -60,7 +59,7 @@ def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None],
     for d in sorted(differences, reverse=True):
         if d in alg.taken:
             continue
-        found, refusal = _around(alg, d, skip, closed, rng, refused)
+        found, refusal = _around(alg, d, skip, closed, np.random.default_rng([SEED, d]), refused)
         if found is not None:
             matches.append(found)
             alg.taken |= found.interior
@@ -75,7 +74,7 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
     best: Refusal | None = None
     tried = 0
     covers = {d}
-    walks = Walks(alg, alg.taken | skip)
+    walks = Walks(alg, Either(alg.taken, skip))  # a view: a union would copy every taken node per difference
     cone = forward_cone(walks, d)
     must_hold = refused.intersection(cone)
     for out in cone:

@@ -47,11 +47,21 @@ class RegionRefused(Exception):
     """The walk met something a region cannot hold; the message says what."""
 
 
+class Either:
+    """Membership in either of two sets, without building their union."""
+
+    def __init__(self, a: set[int], b: set[int]) -> None:
+        self.a, self.b = a, b
+
+    def __contains__(self, i: object) -> bool:
+        return i in self.a or i in self.b
+
+
 class Walks:
     """What the walks of one difference's regions learn and share: which values depend on
     which chosen tensors, which are constant-valued. Valid while alg.taken does not change."""
 
-    def __init__(self, alg: Algebra, taken: set[int]) -> None:
+    def __init__(self, alg: Algebra, taken: "set[int] | Either") -> None:
         self.alg = alg
         self.taken = taken
         self._depends: dict[tuple[str, ...], _Dependence] = {}
@@ -175,7 +185,7 @@ def _expanded_constant(index: GraphIndex, i: int, like: str) -> tuple[float, set
 class _ConstantValued:
     """Whether a value is computed by elementwise nodes from constants and uniform fills alone."""
 
-    def __init__(self, alg: Algebra, like: str, taken: set[int]) -> None:
+    def __init__(self, alg: Algebra, like: str, taken: "set[int] | Either") -> None:
         self.alg = alg
         self.like = like
         self.taken = taken
@@ -202,7 +212,7 @@ class _ConstantValued:
 class _Dependence:
     """Whether a value is computed, through elementwise nodes, from one of the chosen tensors."""
 
-    def __init__(self, index: GraphIndex, tensors: set[str], taken: set[int]) -> None:
+    def __init__(self, index: GraphIndex, tensors: set[str], taken: "set[int] | Either") -> None:
         self.index = index
         self.known: dict[str, bool] = dict.fromkeys(tensors, True)
         self.taken = taken
