@@ -114,8 +114,9 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
             alg, dead, lambda m: _check_closed(index, alg, m, stats.cse_shared, recompute_shared), explained_at)
         matches.extend(found)
         # a region a pattern already gave its reason for keeps that reason alone
-        rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]), nodes[r.anchor].op_type,
-                                             r.reason)) for r in refusals if not r.covers & explained_at)
+        rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]),
+                                             nodes[r.anchor].op_type, r.reason))
+                        for r in refusals if not r.covers & explained_at)
     # a refusal by one pattern at a node another pattern then fused is no near miss
     report.rejections = [r for i, r in rejected if i not in alg.taken]
     if not matches:

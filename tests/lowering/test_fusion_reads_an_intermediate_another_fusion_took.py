@@ -27,7 +27,8 @@ def _sl1_and_a_prox_of_its_difference() -> onnx.ModelProto:
         h.make_node("Mul", ["dout", "s"], ["gs"]), h.make_node("Where", ["lt", "lin", "gs"], ["grad"]),
         h.make_node("Mul", ["lr", "delta"], ["step"]), h.make_node("Sub", ["x", "step"], ["q"]),
         h.make_node("Abs", ["q"], ["aq"]), h.make_node("Sub", ["aq", "t"], ["d"]), h.make_node("Relu", ["d"], ["m"]),
-        h.make_node("Sign", ["q"], ["sq"]), h.make_node("Mul", ["sq", "m"], ["sm"]), h.make_node("Div", ["sm", "k"], ["out"]),
+        h.make_node("Sign", ["q"], ["sq"]), h.make_node("Mul", ["sq", "m"], ["sm"]),
+        h.make_node("Div", ["sm", "k"], ["out"]),
     ]
     consts = [numpy_helper.from_array(np.array(v, np.float32), n)
               for n, v in (("beta", 0.5), ("lr", 0.125), ("t", 0.0625), ("k", 1.03125))]

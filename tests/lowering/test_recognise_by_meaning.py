@@ -237,7 +237,8 @@ _ROUNDED_AT_THE_KINK = {"prox_tensor_maximum_dynamic.onnx"}
 _JAX_ONE_OF_TWO = {"sl1_optax_huber_both_grads_sum_d1_f32.onnx"}
 
 
-@pytest.mark.parametrize("entry", _new_exporter_entries(), ids=lambda e: e["file"].split("/")[-2] + "/" + Path(e["file"]).stem)
+@pytest.mark.parametrize("entry", _new_exporter_entries(),
+                         ids=lambda e: e["file"].split("/")[-2] + "/" + Path(e["file"]).stem)
 def test_new_exporter_fixture_fuses_as_its_manifest_says(entry: dict) -> None:
     name = Path(entry["file"]).name
     model = onnx.load(REPO / entry["file"])

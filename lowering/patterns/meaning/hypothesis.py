@@ -50,7 +50,8 @@ def numel_leaves(index: GraphIndex, region: Region, n: int) -> dict[str, np.ndar
     out = {}
     for name in region.numels:
         t = index.elem_type(name)
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t) if t is not None and t != onnx.TensorProto.BFLOAT16 else np.float32
+        known = t is not None and t != onnx.TensorProto.BFLOAT16
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t) if known else np.float32
         out[name] = np.asarray(n, dtype)
     return out
 
@@ -101,9 +102,9 @@ def points(rng: np.random.Generator, breaks: list[float], constants: list[float]
     edges = [0.0] + b
     pts: list[float] = [0.0, -0.0, np.inf, -np.inf, np.nan]
     for x in b:
-        x32 = float(np.float32(x))
-        pts += [x, np.nextafter(x, 0), np.nextafter(x, np.inf), x32,
-                float(np.nextafter(np.float32(x32), np.float32(0))), float(np.nextafter(np.float32(x32), np.float32(np.inf)))]
+        x32 = np.float32(x)
+        pts += [x, np.nextafter(x, 0), np.nextafter(x, np.inf), float(x32),
+                float(np.nextafter(x32, np.float32(0))), float(np.nextafter(x32, np.float32(np.inf)))]
     for lo, hi in zip(edges, edges[1:] + [max(edges[-1], 1.0) * 8]):
         pts += list(rng.uniform(lo, hi, 6))
     top = max(edges[-1], 1.0)

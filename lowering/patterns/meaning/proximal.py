@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-import onnx
 
 from ...fused_ops import PROXIMAL_GD, proximal_gd_reference, proximal_scalars
 from ...graph import DTYPE_NAMES, GraphIndex
-from ..base import NoMatch, is_single_element, require, same_shape, shapes_differ
-from .hypothesis import Counterexample, Proposal, evaluate, is_float_scalar, magnitudes, nudges, points, scalar_shape, tensor_type
+from ..base import NoMatch, require, same_shape, shapes_differ
 from .evaluate import Evaluator
+from .hypothesis import (Counterexample, Proposal, evaluate, is_float_scalar,
+                         magnitudes, nudges, points, scalar_shape, tensor_type)
 from .proof import Probe
 from .region import Region
 

@@ -18,10 +18,11 @@ import onnx
 
 from ...fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
 from ...graph import GraphIndex
-from ..base import NoMatch, broadcasts_to, is_single_element, require, same_shape, shape_text, shapes_differ
+from ..base import broadcasts_to, is_single_element, require, same_shape, shape_text, shapes_differ
 from ..smooth_l1_grad import split_reduction
-from .hypothesis import Counterexample, Proposal, evaluate, magnitudes, nudges, numel_leaves, points, scalar_shape, tensor_type
 from .evaluate import ELEMENTWISE
+from .hypothesis import (Counterexample, Proposal, evaluate, magnitudes,
+                         nudges, numel_leaves, points, scalar_shape, tensor_type)
 from .proof import Probe
 from .region import Region
 
