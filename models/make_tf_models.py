@@ -598,11 +598,10 @@ def prox_cases() -> list[Case]:
         + SELECT_NOTE)
 
     inst = raw_prox()
-    add("nm_prox_tensor_maximum_f32_dynamic_op13.onnx", prox_update(scalars="tensor"), 13, None,
-        "Near miss: TensorSpec([None, 16]) for var and delta: tf2onnx names the unknown dims on their own "
-        "(unk__N, unk__M), so var - lr*delta may broadcast; the fused op needs one shape. Nodes as in "
-        "prox_tensor_maximum_f32_op13 (with one dim name the pass fuses it).", scalars="tensor", dynamic=True,
-        not_fused=[{**inst, "reason": "batch dims of var and delta are independent unknowns"}])
+    add("nm_prox_tensor_maximum_f32_dynamic_op13.onnx", prox_update(scalars="tensor"), 13, inst,
+        "TensorSpec([None, 16]) for var and delta: tf2onnx names the unknown dims on their own (unk__N, "
+        "unk__M); the recogniser fuses it with an Expand of each to the other's shape before the fused node "
+        "(the patterns refuse it with a hint to fix the dims, hence the name).", scalars="tensor", dynamic=True)
     add("nm_sgd_const_f32_op13.onnx", sgd_update, 13, None, "Near miss: plain SGD Sub(var, Mul(0.1, delta)).")
     c.append(Case("nm_sgd_tensor_f32_op13.onnx", sgd_update,
                   [*prox_signature(), tf.TensorSpec([], tf.float32, name="lr")], 13, "near_miss", [],

@@ -55,7 +55,8 @@ class Verdict:
     caveats: list[str] = field(default_factory=list)
 
 
-Contract = Callable[[dict[str, np.ndarray]], np.ndarray]  # leaf values (float64) -> the fused op's output
+# (leaf values in float64, whether to compute as the kernel does, in float32) -> the fused op's output
+Contract = Callable[[dict[str, np.ndarray], bool], np.ndarray]
 
 
 def fmt(v: float) -> str:
@@ -83,7 +84,7 @@ def check(index: GraphIndex, region: Region, probes: Iterable[Probe], contract: 
             # the contract reads what the region computed for a leaf it also computes (a threshold
             # lr * l1 rounded as the graph rounds it)
             wide_leaves = {k: _to64(values[k]) for k in leaves}
-            want = contract(wide_leaves)
+            want = contract(wide_leaves, not wide)
             if not wide:
                 with np.errstate(over="ignore"):
                     want = _to64(want.astype(np.float32).astype(np_type(dtype)))  # float32 compute, one rounding
@@ -151,7 +152,9 @@ def _differ(got: np.ndarray, want: np.ndarray, leaves: dict[str, np.ndarray], te
     through because a tensor input is infinite and the graph gives NaN there."""
     nan_g, nan_w = np.isnan(got), np.isnan(want)
     with np.errstate(all="ignore"):
-        close = (got == want) | (np.abs(got - want) <= rtol * np.maximum(np.abs(got), np.abs(want)))
+        # an infinite value equals only itself (inf <= rtol * inf would pass anything)
+        close = (got == want) | (np.isfinite(got) & np.isfinite(want)
+                                 & (np.abs(got - want) <= rtol * np.maximum(np.abs(got), np.abs(want))))
     same = (nan_g & nan_w) | (~nan_g & ~nan_w & close)
     infinite = np.zeros(got.shape, bool)
     for name in tensors:

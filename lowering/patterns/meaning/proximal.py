@@ -18,7 +18,7 @@ import numpy as np
 
 from ...fused_ops import PROXIMAL_GD, proximal_gd_reference, proximal_scalars
 from ...graph import DTYPE_NAMES, GraphIndex
-from ..base import NoMatch, require, same_shape, shapes_differ
+from ..base import NoMatch, require, same_shape, shape_text, shapes_differ
 from .evaluate import Evaluator
 from .hypothesis import (Counterexample, Proposal, evaluate, is_float_scalar,
                          magnitudes, nudges, points, scalar_shape, tensor_type)
@@ -33,7 +33,7 @@ def propose(index: GraphIndex, region: Region, rng: np.random.Generator) -> list
     require(not region.others, f"reads runtime tensors besides var and delta ({', '.join(sorted(region.others))})")
     require(not region.numels, "divides by an element count, which no proximal update does")
     dtype = tensor_type(index, region, [var, delta], "var and delta")
-    require(same_shape(index, var, delta), shapes_differ(index, var, delta, "var and delta"))
+    expand = {} if same_shape(index, var, delta) else _expand_both(index, var, delta)
     for s in region.scalars:
         require(is_float_scalar(index, s, dtype), f"the scalar {s} is neither float32 nor {DTYPE_NAMES[dtype]}")
     # alpha, l1 and l2 are runtime scalars the region reads, or one-element values it computes from them
@@ -54,7 +54,10 @@ def propose(index: GraphIndex, region: Region, rng: np.random.Generator) -> list
     def value(v, leaves):
         return leaves[v] if isinstance(v, str) else np.asarray(v, np.float64)
 
-    def contract(leaves: dict[str, np.ndarray]) -> np.ndarray:
+    def contract(leaves: dict[str, np.ndarray], in_float32: bool = False) -> np.ndarray:
+        if in_float32:  # |p| - t cancels at the threshold: there only the kernel's own rounding compares
+            return _in_float32(leaves[var], value(alpha, leaves), value(l1, leaves), value(l2, leaves), leaves[delta],
+                               form, shrink_max)
         return proximal_gd_reference(leaves[var], value(alpha, leaves), value(l1, leaves), value(l2, leaves),
                                      leaves[delta], form, shrink_max)
 
@@ -69,7 +72,43 @@ def propose(index: GraphIndex, region: Region, rng: np.random.Generator) -> list
                                     form)
             yield _probe(region, var, delta, a, t, mags, draw, rng)
 
-    return [Proposal(PROXIMAL_GD, attrs, [var, alpha, l1, l2, delta], roles, contract, probes(), dtype)]
+    caveats = [f"{shape_text(index, var)} and {shape_text(index, delta)} are each expanded to the other's shape "
+               "before the fused node (dims named apart, one shape at run time)"] if expand else []
+    return [Proposal(PROXIMAL_GD, attrs, [var, alpha, l1, l2, delta], roles, contract, probes(), dtype,
+                     expand=expand, caveats=caveats)]
+
+
+def _in_float32(var: np.ndarray, alpha: np.ndarray, l1: np.ndarray, l2: np.ndarray, delta: np.ndarray, form: str,
+                shrink_max: float) -> np.ndarray:
+    """The contract computed as the kernel computes it: float32 throughout (fused_ops)."""
+    f = np.float32
+    a, s1, s2 = (f(np.asarray(v).reshape(-1)[0]) for v in (alpha, l1, l2))
+    with np.errstate(all="ignore"):
+        if form == "raw":
+            t, k = a * s1, f(1) + a * s2
+        elif form == "folded":
+            t, k = s1, s2
+        else:
+            t, k = s1, f(1) / s2
+        p = np.asarray(var, f) - a * np.asarray(delta, f)
+        shrunk = np.minimum(np.maximum(np.abs(p) - t, f(0)), f(shrink_max))
+        shrunk = np.where(np.isnan(p), p, shrunk)
+        out = np.where(np.isnan(p), p, np.sign(p)) * shrunk / k
+    return out.astype(np.float64)
+
+
+def _expand_both(index: GraphIndex, var: str, delta: str) -> dict[int, int]:
+    """{var: delta, delta: var} when var and delta have one rank and no two dims known to differ
+    (tf2onnx names every dynamic dim apart, unk__6 and unk__7): an Expand of each to the other's
+    shape gives both the shape the graph's own broadcast gives, which the kernel needs; NoMatch
+    otherwise."""
+    tv, td = index.type_of(var), index.type_of(delta)
+    comparable = tv is not None and td is not None and tv.shape is not None and td.shape is not None \
+        and len(tv.shape) == len(td.shape)
+    require(comparable and all(a == b or not (isinstance(a, int) and isinstance(b, int))
+                               for a, b in zip(tv.shape, td.shape)),
+            shapes_differ(index, var, delta, "var and delta"))
+    return {0: 4, 4: 0}
 
 
 def _draws(index: GraphIndex, scalars: list[str], rng: np.random.Generator) -> list[dict[str, np.ndarray]]:

@@ -70,7 +70,9 @@ def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str
     scale = float(np.float32(scale))
     attrs = {"sigma": sigma, "reduction": reduction, "scale": scale}
 
-    def contract(leaves: dict[str, np.ndarray]) -> np.ndarray:
+    def contract(leaves: dict[str, np.ndarray], in_float32: bool = False) -> np.ndarray:
+        # float64 either way: no piece of it cancels at the kink, so the kernel's float32 differs
+        # from it by a relative rounding only
         p = leaves[predict]
         d = leaves[dout] if dout else np.float64(1.0)
         factor = scale * (1.0 / p.size if norm is None else norm)
