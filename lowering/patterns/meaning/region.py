@@ -210,24 +210,33 @@ class _ConstantValued:
 
 
 class _Dependence:
-    """Whether a value is computed, through elementwise nodes, from one of the chosen tensors."""
+    """Whether a value is computed, through elementwise nodes, from one of the chosen tensors: the
+    values reached forward from them, 16 nodes deep and at most 3 * MAX_NODES nodes (a value past
+    that counts as independent, a leaf the proof draws freely, which is sound)."""
 
     def __init__(self, index: GraphIndex, tensors: set[str], taken: "set[int] | Either") -> None:
-        self.index = index
-        self.known: dict[str, bool] = dict.fromkeys(tensors, True)
-        self.taken = taken
+        reached = set(tensors)
+        frontier = list(tensors)
+        visited = 0
+        for _ in range(16):
+            after = []
+            for name in frontier:
+                for c in index.consumers.get(name, ()):
+                    node = index.nodes[c]
+                    if c in taken or (node.op_type not in ELEMENTWISE and node.op_type not in _NUMEL_OPS):
+                        continue
+                    for out in node.output:
+                        if out not in reached:
+                            reached.add(out)
+                            after.append(out)
+                    visited += 1
+            frontier = after
+            if visited > 3 * MAX_NODES:
+                break
+        self.reached = reached
 
-    def __call__(self, value: str, budget: int = 16) -> bool:
-        known = self.known
-        if value in known:
-            return known[value]
-        i = self.index.producer.get(value)
-        node = None if i is None or i in self.taken else self.index.nodes[i]
-        result = False
-        if node is not None and budget > 0 and (node.op_type in ELEMENTWISE or node.op_type in _NUMEL_OPS):
-            result = any(self(v, budget - 1) for v in node.input if v)
-        known[value] = result
-        return result
+    def __call__(self, value: str) -> bool:
+        return value in self.reached
 
 
 def is_difference(index: GraphIndex, i: int) -> bool:
