@@ -366,11 +366,23 @@ def _broadcast_inputs(index: GraphIndex, m: Match, root: int, node_name: str, in
         for at, proto in zip((shape_at, expand_at), nodes):
             out.replacement[at] = Node(proto, proto.name, proto.op_type, "", tuple(proto.input), tuple(proto.output))
             out.renamed_at[proto.output[0]] = at
-        vt = index.type_of(input_names[like])
-        dims = None if vt is None or vt.shape is None else list(vt.shape)
+        dims = _broadcast_dims(index, input_names[like], input_names[k] if m.expand.get(like) == k else None)
         out.value_info.append(helper.make_tensor_value_info(expanded, index.elem_type(input_names[k]), dims))
         inputs[k] = expanded
     return inputs
+
+
+def _broadcast_dims(index: GraphIndex, like: str, other: str | None) -> list | None:
+    """The dims of a value expanded to `like`'s shape. When `other` is expanded to it in turn (two
+    inputs whose dims an exporter named apart), both get the shape of their broadcast: a dim they
+    name differently gets one new name for the two, so the kernel sees one shape."""
+    vt = index.type_of(like)
+    dims = None if vt is None or vt.shape is None else list(vt.shape)
+    ot = None if other is None else index.type_of(other)
+    if dims is None or ot is None or ot.shape is None or len(ot.shape) != len(dims):
+        return dims
+    return [a if a == b else "_or_".join(sorted((a, b))) if isinstance(a, str) and isinstance(b, str) else None
+            for a, b in zip(dims, ot.shape)]
 
 
 def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, fused: list[Node], typed: set[str]) -> None:

@@ -280,3 +280,22 @@ def test_a_runtime_loss_weight_is_dout_to_the_recogniser() -> None:
     feeds["t"].reshape(-1)[:3] = [0.0, 0.0, 0.0]
     for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
         assert_same(before, after)
+
+
+def test_var_and_delta_with_dims_named_apart_lower_and_verify(tmp_path: Path, capsys) -> None:
+    # tf2onnx's [unk__0, 16] and [unk__1, 16]: each is expanded to the other's shape, which the
+    # kernel then sees as one shape; lower builds it and --verify runs it against the graph
+    from lowering.cli import main
+
+    model = REPO / "tests/fixtures/tf2onnx/nm_prox_tensor_maximum_f32_dynamic_op13.onnx"
+    code = main([str(model), "--target", "ascend950", "-o", str(tmp_path), "--verify",
+                 "--shape", "var=7,16", "--shape", "delta=7,16"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "PASS: 2 of 2 comparisons" in out
+    fused = onnx.load(str(tmp_path / f"{model.stem}.fused.onnx"))
+    expands = [n for n in fused.graph.node if n.op_type == "Expand"]
+    assert len(expands) == 2
+    typed = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+             for vi in fused.graph.value_info}
+    assert typed[expands[0].output[0]] == typed[expands[1].output[0]] == ["unk__0_or_unk__1", 16]
