@@ -161,6 +161,15 @@ def grad_sum(loss: Callable, numel_mean: bool = False) -> Callable:
     return fn
 
 
+def value_and_grad_sum(loss: Callable) -> Callable:
+    """The summed loss and its gradient: the forward's x and |x| are read by both."""
+    def fn(p: paddle.Tensor, t: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        p.stop_gradient = False
+        total = loss(p, t).sum()
+        return total, paddle.grad(total, p)[0]
+    return fn
+
+
 def grad_mean(loss: Callable) -> Callable:
     def fn(p: paddle.Tensor, t: paddle.Tensor) -> paddle.Tensor:
         p.stop_gradient = False
@@ -264,6 +273,10 @@ def sl1_cases() -> list[Case]:
         Case("sl1_huber_none_vjp_d2", grad_vjp(huber(2.0)), ptd, "smooth_l1_grad",
              "paddle.grad(paddle.where(|x| < 2, 0.5*x**2, 2*|x| - 2), p, grad_outputs=dout), x = p - t",
              "Unreduced loss pulled back with dout: scale 2.", [sl1(2.0, "none", "dout", scale=2.0)]),
+        Case("sl1_huber_value_and_grad_sum_d1", value_and_grad_sum(huber(1.0)), pt, "smooth_l1_grad",
+             "total = paddle.where(|x| < 1, 0.5*x**2, |x| - 0.5).sum(); return total, paddle.grad(total, p)",
+             "The forward loss (fetch_name_0) and the gradient (fetch_name_1) share x = p - t and |x|.",
+             [sl1(1.0, "sum", output="fetch_name_1")]),
         Case("sl1_torchstyle_sum_b05", grad_sum(smooth_l1(0.5)), pt, "smooth_l1_grad",
              "paddle.grad(paddle.where(|x| < 0.5, 0.5*x**2/0.5, |x| - 0.25).sum(), p): F.smooth_l1_loss(is_huber=False)",
              "PyTorch's SmoothL1 definition in paddle ops.", [sl1(0.5, "sum")]),
