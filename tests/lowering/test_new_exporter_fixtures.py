@@ -15,8 +15,9 @@ must equal a float64 numpy reference of its ground truth within the CANN precisi
   must differ from it on the probe inputs (the first such input is recorded in "differs_at"),
   unless it is a near miss by rule, not by value ("same_values_but" says which rule: plain SGD is
   the update with l1 = l2 = 0, which DESIGN section 2 keeps unfused);
-- "nan_outputs": whether a NaN in predict (var), where that is a graph input, comes out as NaN, as
-  measured at generation time (the contracts say it does; an autodiff graph may say otherwise).
+- "nonfinite_outputs": for a NaN and a +inf in predict (var), where that is a graph input, the class
+  of the output element there ("nan", "+inf", "-inf", "finite") in the graph and in the contract of
+  the instance (resembled), as measured at generation time: an autodiff graph may disagree.
 
 A checked output may be an intermediate (onnxruntime-training's gradient feeds an in-place
 accumulator and is no graph output). The training graphs' two training-only ops, which CI's
@@ -187,11 +188,14 @@ def _instances(entry: Mapping) -> list[Mapping]:
     return [*entry["attrs"], *(m["resembles"] for m in entry.get("near_misses", []))]
 
 
-def make_feeds(entry: Mapping, rng: np.random.Generator, nan: bool = False) -> dict[str, np.ndarray]:
-    """Random inputs of the manifest's shapes ("value": that value, "range": uniform, else normal times
-    "scale"), with the
-    edge values placed where a fused instance reads graph inputs directly; `nan` puts a NaN into
-    the first element of every predict and var instead."""
+# the graph inputs that edge values go into, where an instance reads both directly
+_PLACED = {SMOOTH_L1_GRAD: ("predict", "label"), PROXIMAL_GD: ("var", "delta")}
+
+
+def make_feeds(entry: Mapping, rng: np.random.Generator, special: float | None = None) -> dict[str, np.ndarray]:
+    """Random inputs of the manifest's shapes ("value": that value, "range": uniform, else normal
+    times "scale"), with the edge values placed where a fused instance reads graph inputs directly;
+    `special` (NaN, inf) goes into the first element of every such predict and var instead."""
     feeds = {}
     for name, spec in entry["inputs"].items():
         shape = tuple(spec["shape"])
@@ -203,12 +207,11 @@ def make_feeds(entry: Mapping, rng: np.random.Generator, nan: bool = False) -> d
             values = rng.standard_normal(shape) * spec.get("scale", 1.0)
         feeds[name] = np.asarray(values).astype(NP_DTYPES[spec["dtype"]])
     for inst in _instances(entry):
-        first, second = ("predict", "label") if inst["op"] == SMOOTH_L1_GRAD else ("var", "delta")
-        a, b = inst["inputs"][first], inst["inputs"][second]
-        if not (isinstance(a, str) and isinstance(b, str) and a in feeds and b in feeds):
+        a, b = (inst["inputs"][k] for k in _PLACED[inst["op"]])
+        if not (a in feeds and b in feeds):
             continue
-        if nan:
-            feeds[a].reshape(-1)[0] = np.nan
+        if special is not None:
+            feeds[a].reshape(-1)[0] = special
         elif inst["op"] == SMOOTH_L1_GRAD:
             # (predict, label) pairs whose difference is exactly 0, -0 or +-sigma in the input dtype
             s = float(feeds[a].dtype.type(inst["sigma"]))
@@ -350,23 +353,39 @@ def check_new_entry(entry: Mapping, root: Path = REPO, seed: int | None = None) 
             assert row["differs_at"] is None, f"{where}: near miss {miss['output']} by rule differs in value"
         else:
             assert row["differs_at"], f"{where}: near miss {miss['output']} equals the {miss['resembles']['op']} it resembles"
-    nan_values = run_model(model, make_feeds(entry, np.random.default_rng(seed), nan=True), _checked_outputs(entry),
-                           entry["dtype"])
-    for output, propagates in entry.get("nan_outputs", {}).items():
-        got = bool(np.isnan(np.asarray(nan_values[output], np.float64).reshape(-1)[0]))
-        assert got == propagates, f"{where}: NaN in gives NaN out at {output}: {got}, manifest says {propagates}"
+    recorded = entry.get("nonfinite_outputs", {})
+    measured = nonfinite_outputs(entry, model)
+    assert recorded == measured, f"{where}: non-finite inputs give {measured}, the manifest says {recorded}"
     return rows
 
 
-def nan_outputs(entry: Mapping, model: onnx.ModelProto) -> dict[str, bool]:
-    """For each checked output whose predict (var) is a graph input, whether a NaN placed there
-    comes out as NaN at the same element."""
-    seed = entry_seed(entry)
+SPECIAL_VALUES = {"nan": float("nan"), "inf": float("inf")}
+
+
+def _value_class(value: float) -> str:
+    if np.isnan(value):
+        return "nan"
+    if np.isinf(value):
+        return "+inf" if value > 0 else "-inf"
+    return "finite"
+
+
+def nonfinite_outputs(entry: Mapping, model: onnx.ModelProto) -> dict[str, dict[str, dict[str, str]]]:
+    """For NaN and +inf placed in predict (var), where that is a graph input: the class of each
+    checked output's element there, in the graph and in the contract of its instance."""
     read = [(i["output"], i) for i in entry["attrs"]] + [(m["output"], m["resembles"]) for m in entry.get("near_misses", [])]
-    outputs = [o for o, inst in read
-               if inst["inputs"]["predict" if inst["op"] == SMOOTH_L1_GRAD else "var"] in entry["inputs"]]
-    values = run_model(model, make_feeds(entry, np.random.default_rng(seed), nan=True), outputs, entry["dtype"])
-    return {o: bool(np.isnan(np.asarray(values[o], np.float64).reshape(-1)[0])) for o in outputs}
+    read = [(o, inst) for o, inst in read if all(inst["inputs"][k] in entry["inputs"] for k in _PLACED[inst["op"]])]
+    if not read:
+        return {}
+    result = {}
+    for name, special in SPECIAL_VALUES.items():
+        feeds = make_feeds(entry, np.random.default_rng(entry_seed(entry)), special)
+        values = {**feeds, **run_model(model, feeds, _fetched(entry), entry["dtype"])}
+        with np.errstate(invalid="ignore", over="ignore"):
+            result[name] = {o: {"graph": _value_class(float(np.asarray(values[o], np.float64).reshape(-1)[0])),
+                                "contract": _value_class(float(np.asarray(instance_reference(inst, values)).reshape(-1)[0]))}
+                            for o, inst in read}
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
