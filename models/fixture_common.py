@@ -1,6 +1,6 @@
 """What the fixture generators (make_models.py for PyTorch, make_tf_models.py for tf2onnx,
 make_converted_models.py for onnxconverter-common, make_jax_models.py, make_ort_training_models.py
-and make_paddle_models.py for the exporters of tests/lowering/test_new_exporter_fixtures.py) share,
+and make_paddle_models.py for the exporters of tests/lowering/new_exporter_check.py) share,
 needing neither torch nor TensorFlow: the test suite's check of one manifest entry (they apply the
 very check the tests apply), and the manifest's text forms of a graph."""
 
@@ -37,9 +37,9 @@ def load_checker() -> Callable[..., list[dict]]:
 
 
 def load_new_exporter_checker() -> ModuleType:
-    """tests/lowering/test_new_exporter_fixtures.py, whose check_new_entry() and nonfinite_outputs() the
+    """tests/lowering/new_exporter_check.py, whose check_new_entry() and nonfinite_outputs() the
     generators of the new exporters' fixtures apply right after export."""
-    return _load_test_module("test_new_exporter_fixtures.py")
+    return _load_test_module("new_exporter_check.py")
 
 
 def record(file: str, model: onnx.ModelProto, make_entry: Callable[[onnx.ModelProto], dict],

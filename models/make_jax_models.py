@@ -7,13 +7,12 @@ jnp.abs, jnp.minimum, jnp.clip, or optax.huber_loss) and the proximal gradient d
 compute something else. The manifest records, for each fixture, the ground truth: the fused-op
 instances it holds with their parameters ("attrs"), or the formula a near miss computes and the
 instance it resembles ("near_misses"). Each fixture is checked right after export with
-check_new_entry() of tests/lowering/test_new_exporter_fixtures.py.
+check_new_entry() of tests/lowering/new_exporter_check.py.
 
-Needs jax[cpu], jax2onnx, optax, onnx, onnxruntime, ml_dtypes and pytest (the checker module
-imports it); the project is imported from this checkout, not installed. CI has none of them, so
-the .onnx files and the manifest are committed.
+Needs jax[cpu], jax2onnx, optax, onnx, onnxruntime and ml_dtypes; the project is imported from
+this checkout, not installed. CI has none of them, so the .onnx files and the manifest are committed.
 Usage (in a separate environment: python -m venv /tmp/venv-jax && /tmp/venv-jax/bin/pip install
-"jax[cpu]" jax2onnx optax onnxruntime ml_dtypes pytest): /tmp/venv-jax/bin/python models/make_jax_models.py
+"jax[cpu]" jax2onnx optax onnxruntime ml_dtypes): /tmp/venv-jax/bin/python models/make_jax_models.py
 """
 
 from __future__ import annotations

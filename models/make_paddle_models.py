@@ -9,17 +9,17 @@ PyLayer's backward would be); and the proximal update in paddle ops, F.softshrin
 misses look alike and compute something else. paddle2onnx aborts the process on an operator it
 cannot convert, so each conversion runs in a child process, and the paths that fail are recorded
 in the notes of the fixture that works around them. Each fixture is checked right after export
-with check_new_entry() of tests/lowering/test_new_exporter_fixtures.py.
+with check_new_entry() of tests/lowering/new_exporter_check.py.
 
 Paddle's F.smooth_l1_loss(input, label, delta=d) is the Huber loss by default (is_huber=True:
 0.5 x^2 inside |x| < d, d |x| - 0.5 d^2 outside), whose gradient is d * SmoothL1'(sigma=d); with
 is_huber=False it is PyTorch's SmoothL1 with beta = d.
 
 Needs paddlepaddle (3.3.1), paddle2onnx (2.1.0) with polygraphy, onnx_graphsurgeon and sympy (its
-default constant folding), onnxruntime, ml_dtypes and pytest; the project is imported from this
+default constant folding), onnxruntime and ml_dtypes; the project is imported from this
 checkout, not installed.
 Usage (in a separate environment: python -m venv /tmp/venv-paddle && /tmp/venv-paddle/bin/pip install
-paddlepaddle paddle2onnx onnx_graphsurgeon sympy onnxruntime ml_dtypes pytest):
+paddlepaddle paddle2onnx onnx_graphsurgeon sympy onnxruntime ml_dtypes):
 /tmp/venv-paddle/bin/python models/make_paddle_models.py
 """
 
