@@ -384,6 +384,11 @@ def sl1_cases() -> list[Case]:
              ["grad"], "smooth_l1_grad",
              "jax.vjp(lambda q: jnp.where(|q-t| < 1, 0.5*(q-t)**2, |q-t| - 0.5), p)[1](dout) on float16",
              "Computed in float16 throughout; beta 1.", [sl1(1.0, "none", "dout")], dtype="float16"),
+        Case("sl1_where_mean_b05_row_target_f32", grad_of(smooth_l1_where(0.5), "mean"),
+             {"p": (SL1_SHAPE, "float32"), "t": ((SL1_SHAPE[1],), "float32")}, ["grad"], "smooth_l1_grad",
+             "jax.grad(mean(jnp.where(|x| < 0.5, 0.5*x**2/0.5, |x| - 0.25)))(p), x = p - t, t of shape [5]",
+             "The label broadcasts along the rows (one target per feature); the mean is over predict's 20.",
+             [sl1(0.5, "mean")]),
         Case("sl1_optax_huber_mean_d1_op17_f32", grad_of(optax_huber(1.0), "mean"), sl1_inputs(), ["grad"],
              "smooth_l1_grad", "jax.grad(lambda p, t: jnp.mean(optax.huber_loss(p, t, delta=1.0)))(p, t), "
              "to_onnx(..., opset=17)", "As sl1_optax_huber_mean_d1_f32 at opset 17.", [sl1(1.0, "mean")],
