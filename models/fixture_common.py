@@ -1,6 +1,6 @@
 """What the fixture generators (make_models.py for PyTorch, make_tf_models.py for tf2onnx,
 make_converted_models.py for onnxconverter-common, make_jax_models.py, make_ort_training_models.py
-and make_paddle_models.py for the exporters of tests/lowering/test_new_exporter_fixtures.py) share,
+and make_paddle_models.py for the exporters of tests/lowering/new_exporter_check.py) share,
 needing neither torch nor TensorFlow: the test suite's check of one manifest entry (they apply the
 very check the tests apply), and the manifest's text forms of a graph."""
 
@@ -37,9 +37,9 @@ def load_checker() -> Callable[..., list[dict]]:
 
 
 def load_new_exporter_checker() -> ModuleType:
-    """tests/lowering/test_new_exporter_fixtures.py, whose check_new_entry() and nan_outputs() the
+    """tests/lowering/new_exporter_check.py, whose check_new_entry() and nonfinite_outputs() the
     generators of the new exporters' fixtures apply right after export."""
-    return _load_test_module("test_new_exporter_fixtures.py")
+    return _load_test_module("new_exporter_check.py")
 
 
 def record(file: str, model: onnx.ModelProto, make_entry: Callable[[onnx.ModelProto], dict],
@@ -124,14 +124,14 @@ def ops_histogram(model: onnx.ModelProto) -> str:
 
 
 def record_new_exporter_fixture(file: str, model: onnx.ModelProto, entry: dict, checker: ModuleType) -> dict:
-    """Writes one fixture of a new exporter and completes its manifest entry (form, size, the NaN
-    behaviour and, for each near miss, where it differs from the function it resembles), then
+    """Writes one fixture of a new exporter and completes its manifest entry (form, size, what NaN and
+    inf inputs give and, for each near miss, where it differs from the function it resembles), then
     checks the entry as tests/lowering/test_new_exporter_fixtures.py does."""
     out = REPO / file
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, out)
     entry = {"file": file, **entry, "form": render_form(model), "size_bytes": out.stat().st_size}
-    entry["nan_outputs"] = checker.nan_outputs(entry, model)
+    entry["nonfinite_outputs"] = checker.nonfinite_outputs(entry, model)
     rows = checker.check_new_entry(entry, REPO)
     for miss, row in zip(entry.get("near_misses", []), rows[len(entry["attrs"]):]):
         miss["differs_at"] = row["differs_at"]

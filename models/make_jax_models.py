@@ -7,13 +7,12 @@ jnp.abs, jnp.minimum, jnp.clip, or optax.huber_loss) and the proximal gradient d
 compute something else. The manifest records, for each fixture, the ground truth: the fused-op
 instances it holds with their parameters ("attrs"), or the formula a near miss computes and the
 instance it resembles ("near_misses"). Each fixture is checked right after export with
-check_new_entry() of tests/lowering/test_new_exporter_fixtures.py.
+check_new_entry() of tests/lowering/new_exporter_check.py.
 
-Needs jax[cpu], jax2onnx, optax, onnx, onnxruntime, ml_dtypes and pytest (the checker module
-imports it); the project is imported from this checkout, not installed. CI has none of them, so
-the .onnx files and the manifest are committed.
+Needs jax[cpu], jax2onnx, optax, onnx, onnxruntime and ml_dtypes; the project is imported from
+this checkout, not installed. CI has none of them, so the .onnx files and the manifest are committed.
 Usage (in a separate environment: python -m venv /tmp/venv-jax && /tmp/venv-jax/bin/pip install
-"jax[cpu]" jax2onnx optax onnxruntime ml_dtypes pytest): /tmp/venv-jax/bin/python models/make_jax_models.py
+"jax[cpu]" jax2onnx optax onnxruntime ml_dtypes): /tmp/venv-jax/bin/python models/make_jax_models.py
 """
 
 from __future__ import annotations
@@ -69,6 +68,7 @@ class Case:
     attrs: list[dict] | Callable[[onnx.ModelProto], list[dict]] = field(default_factory=list)
     near_misses: list[dict] = field(default_factory=list)
     dtype: str = "float32"
+    opset: int | None = None  # None: jax2onnx's default
 
     @property
     def file(self) -> str:
@@ -151,6 +151,33 @@ def huber_maximum(delta: float) -> Callable[[jax.Array, jax.Array], jax.Array]:
 def optax_huber(delta: float) -> Callable[[jax.Array, jax.Array], jax.Array]:
     def loss(p: jax.Array, t: jax.Array) -> jax.Array:
         return optax.huber_loss(p, t, delta=delta)
+    return loss
+
+
+def huber_relu(delta: float) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """0.5 x^2 - 0.5 relu(|x| - delta)^2 with jax.nn.relu."""
+    def loss(p: jax.Array, t: jax.Array) -> jax.Array:
+        x = p - t
+        over = jax.nn.relu(jnp.abs(x) - delta)
+        return 0.5 * x * x - 0.5 * over * over
+    return loss
+
+
+def custom_vjp_smooth_l1(beta: float) -> Callable[[jax.Array, jax.Array], jax.Array]:
+    """SmoothL1 with a hand-written backward through jax.custom_vjp, as users write it to control
+    the gradient: where(|x| < beta, x / beta, sign(x)) * g."""
+    @jax.custom_vjp
+    def loss(p: jax.Array, t: jax.Array) -> jax.Array:
+        return smooth_l1_where(beta)(p, t)
+
+    def forward(p: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return loss(p, t), p - t
+
+    def backward(x: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array]:
+        dp = jnp.where(jnp.abs(x) < beta, x / beta, jnp.sign(x)) * g
+        return dp, -dp
+
+    loss.defvjp(forward, backward)
     return loss
 
 
@@ -344,6 +371,29 @@ def sl1_cases() -> list[Case]:
     # SmoothL1 built with jnp.clip: exact at x = +beta, but at x = -beta the two tie-split
     # derivatives (clip's and |x - c|'s at 0, which JAX takes as +1) give 0, not -1.
     clip_inst = sl1(0.5, "sum")
+    c += [
+        Case("sl1_huber_relu_sum_d05_f32", grad_of(huber_relu(0.5), "sum"), sl1_inputs(), ["grad"], "smooth_l1_grad",
+             "jax.grad(sum(0.5*x**2 - 0.5*jax.nn.relu(|x| - 0.5)**2))(p), x = p - t",
+             "Huber delta 0.5 with the overshoot through jax.nn.relu: scale 0.5.", [sl1(0.5, "sum", scale=0.5)]),
+        Case("sl1_custom_vjp_mean_b05_f32", grad_of(custom_vjp_smooth_l1(0.5), "mean"), sl1_inputs(), ["grad"],
+             "smooth_l1_grad", "jax.grad(mean(f(p, t)))(p), f a jax.custom_vjp whose backward is "
+             "jnp.where(|x| < 0.5, x / 0.5, jnp.sign(x)) * g",
+             "The backward as written by hand in a custom_vjp; g is the mean's cotangent 1/numel, broadcast.",
+             [sl1(0.5, "mean")]),
+        Case("sl1_where_none_b1_vjp_f16", vjp_of(smooth_l1_where(1.0), "none"), sl1_inputs("float16", dout=SL1_SHAPE),
+             ["grad"], "smooth_l1_grad",
+             "jax.vjp(lambda q: jnp.where(|q-t| < 1, 0.5*(q-t)**2, |q-t| - 0.5), p)[1](dout) on float16",
+             "Computed in float16 throughout; beta 1.", [sl1(1.0, "none", "dout")], dtype="float16"),
+        Case("sl1_where_mean_b05_row_target_f32", grad_of(smooth_l1_where(0.5), "mean"),
+             {"p": (SL1_SHAPE, "float32"), "t": ((SL1_SHAPE[1],), "float32")}, ["grad"], "smooth_l1_grad",
+             "jax.grad(mean(jnp.where(|x| < 0.5, 0.5*x**2/0.5, |x| - 0.25)))(p), x = p - t, t of shape [5]",
+             "The label broadcasts along the rows (one target per feature); the mean is over predict's 20.",
+             [sl1(0.5, "mean")]),
+        Case("sl1_optax_huber_mean_d1_op17_f32", grad_of(optax_huber(1.0), "mean"), sl1_inputs(), ["grad"],
+             "smooth_l1_grad", "jax.grad(lambda p, t: jnp.mean(optax.huber_loss(p, t, delta=1.0)))(p, t), "
+             "to_onnx(..., opset=17)", "As sl1_optax_huber_mean_d1_f32 at opset 17.", [sl1(1.0, "mean")],
+             opset=17),
+    ]
     c.append(Case("nm_sl1_clip_tie_sum_b05_f32", grad_of(smooth_l1_clip(0.5), "sum"), sl1_inputs(), ["grad"],
                   "near_miss", "jax.grad(sum(0.5*c**2/0.5 + |x - c|))(p), c = jnp.clip(x, -0.5, 0.5), x = p - t",
                   "Near miss at a tie: SmoothL1 with sigma 0.5 everywhere except x == -0.5, where JAX's derivative "
@@ -484,7 +534,9 @@ def scale_step_instances(model: onnx.ModelProto) -> list[dict]:
 
 def export(case: Case) -> onnx.ModelProto:
     args = [jax.ShapeDtypeStruct(shape, JNP_DTYPES[dtype]) for shape, dtype in case.inputs.values()]
-    return to_onnx(case.fn, args, model_name=case.name, input_names=list(case.inputs), output_names=case.outputs)
+    opset = {"opset": case.opset} if case.opset else {}
+    return to_onnx(case.fn, args, model_name=case.name, input_names=list(case.inputs), output_names=case.outputs,
+                   **opset)
 
 
 def entry_for(case: Case, model: onnx.ModelProto) -> dict:

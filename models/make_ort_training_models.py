@@ -8,12 +8,12 @@ constants, ReduceMean's gradient as com.microsoft Scale by Size(x)/Size(dy), Abs
 Sign(x) * dy). The gradient w.r.t. a parameter feeds an InPlaceAccumulatorV2 and is no graph
 output, so the manifest names the intermediate ("<value>_grad"). Only the training graph is kept
 (the eval and optimizer graphs and the checkpoint are not). Each fixture is checked right after
-generation with check_new_entry() of tests/lowering/test_new_exporter_fixtures.py.
+generation with check_new_entry() of tests/lowering/new_exporter_check.py.
 
 Needs onnxruntime-training 1.19.2 with numpy<2 and onnx 1.17.0, torch 2.13.0 and onnxscript (the
-dynamo exporter), ml_dtypes and pytest; the project is imported from this checkout, not installed.
+dynamo exporter), and ml_dtypes; the project is imported from this checkout, not installed.
 Usage (in a separate environment: python -m venv /tmp/venv-ortt && /tmp/venv-ortt/bin/pip install
-onnxruntime-training==1.19.2 "numpy<2" onnx==1.17.0 torch==2.13.0 onnxscript ml_dtypes pytest):
+onnxruntime-training==1.19.2 "numpy<2" onnx==1.17.0 torch==2.13.0 onnxscript ml_dtypes):
 /tmp/venv-ortt/bin/python models/make_ort_training_models.py
 """
 

@@ -9,17 +9,17 @@ PyLayer's backward would be); and the proximal update in paddle ops, F.softshrin
 misses look alike and compute something else. paddle2onnx aborts the process on an operator it
 cannot convert, so each conversion runs in a child process, and the paths that fail are recorded
 in the notes of the fixture that works around them. Each fixture is checked right after export
-with check_new_entry() of tests/lowering/test_new_exporter_fixtures.py.
+with check_new_entry() of tests/lowering/new_exporter_check.py.
 
 Paddle's F.smooth_l1_loss(input, label, delta=d) is the Huber loss by default (is_huber=True:
 0.5 x^2 inside |x| < d, d |x| - 0.5 d^2 outside), whose gradient is d * SmoothL1'(sigma=d); with
 is_huber=False it is PyTorch's SmoothL1 with beta = d.
 
 Needs paddlepaddle (3.3.1), paddle2onnx (2.1.0) with polygraphy, onnx_graphsurgeon and sympy (its
-default constant folding), onnxruntime, ml_dtypes and pytest; the project is imported from this
+default constant folding), onnxruntime and ml_dtypes; the project is imported from this
 checkout, not installed.
 Usage (in a separate environment: python -m venv /tmp/venv-paddle && /tmp/venv-paddle/bin/pip install
-paddlepaddle paddle2onnx onnx_graphsurgeon sympy onnxruntime ml_dtypes pytest):
+paddlepaddle paddle2onnx onnx_graphsurgeon sympy onnxruntime ml_dtypes):
 /tmp/venv-paddle/bin/python models/make_paddle_models.py
 """
 
@@ -161,6 +161,15 @@ def grad_sum(loss: Callable, numel_mean: bool = False) -> Callable:
     return fn
 
 
+def value_and_grad_sum(loss: Callable) -> Callable:
+    """The summed loss and its gradient: the forward's x and |x| are read by both."""
+    def fn(p: paddle.Tensor, t: paddle.Tensor) -> tuple[paddle.Tensor, paddle.Tensor]:
+        p.stop_gradient = False
+        total = loss(p, t).sum()
+        return total, paddle.grad(total, p)[0]
+    return fn
+
+
 def grad_mean(loss: Callable) -> Callable:
     def fn(p: paddle.Tensor, t: paddle.Tensor) -> paddle.Tensor:
         p.stop_gradient = False
@@ -264,6 +273,10 @@ def sl1_cases() -> list[Case]:
         Case("sl1_huber_none_vjp_d2", grad_vjp(huber(2.0)), ptd, "smooth_l1_grad",
              "paddle.grad(paddle.where(|x| < 2, 0.5*x**2, 2*|x| - 2), p, grad_outputs=dout), x = p - t",
              "Unreduced loss pulled back with dout: scale 2.", [sl1(2.0, "none", "dout", scale=2.0)]),
+        Case("sl1_huber_value_and_grad_sum_d1", value_and_grad_sum(huber(1.0)), pt, "smooth_l1_grad",
+             "total = paddle.where(|x| < 1, 0.5*x**2, |x| - 0.5).sum(); return total, paddle.grad(total, p)",
+             "The forward loss (fetch_name_0) and the gradient (fetch_name_1) share x = p - t and |x|.",
+             [sl1(1.0, "sum", output="fetch_name_1")]),
         Case("sl1_torchstyle_sum_b05", grad_sum(smooth_l1(0.5)), pt, "smooth_l1_grad",
              "paddle.grad(paddle.where(|x| < 0.5, 0.5*x**2/0.5, |x| - 0.25).sum(), p): F.smooth_l1_loss(is_huber=False)",
              "PyTorch's SmoothL1 definition in paddle ops.", [sl1(0.5, "sum")]),
