@@ -101,8 +101,13 @@ def test_label_broadcasting_predict_to_a_bigger_shape_is_refused_with_its_reason
     # (2, 3, 4) and p (3, 4): the gradient has t's shape. The sum of Wheres against 0 is scaled by
     # sign(x) only afterwards, so the refusal comes from the grown match (that reason was once
     # dropped there, and the model missed without one)
-    _assert_rejected(autograd_where_loss((2, 3, 4), out_shape=(2, 3, 4)), SL1,
-                     "only a label that broadcasts to predict's shape")
+    model = autograd_where_loss((2, 3, 4), out_shape=(2, 3, 4))
+    _, report = lowering.fuse(model, by_meaning=False)
+    assert not report.fusions
+    assert any("only a label that broadcasts to predict's shape" in r.reason for r in report.rejections), report.summary()
+    # by meaning it is the gradient with predict and label swapped, times -1 (test_pass_broadcast_label)
+    _, report = _fuse(model)
+    assert [(f.pattern, f.attributes["scale"]) for f in report.fusions] == [("smooth_l1_grad/meaning", -1.0)]
 
 
 def _rounded_abs_graph(family: str) -> onnx.ModelProto:

@@ -18,7 +18,7 @@ import onnx
 
 from ...fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
 from ...graph import GraphIndex
-from ..base import broadcasts_to, is_single_element, require, same_shape, shape_text, shapes_differ
+from ..base import NoMatch, broadcasts_to, is_single_element, require, same_shape, shape_text, shapes_differ
 from ..smooth_l1_grad import split_reduction
 from .evaluate import ELEMENTWISE
 from .hypothesis import (Counterexample, Proposal, evaluate, magnitudes,
@@ -35,7 +35,15 @@ def propose(index: GraphIndex, region: Region, rng: np.random.Generator) -> list
     runtime = region.scalars + region.others
     require(len(runtime) <= 1, f"reads runtime values besides predict, label and dout ({', '.join(sorted(runtime))})")
     dout = runtime[0] if runtime else None
-    return [_bind(index, region, predict, label, dout, rng) for predict, label in ((u, w), (w, u))]
+    proposals, refusals = [], []
+    for predict, label in ((u, w), (w, u)):  # one order may bind where the other cannot (a broadcast label)
+        try:
+            proposals.append(_bind(index, region, predict, label, dout, rng))
+        except NoMatch as exc:
+            refusals.append(exc)
+    if not proposals:
+        raise refusals[0]
+    return proposals
 
 
 def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str | None,
