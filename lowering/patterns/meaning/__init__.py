@@ -23,7 +23,7 @@ from ..base import Match, NoMatch
 from . import proximal, smooth_l1
 from .hypothesis import Counterexample, Proposal, narrowest
 from .proof import check
-from .region import KINKS, Either, Region, RegionRefused, Walks, build, differences_behind, forward_cone
+from .region import KINKS, Either, is_threshold_kink, Region, RegionRefused, Walks, build, differences_behind, forward_cone
 
 SEED = 18  # probes are drawn from this seed and the difference's position: the same region, the same verdict
 MAX_OUTPUTS = 10  # candidate outputs tried per difference
@@ -52,7 +52,7 @@ def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None],
     differences: dict[int, None] = {}
     for op in sorted(KINKS):
         for i in index.by_op.get(op, ()):
-            if i not in alg.taken and i not in skip and index.nodes[i].domain in ("", "ai.onnx"):
+            if i not in alg.taken and i not in skip and is_threshold_kink(index, index.nodes[i]):
                 differences.update(dict.fromkeys(differences_behind(index, i, alg.taken)))
     matches: list[Match] = []
     refusals: list[Refusal] = []

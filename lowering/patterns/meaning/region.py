@@ -239,6 +239,19 @@ class _Dependence:
         return value in self.reached
 
 
+def is_threshold_kink(index: GraphIndex, node) -> bool:
+    """A kink at a threshold: Sign, Relu, Shrink, or a comparison, Clip, Min or Max of one tensor
+    against constants or single elements. Every spelling of the two functions has one (|x| < beta,
+    max(|p| - t, 0), sign(x), clip(x / beta, -1, 1)); a Max of two tensors or an Abs alone is
+    elementwise math of some other kind, and starting there only costs time."""
+    if node.domain not in ("", "ai.onnx") or node.op_type in ("Abs", "Where"):
+        return False
+    if node.op_type in ("Sign", "Relu", "Shrink"):
+        return True
+    tensors = [v for v in node.input if v and index.numel(v) != 1 and index.const(v) is None]
+    return len(tensors) == 1
+
+
 def is_difference(index: GraphIndex, i: int) -> bool:
     """A Sub or Add of two values that are neither constants nor single elements."""
     node = index.nodes[i]
