@@ -1,9 +1,10 @@
 """Recognition by meaning: fuses a region when it computes a fused op's contract, however written.
 
 The syntactic patterns (lowering.patterns.smooth_l1_grad, proximal_gd) stay the fast path; this
-runs after them, on the kink ops (Abs, Sign, comparisons, Where, Clip, Min, Max, Relu, Shrink) they
-left. For each difference of two tensors a kink reads (lowering.patterns.meaning.region), every
-elementwise value downstream of it is a candidate output, latest first. A candidate's region is
+runs after them, on the kinks at a threshold they left (Sign, Relu, Shrink, or a comparison, Clip,
+Min, Max of one tensor against constants or single elements). For each difference of two tensors
+such a kink reads (lowering.patterns.meaning.region), every elementwise value downstream of it is
+a candidate output, latest first. A candidate's region is
 proposed as each fused op with its inputs bound and attributes inferred (smooth_l1, proximal),
 and accepted only when evaluation proves it equal to the contract (proof); the first accepted
 candidate per difference is fused, through the same Match the syntactic patterns return. When none
