@@ -20,9 +20,10 @@ def fuse(model: Any, *, recompute_shared: bool = True, by_meaning: bool = True) 
 
     Returns the fused model in the same kind as given (a ModelProto for a path) and the report.
     The input is never modified. Raises lowering.LoweringError on bad input. With
-    `recompute_shared`, a match whose intermediates the rest of the graph also reads (a forward
-    loss sharing |x| with its gradient after an optimizer merged them) fuses, and the nodes that
-    compute those intermediates stay for their other readers. `by_meaning=False` leaves out the
+    `recompute_shared` (the default), a match whose intermediates the rest of the graph also reads
+    (a forward loss sharing |x| with its gradient after an optimizer merged them) fuses, and the
+    nodes that compute those intermediates stay for their other readers; `recompute_shared=False`
+    refuses such a match. `by_meaning=False` leaves out the
     recogniser (lowering.patterns.meaning) and fuses only the forms the patterns spell out.
     """
     fused, report = fuse_loaded(load(model, background=True), recompute_shared=recompute_shared, by_meaning=by_meaning)

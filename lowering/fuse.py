@@ -45,9 +45,11 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     (lowering.loading.BackgroundCheck), the pass first checks the graph's order itself, so that
     it ends on any input; the caller then takes the checker's verdict over the result.
 
-    `recompute_shared` lets a match whose intermediates the rest of the graph also reads fuse
-    anyway: the matched nodes that compute them stay in the graph for those readers (by default
-    such a match is refused, since the graph then computes them twice).
+    `recompute_shared` (the default) lets a match whose intermediates the rest of the graph also
+    reads fuse anyway: the matched nodes that compute them stay in the graph for those readers,
+    cheap elementwise values computed twice, which the fusion's caveat counts; without it such a
+    match is refused. A match whose output meets those readers again within a few elementwise
+    nodes is refused either way: it is a piece of a larger function.
 
     `by_meaning` runs the recogniser (lowering.patterns.meaning) on the kink ops the patterns left.
     """
