@@ -15,16 +15,18 @@ from .loading import LoadedModel, is_ir_model, load
 from .report import FusionReport
 
 
-def fuse(model: Any, *, recompute_shared: bool = False) -> tuple[Any, FusionReport]:
+def fuse(model: Any, *, recompute_shared: bool = True, by_meaning: bool = True) -> tuple[Any, FusionReport]:
     """Fuses a model given as onnx.ModelProto, onnx_ir.Model or path.
 
     Returns the fused model in the same kind as given (a ModelProto for a path) and the report.
     The input is never modified. Raises lowering.LoweringError on bad input. With
-    `recompute_shared`, a match whose intermediates the rest of the graph also reads (a forward
-    loss sharing |x| with its gradient after an optimizer merged them) fuses, and the nodes that
-    compute those intermediates stay for their other readers.
+    `recompute_shared` (the default), a match whose intermediates the rest of the graph also reads
+    (a forward loss sharing |x| with its gradient after an optimizer merged them) fuses, and the
+    nodes that compute those intermediates stay for their other readers; `recompute_shared=False`
+    refuses such a match. `by_meaning=False` leaves out the
+    recogniser (lowering.patterns.meaning) and fuses only the forms the patterns spell out.
     """
-    fused, report = fuse_loaded(load(model, background=True), recompute_shared=recompute_shared)
+    fused, report = fuse_loaded(load(model, background=True), recompute_shared=recompute_shared, by_meaning=by_meaning)
     if is_ir_model(model):
         import onnx_ir
 
@@ -32,12 +34,14 @@ def fuse(model: Any, *, recompute_shared: bool = False) -> tuple[Any, FusionRepo
     return fused, report
 
 
-def fuse_loaded(loaded: LoadedModel, recompute_shared: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+def fuse_loaded(loaded: LoadedModel, recompute_shared: bool = True,
+                by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     """fuse_proto on a loaded model whose ONNX check may still run in the background: its
     verdict is taken before the result is returned, and before the pass's own error when the
     pass fails (on a model the checker rejects, the checker says best what is wrong)."""
     try:
-        result = fuse_proto(loaded.model, validated=loaded.pending is None, recompute_shared=recompute_shared)
+        result = fuse_proto(loaded.model, validated=loaded.pending is None, recompute_shared=recompute_shared,
+                            by_meaning=by_meaning)
     except Exception:
         loaded.confirm()
         raise

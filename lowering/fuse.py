@@ -25,15 +25,17 @@ from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
 from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes, node_label
 from .loading import default_opset
 from .normalize import normalize
-from .patterns import DEFAULT_PATTERNS
+from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
+from .patterns.meaning.evaluate import ELEMENTWISE
 from .report import Fusion, FusionReport, Rejection
 
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 
 def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
-               validated: bool = True, recompute_shared: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+               validated: bool = True, recompute_shared: bool = True,
+               by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
     Calls of model-local functions that could hold a pattern are inlined first; only those whose
@@ -43,23 +45,28 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     (lowering.loading.BackgroundCheck), the pass first checks the graph's order itself, so that
     it ends on any input; the caller then takes the checker's verdict over the result.
 
-    `recompute_shared` lets a match whose intermediates the rest of the graph also reads fuse
-    anyway: the matched nodes that compute them stay in the graph for those readers (by default
-    such a match is refused, since the graph then computes them twice).
+    `recompute_shared` (the default) lets a match whose intermediates the rest of the graph also
+    reads fuse anyway: the matched nodes that compute them stay in the graph for those readers,
+    cheap elementwise values computed twice, which the fusion's caveat counts; without it such a
+    match is refused. A match whose output meets those readers again within a few elementwise
+    nodes is refused either way: it is a piece of a larger function.
+
+    `by_meaning` runs the recogniser (lowering.patterns.meaning) on the kink ops the patterns left.
     """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return functions.fuse_through_functions(model, lambda m: _fuse_proto(m, patterns, validated, recompute_shared))
+        return functions.fuse_through_functions(model, lambda m: _fuse_proto(m, patterns, validated, recompute_shared,
+                                                                                  by_meaning))
     finally:
         if enabled:
             gc.enable()
 
 
-def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = False
-                ) -> tuple[onnx.ModelProto, FusionReport]:
+def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = True,
+                by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
     decoded = decode_nodes(model.graph)
@@ -103,6 +110,15 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
                 matches.append(found)
                 alg.taken |= found.interior
                 break
+    if by_meaning:
+        explained_at = {i for i, _ in rejected}
+        found, refusals = meaning.recognise(
+            alg, dead, lambda m: _check_closed(index, alg, m, stats.cse_shared, recompute_shared), explained_at)
+        matches.extend(found)
+        # a region a pattern already gave its reason for keeps that reason alone
+        rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]),
+                                             nodes[r.anchor].op_type, r.reason))
+                        for r in refusals if not r.covers & explained_at)
     # a refusal by one pattern at a node another pattern then fused is no near miss
     report.rejections = [r for i, r in rejected if i not in alg.taken]
     if not matches:
@@ -154,6 +170,11 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
             if not recompute_shared:
                 raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the "
                               "match (lower --recompute-shared fuses it and computes the value again for them)")
+            meet = _meeting_point(index, m.output, user)
+            if meet is not None:
+                raise NoMatch(f"it is a part of a larger elementwise function: its output and "
+                              f"{node_label(index.nodes[user])}, which reads its intermediate {name}, meet again at "
+                              f"{node_label(index.nodes[meet])}")
             recomputed += 1
         m.duplicate.add(i)
         for source in index.nodes[i].input:
@@ -169,6 +190,27 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
     if m.expand and len(_broadcast_positions(index, m, root)) < 2 * len(m.expand):
         raise NoMatch("too few matched nodes after its inputs leave the graph to put the Expand of a broadcast "
                       "input in their place")
+
+
+def _meeting_point(index: GraphIndex, output: str, user: int, depth: int = 8) -> int | None:
+    """A node that reads, through at most `depth` elementwise nodes each, both `output` and the
+    output of node `user`: then the match is one piece of a function the graph finishes
+    elementwise (a near miss's two halves), not a value the rest of the graph reads on its own
+    (a forward loss beside its gradient, which ends in a reduction or a graph output)."""
+    root = index.producer[output]
+    ahead = _elementwise_cone(index, root, depth) - {root}
+    return next((i for i in sorted(_elementwise_cone(index, user, depth)) if i in ahead), None)
+
+
+def _elementwise_cone(index: GraphIndex, start: int, depth: int) -> set[int]:
+    """`start` and the elementwise nodes that read it through at most `depth` nodes."""
+    seen = {start}
+    frontier = [start]
+    for _ in range(depth):
+        frontier = [c for i in frontier for name in index.nodes[i].output for c in index.consumers.get(name, ())
+                    if c not in seen and index.nodes[c].op_type in ELEMENTWISE]
+        seen.update(frontier)
+    return seen
 
 
 def _same_shape_input(index: GraphIndex, m: Match, name: str) -> str | None:
@@ -290,8 +332,10 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
     out.positions = [i for i in range(len(nodes)) if i not in gone or i in replacement]
     out.nodes = [replacement[i] if i in replacement else nodes[i] for i in out.positions]
     if renamed:
+        # every reader, a later fused node too: its input may be an intermediate an earlier
+        # fusion took and re-emitted under a new name
         for node in out.nodes:
-            if node.domain != DOMAIN and any(n in renamed for n in node.input):
+            if any(n in renamed for n in node.input):
                 node.rewrite(inputs=tuple(renamed.get(n, n) for n in node.input))
     return out
 
@@ -324,11 +368,23 @@ def _broadcast_inputs(index: GraphIndex, m: Match, root: int, node_name: str, in
         for at, proto in zip((shape_at, expand_at), nodes):
             out.replacement[at] = Node(proto, proto.name, proto.op_type, "", tuple(proto.input), tuple(proto.output))
             out.renamed_at[proto.output[0]] = at
-        vt = index.type_of(input_names[like])
-        dims = None if vt is None or vt.shape is None else list(vt.shape)
+        dims = _broadcast_dims(index, input_names[like], input_names[k] if m.expand.get(like) == k else None)
         out.value_info.append(helper.make_tensor_value_info(expanded, index.elem_type(input_names[k]), dims))
         inputs[k] = expanded
     return inputs
+
+
+def _broadcast_dims(index: GraphIndex, like: str, other: str | None) -> list | None:
+    """The dims of a value expanded to `like`'s shape. When `other` is expanded to it in turn (two
+    inputs whose dims an exporter named apart), both get the shape of their broadcast: a dim they
+    name differently gets one new name for the two, so the kernel sees one shape."""
+    vt = index.type_of(like)
+    dims = None if vt is None or vt.shape is None else list(vt.shape)
+    ot = None if other is None else index.type_of(other)
+    if dims is None or ot is None or ot.shape is None or len(ot.shape) != len(dims):
+        return dims
+    return [a if a == b else "_or_".join(sorted((a, b))) if isinstance(a, str) and isinstance(b, str) else None
+            for a, b in zip(dims, ot.shape)]
 
 
 def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, fused: list[Node], typed: set[str]) -> None:

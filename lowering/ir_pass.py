@@ -15,11 +15,12 @@ class FuseAscendPass(FunctionalPass):
     The last report is kept on `self.report`, so pipelines can log why something did not fuse.
     """
 
-    def __init__(self, recompute_shared: bool = False) -> None:
+    def __init__(self, recompute_shared: bool = True, by_meaning: bool = True) -> None:
         super().__init__()
         self.recompute_shared = recompute_shared  # see lowering.fuse
+        self.by_meaning = by_meaning
         self.report: FusionReport | None = None
 
     def call(self, model: onnx_ir.Model) -> PassResult:
-        fused, self.report = fuse(model, recompute_shared=self.recompute_shared)
+        fused, self.report = fuse(model, recompute_shared=self.recompute_shared, by_meaning=self.by_meaning)
         return PassResult(fused, modified=bool(self.report.fusions))

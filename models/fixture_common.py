@@ -1,5 +1,6 @@
 """What the fixture generators (make_models.py for PyTorch, make_tf_models.py for tf2onnx,
-make_converted_models.py for onnxconverter-common) share,
+make_converted_models.py for onnxconverter-common, make_jax_models.py, make_ort_training_models.py
+and make_paddle_models.py for the exporters of tests/lowering/new_exporter_check.py) share,
 needing neither torch nor TensorFlow: the test suite's check of one manifest entry (they apply the
 very check the tests apply), and the manifest's text forms of a graph."""
 
@@ -10,6 +11,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import onnx
@@ -17,17 +19,28 @@ import onnx
 REPO = Path(__file__).resolve().parents[1]
 
 
-def load_checker() -> Callable[..., list[dict]]:
-    """check_entry(entry, repo) of tests/lowering/test_fixtures_load.py. tests/ is no package, so
-    the module is loaded from its file, with the folders it imports from on the path."""
+def _load_test_module(file: str) -> ModuleType:
+    """A module of tests/lowering/ loaded from its file (tests/ is no package), with the folders
+    it imports from on the path."""
     for folder in (REPO, REPO / "tests" / "lowering"):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location("fixtures_checker",
-                                                  REPO / "tests" / "lowering" / "test_fixtures_load.py")
+    spec = importlib.util.spec_from_file_location(f"fixtures_{Path(file).stem}",
+                                                  REPO / "tests" / "lowering" / file)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.check_entry
+    return module
+
+
+def load_checker() -> Callable[..., list[dict]]:
+    """check_entry(entry, repo) of tests/lowering/test_fixtures_load.py."""
+    return _load_test_module("test_fixtures_load.py").check_entry
+
+
+def load_new_exporter_checker() -> ModuleType:
+    """tests/lowering/new_exporter_check.py, whose check_new_entry() and nonfinite_outputs() the
+    generators of the new exporters' fixtures apply right after export."""
+    return _load_test_module("new_exporter_check.py")
 
 
 def record(file: str, model: onnx.ModelProto, make_entry: Callable[[onnx.ModelProto], dict],
@@ -109,3 +122,27 @@ def render_form(model: onnx.ModelProto) -> str:
 def ops_histogram(model: onnx.ModelProto) -> str:
     counts = Counter(n.op_type for n in model.graph.node)
     return " ".join(f"{op}{'x' + str(k) if k > 1 else ''}" for op, k in sorted(counts.items()))
+
+
+def record_new_exporter_fixture(file: str, model: onnx.ModelProto, entry: dict, checker: ModuleType) -> dict:
+    """Writes one fixture of a new exporter and completes its manifest entry (form, size, what NaN and
+    inf inputs give and, for each near miss, where it differs from the function it resembles), then
+    checks the entry as tests/lowering/test_new_exporter_fixtures.py does."""
+    out = REPO / file
+    out.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, out)
+    entry = {"file": file, **entry, "form": render_form(model), "size_bytes": out.stat().st_size}
+    entry["nonfinite_outputs"] = checker.nonfinite_outputs(entry, model)
+    rows = checker.check_new_entry(entry, REPO)
+    for miss, row in zip(entry.get("near_misses", []), rows[len(entry["attrs"]):]):
+        miss["differs_at"] = row["differs_at"]
+    return entry
+
+
+def remove_stale_fixtures(folder: Path, kept: set[str]) -> list[str]:
+    """Deletes the .onnx files of `folder` (relative to the repository) that a full regeneration did
+    not write, so a renamed or dropped case leaves no file behind; returns their names."""
+    stale = sorted(p for p in (REPO / folder).glob("*.onnx") if str(p.relative_to(REPO)) not in kept)
+    for path in stale:
+        path.unlink()
+    return [p.name for p in stale]

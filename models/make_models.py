@@ -562,12 +562,11 @@ def sl1_cases(gen: torch.Generator) -> list[Case]:
     args = sl1_args("mean", f32, gen)
     c.append(Case(fx("nm_sl1_aten_shared_sub_dynopt.onnx"),
                   lambda go, p, t: (aten_sl1("mean", 0.5)(go, p, t), (p - t).abs().sum()), args,
-                  "dynamo-optimized", "near_miss", [],
-                  "Near miss: aten SmoothL1 backward plus a separate user term |p - t|.sum(); the optimizer's CSE "
-                  "merges the two Sub(p,t) and the two Abs, so both are consumed outside the backward "
-                  "(ReduceSum).", outputs=["grad", "l1"],
-                  not_fused=[sl1("grad", 0.5, "mean", "p", "t", "go",
-                                 reason="Sub(p,t) and Abs(Sub) are shared with the ReduceSum (CSE)")]))
+                  "dynamo-optimized", "smooth_l1_grad", [sl1("grad", 0.5, "mean", "p", "t", "go")],
+                  "aten SmoothL1 backward plus a separate user term |p - t|.sum(); the optimizer's CSE merges the "
+                  "two Sub(p,t) and the two Abs, so both are also read outside the backward (ReduceSum): they are "
+                  "computed again for it (recompute_shared, the default; a near miss without it, hence the name).",
+                  outputs=["grad", "l1"]))
     return c
 
 
@@ -750,13 +749,12 @@ def mixed_cases(gen: torch.Generator) -> list[Case]:
              "W and b pass through Identity (detach) before MatMul/Add; every prox update has its own Mul(lr,l1) "
              "and Add(Mul(lr,l2), Cast(1)).", outputs=["W_new", "b_new", "loss"]),
         Case(fx("mixed_box_head_step_with_loss_dynopt.onnx"), BoxHeadStep(return_loss=True), step_args(gen),
-             "dynamo-optimized", "mixed", step_attrs_opt[1:],
+             "dynamo-optimized", "mixed", [sl1("where_1", 0.5, "mean", "add", "target", 1.0), *step_attrs_opt[1:]],
              "Optimized, loss returned: CSE merges the forward's and the backward's Sub(add,target), Abs and "
-             "Less(Abs,0.5), so the SmoothL1 backward's intermediates feed the loss (Pow/ReduceMean) too and it "
-             "must NOT fuse; the two prox updates still fuse. " + step_notes,
-             outputs=["W_new", "b_new", "loss"],
-             not_fused=[sl1("where_1", 0.5, "mean", "add", "target", 1.0,
-                            reason="Sub, Abs and Less are shared with the forward loss (CSE)")]),
+             "Less(Abs,0.5), so the SmoothL1 backward's intermediates feed the loss (Pow/ReduceMean) too: the "
+             "backward fuses and they are computed again for the loss (recompute_shared, the default); the two "
+             "prox updates fuse as well. " + step_notes,
+             outputs=["W_new", "b_new", "loss"]),
         Case(fx("mixed_two_heads_dynopt.onnx"), TwoHeadStep(),
              {"x": randn(12, 6, gen=gen), "t1": randn(12, 4, gen=gen), "t2": randn(12, 3, gen=gen),
               "W1": randn(6, 4, scale=0.5, gen=gen), "b1": randn(4, scale=0.1, gen=gen),
@@ -997,9 +995,12 @@ def probe2_cases() -> list[Case]:
     add("prox_const_sgn_f16_dynopt.onnx", prox_fn(sign="sgn"), f16, "dynamo-optimized", inst("float16"),
         "torch.sgn of a float16 p: Cast<float16>(Sign(Cast<float32>(p))), the Abs beside it likewise "
         "(normalization narrows that one back to Abs(p)).")
-    add("nm_prox_where_gt_f32_dynopt.onnx", prox_fn(clamp="where_gt"), f32, "dynamo-optimized", None,
-        "Near miss: torch.where(d > 0, d, 0) as the clamp: NaN in d gives 0 there, NaN in Max(d, 0).",
-        not_fused=[prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2, reason="NaN in d gives 0")])
+    add("nm_prox_where_gt_f32_dynopt.onnx", prox_fn(clamp="where_gt"), f32, "dynamo-optimized",
+        prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2),
+        "torch.where(d > 0, d, 0) as the clamp: NaN in d gives 0 there, where Max(d, 0) gives NaN, but the "
+        "update multiplies it by sign(p), which is NaN too, so the whole update equals the fused op: the "
+        "patterns refuse the clamp alone, the recogniser fuses the update (a near miss for the patterns, "
+        "hence the name).")
     c.append(Case(fx("sl1_hand_sgn_sum_b05_f16_dynopt.onnx"), hand_sl1("sum", 0.5, sign="sgn"),
                   sl1_args("sum", f16, gen), "dynamo-optimized", "smooth_l1_grad",
                   [sl1("grad", 0.5, "sum", "p", "t", "go")],

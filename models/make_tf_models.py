@@ -506,11 +506,12 @@ def probe_cases() -> list[Case]:
                   "The where form in float16: the two copies of the x*x term are multiplied in different "
                   "orders (Mul(mul, g) and Mul(0.5, Mul(g, sub)))", dtype="float16"))
     c.append(Case("nm_sl1_v1_huber_runtime_weight_f32_op13.onnx", v1_huber_weighted_grad,
-                  [*sl1_signature(go="none"), tf.TensorSpec(SL1_SHAPE, tf.float32, name="w")], 13, "near_miss", [],
-                  "Near miss: tf.compat.v1.losses.huber_loss with weights=w, a runtime tensor: the gradient is "
-                  "sign(x) * (W + select(|x| <= 1, 2*0.5*W*min(|x|, 1) - W, 0)) with W = w, which the pass reads "
-                  "with a constant weight only.",
-                  not_fused=[{**sl1(1.0, "sum", "w"), "reason": "runtime weight"}]))
+                  [*sl1_signature(go="none"), tf.TensorSpec(SL1_SHAPE, tf.float32, name="w")], 13, "smooth_l1_grad",
+                  [sl1(1.0, "none", "w")],
+                  "tf.compat.v1.losses.huber_loss with weights=w, a runtime tensor: the gradient is "
+                  "sign(x) * (W + select(|x| <= 1, 2*0.5*W*min(|x|, 1) - W, 0)) with W = w, which is the SmoothL1 "
+                  "gradient with dout = w; the patterns read it with a constant weight only (a near miss by their "
+                  "rule, hence the file name), the recogniser by meaning fuses it."))
     c.append(Case("sl1_hand_over_max_mean_b05_f32_op13.onnx", over_max_grad, sl1_signature(), 13,
                   "smooth_l1_grad", [sl1(0.5, "mean", "go")],
                   "x / tf.maximum(|x|, 0.5) * go / numel: x/beta inside, x/|x| = sign(x) outside (NaN at "
@@ -600,11 +601,10 @@ def prox_cases() -> list[Case]:
         + SELECT_NOTE)
 
     inst = raw_prox()
-    add("nm_prox_tensor_maximum_f32_dynamic_op13.onnx", prox_update(scalars="tensor"), 13, None,
-        "Near miss: TensorSpec([None, 16]) for var and delta: tf2onnx names the unknown dims on their own "
-        "(unk__N, unk__M), so var - lr*delta may broadcast; the fused op needs one shape. Nodes as in "
-        "prox_tensor_maximum_f32_op13 (with one dim name the pass fuses it).", scalars="tensor", dynamic=True,
-        not_fused=[{**inst, "reason": "batch dims of var and delta are independent unknowns"}])
+    add("nm_prox_tensor_maximum_f32_dynamic_op13.onnx", prox_update(scalars="tensor"), 13, inst,
+        "TensorSpec([None, 16]) for var and delta: tf2onnx names the unknown dims on their own (unk__N, "
+        "unk__M); the recogniser fuses it with an Expand of each to the other's shape before the fused node "
+        "(the patterns refuse it with a hint to fix the dims, hence the name).", scalars="tensor", dynamic=True)
     add("nm_sgd_const_f32_op13.onnx", sgd_update, 13, None, "Near miss: plain SGD Sub(var, Mul(0.1, delta)).")
     c.append(Case("nm_sgd_tensor_f32_op13.onnx", sgd_update,
                   [*prox_signature(), tf.TensorSpec([], tf.float32, name="lr")], 13, "near_miss", [],

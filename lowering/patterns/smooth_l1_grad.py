@@ -609,7 +609,7 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     else:
         dout = np.array(1.0, onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32)
     single = not douts or is_single_element(index, douts[0])
-    reduction, factor = _reduction(index.numel(predict), k, mean_at_runtime, beta, single, _EPS[dtype])
+    reduction, factor = split_reduction(index.numel(predict), k, mean_at_runtime, beta, single, _EPS[dtype])
     interior = nodes | {sub[0]}
     inputs: list = [predict, label, dout]
     wrapped = absorb_casts(alg, out, [predict, label] + ([dout] if isinstance(dout, str) else []))
@@ -645,7 +645,7 @@ def _const_like(value: np.ndarray, dtype: int) -> np.ndarray:
     return np.asarray(value).astype(onnx.helper.tensor_dtype_to_np_dtype(dtype))
 
 
-def _reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, single: bool,
+def split_reduction(numel: int | None, k: float, mean_at_runtime: bool, beta: float, single: bool,
                eps: float) -> tuple[str, float]:
     """Splits the constant multiplier K into the reduction's norm and an extra scale.
 

@@ -97,17 +97,28 @@ def test_broadcast_label_in_autograd_of_a_where_loss_fuses(rng: np.random.Genera
 
 @pytest.mark.parametrize("label_shape, predict_shape", [((3,), (3, 4)), ((2, 4), (3, 4)), ((3, 4), (4,)),
                                                          ((2, 3, 4), (3, 4))])
-def test_label_that_does_not_broadcast_to_predict_is_refused(label_shape, predict_shape) -> None:
+def test_label_that_does_not_broadcast_to_predict_is_refused(label_shape, predict_shape,
+                                                             rng: np.random.Generator) -> None:
     # the first two do not line up with predict's dims; a label bigger than predict makes the
     # gradient bigger than predict, which is no gradient of predict that the kernel writes
     try:
         out_shape = np.broadcast_shapes(label_shape, predict_shape)
     except ValueError:  # a graph onnxruntime would refuse to run: the pass must still say no
         out_shape = predict_shape
-    _, report = lowering.fuse(_where_form(label_shape, predict_shape, out_shape=out_shape))
+    model = _where_form(label_shape, predict_shape, out_shape=out_shape)
+    _, report = lowering.fuse(model, by_meaning=False)
     assert not report.fusions, report.summary()
     assert any("only a label that broadcasts to predict's shape" in r.reason
                for r in report.rejections), report.summary()
+    fused, report = lowering.fuse(model)
+    if out_shape != tuple(label_shape):
+        assert not report.fusions, report.summary()
+        return
+    # a label bigger than predict: the values are the gradient with the two swapped, times -1
+    # (sign(t - p) = -sign(p - t)), which the recogniser proves; predict is then the label
+    fusion, = report.fusions
+    assert fusion.attributes["scale"] == -1.0 and fusion.pattern == "smooth_l1_grad/meaning", report.summary()
+    assert_same_outputs(model, fused, _feeds(model, rng))
 
 
 def test_a_divide_by_the_broadcast_labels_numel_stays_outside(rng: np.random.Generator) -> None:

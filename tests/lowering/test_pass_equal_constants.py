@@ -62,9 +62,14 @@ def test_copies_with_their_own_equal_constants_fuse(make_lr, rng: np.random.Gene
 def test_constants_differing_in_one_bit_stay_apart() -> None:
     values = iter([np.float32(0.1), np.nextafter(np.float32(0.1), np.float32(1))])
     model = _prox_with_copies(lambda g: g.const(float(next(values))))
-    _, report = _fused(model)
+    _, report = lowering.fuse(model, by_meaning=False)
     assert not report.fusions
     assert "equal constants merged" not in report.normalization
+    # sign(p1) and sign(p2) differ only where |p2| is far below t and the clamp is 0: by meaning the
+    # update is the contract with the step of p2
+    fused, report = _fused(model)
+    assert [(f.op_type, f.pattern) for f in report.fusions] == [(PGD, "proximal_gd/meaning")], report.summary()
+    assert_runs_as_fused(model, fused, make_feeds(model, np.random.default_rng(18), edges=(0.005,)))
 
 
 def test_negative_zero_is_not_zero() -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
 from pass_forms import BF, PGD, SL1, F, G, H, autograd_where_loss, pgd, sl1, splice
-from pass_numerics import fused_nodes
+from pass_numerics import assert_runs_as_fused, fused_nodes, make_feeds
 
 import lowering
+
+SEED = 18
 
 
 def _sl1_graph(mutate) -> onnx.ModelProto:
@@ -65,11 +68,17 @@ def test_intermediate_graph_output_blocks_fusion() -> None:
     _assert_rejected(_sl1_graph(mutate), SL1, "is a graph output")
 
 
-def test_intermediate_with_outside_consumer_blocks_fusion() -> None:
+def test_intermediate_with_outside_consumer_blocks_fusion_without_recompute() -> None:
     def mutate(g, parts, stage):
         if stage == "post":
             g.output(g.op("Neg", parts["a"]))
-    _assert_rejected(_sl1_graph(mutate), SL1, "outside the match")
+    model = _sl1_graph(mutate)
+    _, report = lowering.fuse(model, recompute_shared=False)
+    assert not report.fusions
+    assert any("outside the match" in r.reason for r in report.rejections), report.summary()
+    # by default the intermediate is computed again for its outside reader
+    fused, report = _fuse(model)
+    assert report.counts() == {SL1: 1} and "--recompute-shared" in report.fusions[0].caveats[-1], report.summary()
 
 
 def test_overridable_beta_blocks_fusion() -> None:
@@ -92,8 +101,13 @@ def test_label_broadcasting_predict_to_a_bigger_shape_is_refused_with_its_reason
     # (2, 3, 4) and p (3, 4): the gradient has t's shape. The sum of Wheres against 0 is scaled by
     # sign(x) only afterwards, so the refusal comes from the grown match (that reason was once
     # dropped there, and the model missed without one)
-    _assert_rejected(autograd_where_loss((2, 3, 4), out_shape=(2, 3, 4)), SL1,
-                     "only a label that broadcasts to predict's shape")
+    model = autograd_where_loss((2, 3, 4), out_shape=(2, 3, 4))
+    _, report = lowering.fuse(model, by_meaning=False)
+    assert not report.fusions
+    assert any("only a label that broadcasts to predict's shape" in r.reason for r in report.rejections), report.summary()
+    # by meaning it is the gradient with predict and label swapped, times -1 (test_pass_broadcast_label)
+    _, report = _fuse(model)
+    assert [(f.pattern, f.attributes["scale"]) for f in report.fusions] == [("smooth_l1_grad/meaning", -1.0)]
 
 
 def _rounded_abs_graph(family: str) -> onnx.ModelProto:
@@ -349,9 +363,20 @@ def test_relu_differences_that_are_not_a_shrink(case: str) -> None:
 
 
 @pytest.mark.parametrize("cap, beta", [(2.0, 0.5), (1.0, 0.0)])
-def test_sign_times_a_capped_ratio_other_than_min_ratio_1_is_not_fused(cap: float, beta: float) -> None:
+def test_sign_times_a_capped_ratio_other_than_min_ratio_1_is_not_a_spelled_out_form(cap: float, beta: float) -> None:
     def grad(g: G, x: str, go: str) -> str:
         capped = g.op("Min", g.op("Div", g.op("Abs", x), g.const(beta)), g.const(cap))
         return g.op("Mul", g.op("Mul", g.op("Sign", x), capped), go)
 
-    _assert_nothing_fused(_sl1_around(grad))
+    model = _sl1_around(grad)
+    _, report = lowering.fuse(model, by_meaning=False)
+    assert not report.fusions
+    fused, report = _fuse(model)
+    if beta == 0:  # |x| / 0 is 0/0 = NaN at x == 0, where the gradient is 0
+        assert not report.fusions, report.summary()
+        return
+    # sign(x) * min(|x| / 0.5, 2) is 2 * SmoothL1's gradient with sigma = 1: the recogniser proves it
+    assert [(f.op_type, f.attributes["sigma"], f.attributes["scale"]) for f in report.fusions] == \
+        [("SmoothL1LossGradV2", cap * beta, cap)], report.summary()
+    feeds = make_feeds(model, np.random.default_rng(SEED), edges=(cap * beta,), nonfinite=True)
+    assert_runs_as_fused(model, fused, feeds)

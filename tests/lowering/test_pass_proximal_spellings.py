@@ -123,10 +123,16 @@ def test_threshold_clamp_fuses(relation: str, rng: np.random.Generator) -> None:
 
 
 @pytest.mark.parametrize("relation", ["Greater", "GreaterOrEqual"])
-def test_where_clamp_that_sends_nan_to_zero_is_refused(relation: str) -> None:
-    fused, report = fuse_checked(_prox_clamp_and_sign(T.FLOAT, _where_clamp(relation), SIGN))
+def test_where_clamp_that_sends_nan_to_zero_is_refused_by_the_patterns(relation: str,
+                                                                       rng: np.random.Generator) -> None:
+    model = _prox_clamp_and_sign(T.FLOAT, _where_clamp(relation), SIGN)
+    fused, report = lowering.fuse(model, by_meaning=False)
     assert not fused_nodes(fused)
     assert any("NaN in d gives 0" in r.reason for r in report.rejections), report.rejections
+    # the whole update still gives NaN there (sign(NaN) * 0), so the recogniser proves it the contract
+    fused, report = fuse_checked(model)
+    assert report.counts() == {PGD: 1}, report.summary()
+    assert_runs_as_fused(model, fused, _clamp_and_sign_feeds(T.FLOAT, rng))
 
 
 def test_where_clamp_with_a_nonzero_floor_is_not_a_clamp() -> None:
@@ -153,12 +159,18 @@ def test_bfloat16_sign_computed_in_float32_fuses(rng: np.random.Generator) -> No
     assert_same(before, after)
 
 
-def test_sign_of_a_narrowed_value_is_not_sign_of_p() -> None:
-    """Sign(Cast<float16>(p)) is 0 where p underflows float16: not sign(p), so no fusion."""
+def test_sign_of_a_narrowed_value_is_not_sign_of_p(rng: np.random.Generator) -> None:
+    """Sign(Cast<float16>(p)) is 0 where p underflows float16: not sign(p), so the patterns do not
+    fuse it. There |p| is far below the threshold and the clamp is 0, so the update as a whole is
+    the contract, and the recogniser fuses it."""
     sign = [h.make_node("Cast", ["p"], ["ph"], to=T.FLOAT16), h.make_node("Sign", ["ph"], ["sh"]),
             h.make_node("Cast", ["sh"], ["s"], to=T.FLOAT)]
-    fused, _ = fuse_checked(_prox_clamp_and_sign(T.FLOAT, [h.make_node("Max", ["d", "zero"], ["m"])], sign))
+    model = _prox_clamp_and_sign(T.FLOAT, [h.make_node("Max", ["d", "zero"], ["m"])], sign)
+    fused, _ = lowering.fuse(model, by_meaning=False)
     assert not fused_nodes(fused)
+    fused, report = fuse_checked(model)
+    assert report.counts() == {PGD: 1}, report.summary()
+    assert_runs_as_fused(model, fused, _clamp_and_sign_feeds(T.FLOAT, rng))
 
 
 def test_sign_written_as_a_where_fuses_only_with_a_constant_threshold() -> None:

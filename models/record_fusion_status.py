@@ -1,0 +1,76 @@
+"""Record what the pass of this checkout makes of the new exporters' fixtures (tests/fixtures/{jax,
+ort_training,paddle}/): each manifest entry gets "fused_today" (the fusion counts by default and
+with recompute_shared, whether they equal the manifest's ground truth, and the near-match reasons),
+and docs/new_exporter_fusion_status.md gets the table of all of them.
+
+The counts are lowering.fuse()'s, which `lower` prints; a fixture is "ok" when the counts equal its
+"expected" (zero for a near miss). Rerun after changing the pass.
+Usage (from the project's own environment): python models/record_fusion_status.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import onnx
+
+import lowering
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "lowering"))
+from fixture_manifests import NEW_EXPORTER_MANIFESTS  # noqa: E402
+
+TABLE = REPO / "docs" / "new_exporter_fusion_status.md"
+MAX_REASONS = 3
+
+
+def status(entry: dict) -> dict:
+    model = onnx.load(str(REPO / entry["file"]))
+    _, report = lowering.fuse(model)
+    _, shared = lowering.fuse(model, recompute_shared=True)
+    expected = {k: v for k, v in entry["expected"].items() if v}
+    reasons = sorted({r.reason for r in report.rejections})
+    return {"counts": report.counts(), "counts_recompute_shared": shared.counts(),
+            "ok": report.counts() == expected, "ok_recompute_shared": shared.counts() == expected,
+            "reasons": [r[:300] for r in reasons[:MAX_REASONS]]}
+
+
+def _cell(counts: dict[str, int]) -> str:
+    short = {"SmoothL1LossGradV2": "SL1", "ApplyProximalGradientDescent": "PGD"}
+    return " ".join(f"{short[k]}x{v}" for k, v in sorted(counts.items()) if v) or "-"
+
+
+def main() -> int:
+    lines = ["# New exporters' fixtures: what the pass fuses today", "",
+             "Written by `models/record_fusion_status.py` (rerun it after changing the pass). "
+             "Expected: the manifest's ground truth (a near miss expects nothing). "
+             "Fused / with recompute: `lowering.fuse(model)` and with `recompute_shared=True`.", "",
+             "| fixture | expected | fused | with recompute | first near-match reason |",
+             "| --- | --- | --- | --- | --- |"]
+    totals = {"fixtures": 0, "ok": 0, "ok_recompute_shared": 0}
+    for path in NEW_EXPORTER_MANIFESTS:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        for entry in entries:
+            entry["fused_today"] = found = status(entry)
+            totals["fixtures"] += 1
+            totals["ok"] += found["ok"]
+            totals["ok_recompute_shared"] += found["ok_recompute_shared"]
+            reason = found["reasons"][0].replace("|", "/") if found["reasons"] else ""
+            mark = lambda ok: "" if ok else " **(miss)**"  # noqa: E731
+            lines.append(f"| {Path(entry['file']).parent.name}/{Path(entry['file']).stem} | {_cell(entry['expected'])} "
+                         f"| {_cell(found['counts'])}{mark(found['ok'])} "
+                         f"| {_cell(found['counts_recompute_shared'])}{mark(found['ok_recompute_shared'])} "
+                         f"| {reason[:160]} |")
+        path.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+    lines += ["", f"{totals['ok']} of {totals['fixtures']} fixtures as expected by default, "
+                  f"{totals['ok_recompute_shared']} with recompute_shared."]
+    TABLE.parent.mkdir(exist_ok=True)
+    TABLE.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(lines[-1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
