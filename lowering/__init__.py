@@ -1,15 +1,28 @@
-"""ONNX graph pass: find and fuse SmoothL1-backward and proximal-gradient-descent subgraphs."""
+"""ONNX graph pass: find and fuse SmoothL1-backward and proximal-gradient-descent subgraphs.
 
-from .api import fuse
-from .errors import LoweringError
-from .report import FusionReport
+The package's public names load on first use, so that codegen and runtime can import the fused-op
+contract (lowering.fused_ops), the error types (lowering.errors) and the model helpers without
+loading the pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __all__ = ["FuseAscendPass", "FusionReport", "LoweringError", "fuse"]
 
+_PUBLIC = {
+    "fuse": ".api",
+    "FusionReport": ".report",
+    "LoweringError": ".errors",
+    "FuseAscendPass": ".ir_pass",  # onnx_ir is slow to import
+}
 
-def __getattr__(name: str):
-    if name == "FuseAscendPass":  # imported on first use: onnx_ir is slow to import
-        from .ir_pass import FuseAscendPass
 
-        return FuseAscendPass
-    raise AttributeError(f"module 'lowering' has no attribute {name!r}")
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'lowering' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+    globals()[name] = value
+    return value

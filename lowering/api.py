@@ -10,7 +10,7 @@ from typing import Any
 
 import onnx
 
-from .fuse import fuse_proto
+from .rewrite import fuse_proto
 from .loading import LoadedModel, is_ir_model, load
 from .report import FusionReport
 

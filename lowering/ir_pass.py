@@ -17,7 +17,7 @@ class FuseAscendPass(FunctionalPass):
 
     def __init__(self, recompute_shared: bool = True, by_meaning: bool = True) -> None:
         super().__init__()
-        self.recompute_shared = recompute_shared  # see lowering.fuse
+        self.recompute_shared = recompute_shared  # see lowering.rewrite
         self.by_meaning = by_meaning
         self.report: FusionReport | None = None
 

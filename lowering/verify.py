@@ -5,7 +5,7 @@ nodes, operand order, dropped nodes and the fused nodes with their function bodi
 re-running the checker over the whole model (it costs as much as the rest of the pass on big
 graphs), the output is checked for what those changes could break: every value read is defined
 before it is read, graph outputs are still computed, new nodes define only their own or fresh
-names (lowering.fuse), and every function body is closed over its formal inputs and defines each
+names (lowering.rewrite), and every function body is closed over its formal inputs and defines each
 value once. The test suite runs the full checker on every fused model it makes.
 """
 

@@ -14,8 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("lowering", "codegen", "runtime")
 
@@ -24,15 +22,6 @@ PACKAGES = ("lowering", "codegen", "runtime")
 # imports the pass.
 ALLOWED_FROM_LOWERING = frozenset({"lowering.fused_ops", "lowering.errors", "lowering.loading", "lowering.graph",
                                    "lowering.terminal"})
-
-# Import edges that break the layering today, each one to be removed by moving the module it
-# needs out of the pass's package (issue 20, "layers that point one way"): codegen and runtime
-# import lowering.fused_ops, lowering.loading and lowering.graph, and importing any of them runs
-# lowering/__init__.py, which imports lowering.api and with it the whole pass.
-KNOWN_PASS_REACH = {
-    "lowering": "lowering/__init__.py imports .api (fuse), .report and .errors at import time",
-}
-
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -178,33 +167,20 @@ def test_codegen_and_runtime_name_no_pass_module() -> None:
     assert named == [], "codegen/runtime import these pass modules: " + ", ".join(f"{m} -> {t}" for m, t in named)
 
 
-def test_codegen_and_runtime_reach_the_pass_only_through_the_known_package_init() -> None:
-    """Following every import, also the implicit one of each parent package, a codegen or runtime
-    module reaches a pass module only by way of the package inits listed in KNOWN_PASS_REACH."""
+def test_codegen_and_runtime_reach_no_pass_module() -> None:
+    """Following every import, also the implicit one of each parent package (lowering/__init__.py
+    loads its public names on first use, so importing lowering.fused_ops runs no pass module)."""
     graph = _graph()
-    known_gates = set(KNOWN_PASS_REACH)
-    pruned = {m: (set() if m in known_gates else targets) for m, targets in graph.items()}
     leaks = {}
     for module in graph:
         if module.split(".")[0] not in ("codegen", "runtime"):
             continue
-        via = _reach({**pruned, **{g: set() for g in known_gates}}, module)
-        reached = sorted(t for t in via if _is_pass_module(t))
+        reached = sorted(t for t in _reach(graph, module) if _is_pass_module(t))
         if reached:
             leaks[module] = reached
     assert leaks == {}
 
 
-@pytest.mark.parametrize("gate", sorted(KNOWN_PASS_REACH))
-def test_each_known_gate_still_leads_to_the_pass(gate: str) -> None:
-    """A listed gate that no longer reaches a pass module must leave KNOWN_PASS_REACH (and then
-    codegen and runtime import no pass module at all: the issue's goal)."""
-    reached = [t for t in _reach(_graph(), gate) if _is_pass_module(t)]
-    assert reached, f"{gate} no longer imports the pass: remove it from KNOWN_PASS_REACH"
-
-
-@pytest.mark.xfail(bool(KNOWN_PASS_REACH), strict=True,
-                   reason="known: " + "; ".join(f"{g}: {why}" for g, why in KNOWN_PASS_REACH.items()))
 def test_importing_codegen_rules_loads_no_pass_module() -> None:
     """What Python really imports for `import codegen.rules` (the lowering rules, which need two op
     names from the contract): no pass module."""

@@ -37,7 +37,7 @@ def graph(request):
 
 @pytest.fixture(scope="module")
 def ours(graph):
-    from lowering.fuse import fuse_proto
+    from lowering.rewrite import fuse_proto
 
     model, _ = graph
     return bench.fusions_of_ours(*fuse_proto(model, recompute_shared=False))  # as run_ours and onnxscript
@@ -67,7 +67,7 @@ def test_our_pass_fuses_exactly_the_planted_positives(graph, ours):
 
 
 def test_our_pass_fuses_every_planted_positive_at_2k():
-    from lowering.fuse import fuse_proto
+    from lowering.rewrite import fuse_proto
 
     model, planted = bench.build_graph(2000, seed=0)
     assert bench.check_fusions("ours", bench.fusions_of_ours(*fuse_proto(model, recompute_shared=False)), planted) == []

@@ -19,7 +19,7 @@ import lowering
 from lowering import loading
 from lowering.api import fuse_loaded
 from lowering.cli import main
-from lowering.fuse import fuse_proto
+from lowering.rewrite import fuse_proto
 
 
 @pytest.fixture

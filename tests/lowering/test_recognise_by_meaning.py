@@ -18,7 +18,7 @@ from onnx import numpy_helper
 from pass_numerics import assert_same, run_ort
 
 import lowering
-from lowering.fuse import fuse_proto
+from lowering.rewrite import fuse_proto
 
 REPO = Path(__file__).resolve().parents[2]
 N = 24

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 from codegen.api import build_kernels, emit_kernels
 from codegen.registry import register_rule, unregister_rule
 from lowering.cli import main
-from lowering.fuse import fuse_proto
+from lowering.rewrite import fuse_proto
 from lowering.fused_ops import register, unregister
 from lowering.patterns import DEFAULT_PATTERNS
 from runtime.ort_exec import run_model
