@@ -91,10 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="after lowering, run the fused model (fused nodes through their kernels) "
                              "against the original under onnxruntime and check the CANN precision standard; "
                              "exit 1 on any FAIL")
-    parser.add_argument("--recompute-shared", action="store_true",
-                        help="fuse a match whose intermediates other nodes also read (an optimizer merged a "
-                             "forward loss's |x| with its gradient's), keeping the matched nodes that compute "
-                             "them for those readers; by default such a match is refused")
+    shared = parser.add_mutually_exclusive_group()
+    shared.add_argument("--no-recompute-shared", dest="recompute_shared", action="store_false",
+                        help="refuse a match whose intermediates other nodes also read (a forward loss sharing "
+                             "|x| with its gradient); by default it fuses and the nodes that compute those "
+                             "intermediates stay for their other readers (the report counts them)")
+    shared.add_argument("--recompute-shared", dest="recompute_shared", action="store_true", default=True,
+                        help=argparse.SUPPRESS)  # the default since fusion by meaning; kept for scripts
+    parser.add_argument("--no-meaning", dest="by_meaning", action="store_false",
+                        help="fuse only the spelled-out forms, not regions proved equal to a fused op by "
+                             "evaluation (docs/recognition_by_meaning.md)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     add_input_options(parser)
     return parser
@@ -175,7 +181,7 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     stem = safe_stem(model_path)
     if args.emit == "ir":
         loaded = load(model_path, background=True)
-        fused, _ = fuse_loaded(loaded, recompute_shared=args.recompute_shared)
+        fused, _ = fuse_loaded(loaded, recompute_shared=args.recompute_shared, by_meaning=args.by_meaning)
         text = format_ir(_kernels(fused, args.target))
         print(text if text else "# no fused nodes, so no kernels")
         return 0
@@ -186,7 +192,7 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         tx.protected.extend(loaded.external_files)
         if args.verify:  # --inputs and --shape against the model's inputs, before the work
             check_input_options(args, loaded.model)
-        fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared)
+        fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared, by_meaning=args.by_meaning)
         kernels = _kernels(fused, args.target) if args.emit == "all" else []
         data = report.to_dict()
         data.update(model=str(model_path), target=args.target, fused_model=f"{stem}.fused.onnx",

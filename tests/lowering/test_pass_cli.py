@@ -364,3 +364,13 @@ def test_constant_cast_to_an_unknown_type_is_left_alone() -> None:
     model.graph.node.append(onnx.helper.make_node("Cast", [model.graph.initializer[0].name], ["odd"], to=0))
     fused, report = lowering.fuse(model)
     assert report.counts() == {PGD: 1}
+
+
+def test_no_meaning_fuses_only_spelled_out_forms(tmp_path: Path) -> None:
+    model = Path(__file__).resolve().parents[1] / "fixtures" / "jax" / "sl1_minimum_sum_b05_f32.onnx"
+    for flags, fusions in (([], 1), (["--no-meaning"], 0)):
+        out = tmp_path / f"out{len(flags)}"
+        assert main([str(model), "--target", "ascend950", "--emit", "onnx", "-o", str(out), "-q", *flags]) == 0
+        report = json.loads((out / "report.json").read_text())
+        assert len(report["fusions"]) == fusions
+        assert all(f["pattern"] == "smooth_l1_grad/meaning" for f in report["fusions"])

@@ -85,8 +85,8 @@ def test_recompute_shared_on_onnxruntimes_optimized_training_step(tmp_path: Path
 def test_cli_flag(tmp_path: Path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(_loss_and_gradient(), str(path))
-    for flag, fusions in (([], 0), (["--recompute-shared"], 1)):
-        out = tmp_path / f"out{len(flag)}"
+    for flag, fusions in ((["--no-recompute-shared"], 0), ([], 1), (["--recompute-shared"], 1)):
+        out = tmp_path / f"out{'_'.join(flag)}"
         done = subprocess.run([sys.executable, "-m", "lowering.cli", str(path), "--target", "ascend950",
                                "--emit", "onnx", "-o", str(out), *flag], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
