@@ -125,6 +125,8 @@ from typing import cast
 
 import numpy as np
 
+from lowering.errors import InternalError
+
 F32 = "float32"
 F16 = "float16"
 BF16 = "bfloat16"
@@ -190,7 +192,7 @@ SELECT_MODES = ("TENSOR_TENSOR", "TENSOR_SCALAR")
 ROUND_MODES = ("CAST_NONE", "CAST_RINT")
 
 
-class IRError(ValueError):
+class IRError(InternalError, ValueError):
     """An ill-formed kernel: the message names the instruction and the rule it breaks."""
 
 

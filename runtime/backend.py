@@ -26,11 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.nodes import NodeSpec
+from lowering.errors import ToolError
 
 DEFAULT_TARGET = "ascend950"
 
 
-class BackendError(RuntimeError):
+class BackendError(ToolError, RuntimeError):
     """A backend cannot be used here, or a kernel failed; the message is one line."""
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import onnx
 
+from lowering.errors import ToolError
 from lowering.fused_ops import DOMAIN, OP_SPECS
 
 
-class FusedNodeError(ValueError):
+class FusedNodeError(ToolError, ValueError):
     """A fused node that breaks the contract of lowering/fused_ops.py."""
 
 

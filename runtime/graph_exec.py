@@ -19,6 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from codegen.nodes import InputSpec, NodeSpec
+from lowering.errors import ToolError
 from lowering.fused_ops import OP_SPECS
 from lowering.graph import model_constants, subgraph_inputs
 from lowering.terminal import printable
@@ -34,7 +35,7 @@ from runtime.progress import Progress
 _DTYPE_NAME = {v: k for k, v in NUMPY_DTYPES.items()}
 
 
-class GraphExecError(RuntimeError):
+class GraphExecError(ToolError, RuntimeError):
     """The fused model cannot be executed; one line naming the node or value."""
 
 

@@ -29,6 +29,7 @@ from codegen import ir
 from codegen.buffers import Allocation
 from codegen.ir import Kernel, Kind, Op
 from codegen.scalar_eval import eval_scalar
+from lowering.errors import InternalError
 from runtime import numerics
 from runtime.numerics import NUMPY_DTYPES, NanPolicy
 
@@ -43,7 +44,7 @@ _WORKERS = max(1, min(os.cpu_count() or 1, 8))
 _MIN_BATCHES_PER_WORKER = 4  # below this a thread costs more than it saves
 
 
-class KernelExecutionError(RuntimeError):
+class KernelExecutionError(InternalError, RuntimeError):
     """The kernel or its schedule did something the hardware would get wrong."""
 
 

@@ -17,12 +17,13 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from lowering.errors import ToolError
 from lowering.loading import save, serialized_or_none
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-class OrtRunError(RuntimeError):
+class OrtRunError(ToolError, RuntimeError):
     """onnxruntime could not load or run a model."""
 
 

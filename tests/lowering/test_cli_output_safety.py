@@ -274,3 +274,21 @@ def test_terminal_output_escapes_and_shortens_model_names(tmp_path: Path, capsys
     skipped = [line for line in out.splitlines() if line.startswith("  skipped")]
     assert len(skipped) == 1 and shown in skipped[0], out
     assert len(out.splitlines()) == 3 and "\x1b" not in out and len(skipped[0]) < 300
+
+
+@pytest.mark.parametrize("error, code, kind", [
+    (lambda: __import__("codegen.ir", fromlist=["IRError"]).IRError("broken invariant"), 3, "internal error"),
+    (lambda: __import__("runtime.backend", fromlist=["BackendError"]).BackendError("no toolkit"), 2, "error"),
+], ids=["internal", "user"])
+def test_exit_code_follows_the_errors_user_error_flag(tmp_path: Path, capsys, monkeypatch, error, code: int,
+                                                      kind: str) -> None:
+    import lowering.cli
+
+    def fail(*_: object) -> None:
+        raise error()
+
+    monkeypatch.setattr(lowering.cli, "build_kernels", fail)
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", str(tmp_path / "out")]) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"lower: {kind}: "), err
+    assert not (tmp_path / "out").exists()
