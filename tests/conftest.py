@@ -29,9 +29,15 @@ def seed_for(nodeid: str, chosen: int | None) -> int:
 
 
 @pytest.fixture
-def rng(request: pytest.FixtureRequest) -> np.random.Generator:
-    seed = seed_for(request.node.nodeid, request.config.getoption("--seed"))
-    request.node.user_properties.append((SEED_PROPERTY, seed))
+def seed(request: pytest.FixtureRequest) -> int:
+    """The test's seed (recorded, so that a failing test's report prints it)."""
+    value = seed_for(request.node.nodeid, request.config.getoption("--seed"))
+    request.node.user_properties.append((SEED_PROPERTY, value))
+    return value
+
+
+@pytest.fixture
+def rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 

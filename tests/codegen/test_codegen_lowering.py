@@ -195,8 +195,8 @@ def _sl1_inputs(rng: np.random.Generator, dtype: str, sigma: float, scalar_dout:
     "dtype, reduction, sigma, scalar_dout",
     list(itertools.product(DTYPES, ("none", "mean", "sum"), (0.0, 0.5, 1.0, 3.0), (True, False))),
 )
-def test_smooth_l1_numerics(dtype: str, reduction: str, sigma: float, scalar_dout: bool) -> None:
-    rng = np.random.default_rng()
+def test_smooth_l1_numerics(dtype: str, reduction: str, sigma: float, scalar_dout: bool,
+                            rng: np.random.Generator) -> None:
     scale = 300.0 if reduction == "mean" else 0.75  # keeps float16 results out of subnormals
     spec = sl1_spec(dtype, reduction, sigma, scalar_dout, scale=scale)
     k = kernel_for_spec(NodeSpec("n", SMOOTH_L1_GRAD, {
@@ -336,8 +336,7 @@ def _apgd_golden(var: np.ndarray, delta: np.ndarray, scal: dict[str, np.ndarray]
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("form, consts", APGD_CASES)
-def test_apgd_numerics(dtype: str, form: str, consts: dict[str, float]) -> None:
-    rng = np.random.default_rng()
+def test_apgd_numerics(dtype: str, form: str, consts: dict[str, float], rng: np.random.Generator) -> None:
     for sdtype in (dtype, "float32"):
         k = kernel_for_spec(apgd_spec(dtype, form, consts, sdtype))
         values_list = [consts] if len(consts) == 3 else [{**v, **consts} for v in RUNTIME_VALUES]

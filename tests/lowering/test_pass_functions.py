@@ -181,8 +181,8 @@ def test_an_export_with_every_module_a_function_fuses_and_keeps_the_backbone(dra
 def test_a_failure_on_the_inlined_graph_falls_back_to_the_model_as_it_is() -> None:
     from lowering.errors import LoweringError
     from lowering.functions import fuse_through_functions
-    from lowering.rewrite import _fuse_proto
     from lowering.patterns import DEFAULT_PATTERNS
+    from lowering.rewrite import _fuse_proto
 
     model = _model("grad = local.SL1(p, t, go)", SL1_FN)
     seen = []
@@ -201,8 +201,8 @@ def test_a_failure_on_the_inlined_graph_falls_back_to_the_model_as_it_is() -> No
 def test_when_every_candidate_fused_the_result_is_that_of_a_plain_inlining() -> None:
     import onnx.inliner
 
-    from lowering.rewrite import _fuse_proto
     from lowering.patterns import DEFAULT_PATTERNS
+    from lowering.rewrite import _fuse_proto
 
     outer = _function("Outer", "p, t, go", "y", "\n    y = local.SL1(p, t, go)\n")
     model = _model("grad = local.Outer(p, t, go)", outer, SL1_FN)

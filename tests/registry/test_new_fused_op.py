@@ -17,9 +17,9 @@ from onnx import TensorProto, helper
 from codegen.api import build_kernels, emit_kernels
 from codegen.registry import register_rule, unregister_rule
 from lowering.cli import main
-from lowering.rewrite import fuse_proto
 from lowering.fused_ops import register, unregister
 from lowering.patterns import DEFAULT_PATTERNS
+from lowering.rewrite import fuse_proto
 from runtime.ort_exec import run_model
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -1,14 +1,12 @@
 """Fixtures for the twin tests: one TwinBackend per session whose kernels are compiled up front,
 all at once and in parallel (g++ processes), so the tests share them through the cache.
 
-TWIN_TEST_SEED fixes the random data (otherwise each session draws a fresh seed, which failing
-tests print).
+Random data comes from the `seed` fixture of tests/conftest.py (stable per test; `--seed N`).
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import sys
 from pathlib import Path
@@ -26,11 +24,6 @@ from runtime.backends.cpu import CpuBackend
 
 MODELS = sorted((Path(__file__).resolve().parents[2] / "models").glob("*.onnx"))
 HAVE_CXX = shutil.which(os.environ.get("ASCEND_TWIN_CXX") or os.environ.get("CXX") or "g++") is not None
-
-
-@pytest.fixture(scope="session")
-def seed() -> int:
-    return int(os.environ.get("TWIN_TEST_SEED") or secrets.randbits(31))
 
 
 @pytest.fixture(scope="session")
