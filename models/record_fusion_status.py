@@ -1,6 +1,6 @@
 """Record what the pass of this checkout makes of the new exporters' fixtures (tests/fixtures/{jax,
 ort_training,paddle}/): each manifest entry gets "fused_today" (the fusion counts by default and
-with recompute_shared, whether they equal the manifest's ground truth, and the near-match reasons),
+with the patterns only, whether they equal the manifest's ground truth, and the near-match reasons),
 and docs/new_exporter_fusion_status.md gets the table of all of them.
 
 The counts are lowering.fuse()'s, which `lower` prints; a fixture is "ok" when the counts equal its
@@ -29,11 +29,11 @@ MAX_REASONS = 3
 def status(entry: dict) -> dict:
     model = onnx.load(str(REPO / entry["file"]))
     _, report = lowering.fuse(model)
-    _, shared = lowering.fuse(model, recompute_shared=True)
+    _, spelled = lowering.fuse(model, by_meaning=False)
     expected = {k: v for k, v in entry["expected"].items() if v}
     reasons = sorted({r.reason for r in report.rejections})
-    return {"counts": report.counts(), "counts_recompute_shared": shared.counts(),
-            "ok": report.counts() == expected, "ok_recompute_shared": shared.counts() == expected,
+    return {"counts": report.counts(), "counts_patterns_only": spelled.counts(),
+            "ok": report.counts() == expected, "ok_patterns_only": spelled.counts() == expected,
             "reasons": [r[:300] for r in reasons[:MAX_REASONS]]}
 
 
@@ -46,26 +46,27 @@ def main() -> int:
     lines = ["# New exporters' fixtures: what the pass fuses today", "",
              "Written by `models/record_fusion_status.py` (rerun it after changing the pass). "
              "Expected: the manifest's ground truth (a near miss expects nothing). "
-             "Fused / with recompute: `lowering.fuse(model)` and with `recompute_shared=True`.", "",
-             "| fixture | expected | fused | with recompute | first near-match reason |",
+             "Fused: `lowering.fuse(model)`; patterns only: `lowering.fuse(model, by_meaning=False)` "
+             "(`lower --no-meaning`).", "",
+             "| fixture | expected | fused | patterns only | first near-match reason |",
              "| --- | --- | --- | --- | --- |"]
-    totals = {"fixtures": 0, "ok": 0, "ok_recompute_shared": 0}
+    totals = {"fixtures": 0, "ok": 0, "ok_patterns_only": 0}
     for path in NEW_EXPORTER_MANIFESTS:
         entries = json.loads(path.read_text(encoding="utf-8"))
         for entry in entries:
             entry["fused_today"] = found = status(entry)
             totals["fixtures"] += 1
             totals["ok"] += found["ok"]
-            totals["ok_recompute_shared"] += found["ok_recompute_shared"]
+            totals["ok_patterns_only"] += found["ok_patterns_only"]
             reason = found["reasons"][0].replace("|", "/") if found["reasons"] else ""
             mark = lambda ok: "" if ok else " **(miss)**"  # noqa: E731
             lines.append(f"| {Path(entry['file']).parent.name}/{Path(entry['file']).stem} | {_cell(entry['expected'])} "
                          f"| {_cell(found['counts'])}{mark(found['ok'])} "
-                         f"| {_cell(found['counts_recompute_shared'])}{mark(found['ok_recompute_shared'])} "
+                         f"| {_cell(found['counts_patterns_only'])}{mark(found['ok_patterns_only'])} "
                          f"| {reason[:160]} |")
         path.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
-    lines += ["", f"{totals['ok']} of {totals['fixtures']} fixtures as expected by default, "
-                  f"{totals['ok_recompute_shared']} with recompute_shared."]
+    lines += ["", f"{totals['ok']} of {totals['fixtures']} fixtures as expected, "
+                  f"{totals['ok_patterns_only']} with the patterns only."]
     TABLE.parent.mkdir(exist_ok=True)
     TABLE.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(lines[-1])
