@@ -269,7 +269,7 @@ def differences_behind(index: GraphIndex, kink: int, taken: set[int], depth: int
     x / beta). A kink over anything else is not one of the fused functions' breakpoints."""
     found: list[int] = []
     frontier, seen = [kink], {kink}
-    for step in range(depth):
+    for _ in range(depth):
         after = []
         for i in frontier:
             node = index.nodes[i]
