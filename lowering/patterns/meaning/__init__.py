@@ -22,6 +22,7 @@ from ...algebra import Algebra
 from ...graph import FLOAT_TYPES, GraphIndex, node_label
 from ..base import Match, NoMatch
 from . import proximal, smooth_l1
+from .evaluate import Unsupported
 from .hypothesis import Counterexample, Proposal, narrowest
 from .proof import check
 from .region import (
@@ -110,6 +111,8 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
                 decided = Refusal(out, family, str(exc), (0, -out, 1 << 20))
             except (NoMatch, RegionRefused) as exc:
                 decided = Refusal(out, family, str(exc), (1, -out, 0))
+            except Unsupported as exc:  # inferring the attributes runs the region too, not only the proof
+                decided = Refusal(out, family, f"the region holds {exc}", (1, -out, 0))
             if isinstance(decided, Match):
                 return decided, None
             if best is None or decided.rank < best.rank:
