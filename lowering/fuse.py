@@ -451,11 +451,14 @@ def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -
     graph.node.extend([n.to_proto() for n in nodes])
     declared = info.types.declared
     graph.value_info.extend([declared[name] for n in nodes for name in n.output if name in declared])
-    graph.initializer.extend([t for name, t in info.initializers.items() if name in info.graph_inputs or still_read(name)])
-    graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items() if still_read(name))
+    graph.initializer.extend([t for name, t in info.initializers.items()
+                              if name in info.graph_inputs or still_read(name)])
+    graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name)
+                             for name, v in folded.items() if still_read(name))
     graph.initializer.extend(rewritten.initializers)
     graph.value_info.extend(rewritten.value_info)
-    _type_fused_values(graph, info, rewritten.fused, new_inits | folded.keys() | {vi.name for vi in rewritten.value_info})
+    typed = new_inits | folded.keys() | {vi.name for vi in rewritten.value_info}
+    _type_fused_values(graph, info, rewritten.fused, typed)
     if not any(o.domain == DOMAIN for o in work.opset_import):
         work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     work.ir_version = max(work.ir_version, FUNCTION_IR_VERSION)

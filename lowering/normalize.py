@@ -24,8 +24,21 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from .graph import (EXACT_WIDENING, SUBGRAPH_OPS, GraphInfo, Node, ValueType, array_key, attr, captured_names,
-                    constant_node_value, may_have_subgraphs, scalar_of_tensor, tensor_key, tensor_value)
+from .graph import (
+    EXACT_WIDENING,
+    SUBGRAPH_OPS,
+    GraphInfo,
+    Node,
+    ValueType,
+    array_key,
+    attr,
+    captured_names,
+    constant_node_value,
+    may_have_subgraphs,
+    scalar_of_tensor,
+    tensor_key,
+    tensor_value,
+)
 
 FOLD_LIMIT = 64  # largest constant (elements) folding may create: scalars and small vectors only
 COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Equal", "And", "Or", "Xor", "Sum", "Mean"}

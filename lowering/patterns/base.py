@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Union
 
 import ml_dtypes
 import numpy as np
@@ -14,7 +13,7 @@ import onnx
 from ..algebra import Algebra, Bound, Monomial, Reach, clip_bounds, is_zero
 from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, Node, attr, tensor_value
 
-Input = Union[str, np.ndarray]  # an existing value, or a new constant the fusion must create
+Input = str | np.ndarray  # an existing value, or a new constant the fusion must create
 
 
 @dataclass
@@ -37,14 +36,15 @@ class Match:
 
 
 class NoMatch(Exception):
-    """Raised inside a pattern when the core shape is there but a check fails; the pass records it as a report.Rejection."""
+    """Raised inside a pattern when the core shape is there but a check fails; the pass records
+    it as a report.Rejection."""
 
 
 @dataclass(frozen=True)
 class Pattern:
     name: str
     anchors: frozenset[str]  # op types a match may end at
-    match: Callable[[Algebra, int], Union[Match, None]]
+    match: Callable[[Algebra, int], Match | None]
     # per anchor op, the pre-check its match starts with: the pass offers an anchor only when one
     # of them holds, which spares a call per anchor for the many that fail it
     prefilter: Mapping[str, tuple[Reach, ...]] = field(default_factory=dict, hash=False, compare=False)
@@ -174,7 +174,8 @@ def close(a: float, b: float, rel: float = 1e-5) -> bool:
     return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel * abs(b))
 
 
-def absorb_casts(alg: Algebra, output: str, tensors: list[str]) -> tuple[str, list[str], set[int], set[int], int] | None:
+def absorb_casts(alg: Algebra, output: str,
+                 tensors: list[str]) -> tuple[str, list[str], set[int], set[int], int] | None:
     """Absorbs a float16/bfloat16 -> float32 -> float16/bfloat16 Cast sandwich around a match.
 
     Returns (new output, new tensor inputs, interior output cast, boundary input casts, dtype)

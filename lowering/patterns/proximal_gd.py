@@ -25,9 +25,26 @@ import onnx
 from ..algebra import Algebra, Comparison, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
-from .base import (Match, NoMatch, Pattern, absorb_casts, cap_of_nonnegative, close, float_dtype, is_single_element,
-                   refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape, same_threshold,
-                   shapes_differ, single_factor, zero_branch, zero_nodes)
+from .base import (
+    Match,
+    NoMatch,
+    Pattern,
+    absorb_casts,
+    cap_of_nonnegative,
+    close,
+    float_dtype,
+    is_single_element,
+    refuse_float32_finish,
+    refuse_rounded_abs,
+    require,
+    require_float,
+    same_shape,
+    same_threshold,
+    shapes_differ,
+    single_factor,
+    zero_branch,
+    zero_nodes,
+)
 
 FAMILY = "proximal_gd"
 _SIGN_OPS, _WHERE_OPS = frozenset({"Sign"}), frozenset({"Where"})
@@ -299,7 +316,8 @@ def _where_clamp(alg: Algebra, i: int, node) -> tuple[str, set[int], str] | None
     if d != cmp.lhs or zeros is None:
         return None
     if not low:
-        raise NoMatch(f"max(d, 0) written as Where(d {cmp.relation} 0, d, 0): NaN in d gives 0 there and NaN in the fused op")
+        raise NoMatch(f"max(d, 0) written as Where(d {cmp.relation} 0, d, 0): NaN in d gives 0 there "
+                      "and NaN in the fused op")
     return d, {i} | cmp.nodes | zeros, "where"
 
 
@@ -399,7 +417,8 @@ def _nested_softshrink(alg: Algebra, value: str) -> tuple[str, np.ndarray, set[i
         return None
     sides = _side_branch(alg, outer_cmp, outer.when_true), _side_branch(alg, inner_cmp, inner.when_true)
     if None in sides:
-        if alg.scalar(outer_cmp.rhs) is None and alg.scalar(inner_cmp.rhs) is None and alg.producer(outer_cmp.lhs, "Sub", "Add"):
+        if alg.scalar(outer_cmp.rhs) is None and alg.scalar(inner_cmp.rhs) is None \
+                and alg.producer(outer_cmp.lhs, "Sub", "Add"):
             raise NoMatch("where(p > t, p - t, where(p < -t, p + t, 0)) is the shrink only for t >= 0, "
                           "and t is a runtime value")
         return None
@@ -434,7 +453,8 @@ def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str, strict: bool = Tr
         return None
     (_, shift), = [(s, v) for s, v in terms if s == -1]
     shift_mono = alg.monomial(shift, stop=frozenset({t}))
-    sign = next((n for n, e in shift_mono.factors.items() if e == 1 and (alg.unary(n, "Sign") or ("", -1))[0] == p), None)
+    sign = next((n for n, e in shift_mono.factors.items()
+                 if e == 1 and (alg.unary(n, "Sign") or ("", -1))[0] == p), None)
     t_const = alg.scalar(t)
     expected = {sign: 1} if t_const is not None else {sign: 1, t: 1}
     if sign is None or dict(shift_mono.factors) != expected:
@@ -860,7 +880,8 @@ def _times_alpha(alg: Algebra, alpha, value: str) -> tuple[str, set[int]] | None
 def _const_or_value(alg: Algebra, t):
     if isinstance(t, str):
         c = alg.index.const(t)
-        return np.asarray(c, np.float32).reshape(c.shape) if c is not None and c.dtype != np.float32 and c.size == 1 else t
+        narrowed = c is not None and c.dtype != np.float32 and c.size == 1
+        return np.asarray(c, np.float32).reshape(c.shape) if narrowed else t
     return t
 
 
@@ -869,7 +890,8 @@ _TWO_WHERE_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part)
 _SELECT_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 3, _select_part)  # Add(Mul(Cast(c), a), Mul(b, Cast(Not(c))))
 _RELU_SUM = Reach(frozenset({"Add"}), _TO_SHRINK, 4, _may_end_relu_sum)
 _SHRINK_ENDS = (Reach(_SIGN_OPS, _TO_SHRINK, 4), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_softshrink),
-                Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_sign), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_nested_softshrink),
+                Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_sign),
+                Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_nested_softshrink),
                 Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part),
                 Reach(_SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink), _RELU_SUM)
 # Add for an unscaled relu(p - t) + min(p + t, 0) and so that TorchScript's two-Where softshrink

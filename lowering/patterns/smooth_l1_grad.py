@@ -27,9 +27,28 @@ import onnx
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, clip_bounds, product, sum_like
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
-from .base import (Match, NoMatch, Pattern, absorb_casts, broadcasts_to, cap_of_nonnegative, close, fill, fill_value,
-                   float_dtype, is_single_element, refuse_float32_finish, refuse_rounded_abs, require, require_float,
-                   same_shape, shape_text, shapes_differ, single_factor, zero_branch)
+from .base import (
+    Match,
+    NoMatch,
+    Pattern,
+    absorb_casts,
+    broadcasts_to,
+    cap_of_nonnegative,
+    close,
+    fill,
+    fill_value,
+    float_dtype,
+    is_single_element,
+    refuse_float32_finish,
+    refuse_rounded_abs,
+    require,
+    require_float,
+    same_shape,
+    shape_text,
+    shapes_differ,
+    single_factor,
+    zero_branch,
+)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
@@ -140,7 +159,8 @@ def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, set[int]] |
 
 def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
     x, abs_node = alg.unary(alg.widened(cmp.lhs), "Abs")
-    inside, outside = (sel.when_true, sel.when_false) if cmp.relation in ("<", "<=") else (sel.when_false, sel.when_true)
+    below = cmp.relation in ("<", "<=")
+    inside, outside = (sel.when_true, sel.when_false) if below else (sel.when_false, sel.when_true)
     alg.expand_shared([inside, outside], sel.nodes | cmp.nodes, stop=frozenset({x}))
     inside = _abs_times_sign(alg, inside, x)
     sign = _sign_factor(alg, outside, x)
@@ -207,7 +227,8 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
         return None
     form = f"{FAMILY}/nested-{'arithmetic-select' if sel.arithmetic or inner_sel.arithmetic else 'where'}"
     beta = outer[1]
-    require(close(beta, inner[1]) and beta > 0, f"the two thresholds {outer[1]:g} and {inner[1]:g} are not +-beta with beta > 0")
+    require(close(beta, inner[1]) and beta > 0,
+            f"the two thresholds {outer[1]:g} and {inner[1]:g} are not +-beta with beta > 0")
     low, high = (sel.when_true, inner_sel.when_true) if outer[0] == "low" else (inner_sel.when_true, sel.when_true)
     alg.expand_shared([low, high, inner_sel.when_false], sel.nodes | inner_sel.nodes | cmp.nodes | inner_cmp.nodes,
                       stop=frozenset({x}))
@@ -292,7 +313,8 @@ def _match_clip(alg: Algebra, out: str, mono: Monomial) -> Match | None:
         beta = bound / inner.coef
         rest = mono.without(name)
         rest.coef *= bound
-        return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes, arithmetic=False)
+        return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes,
+                       arithmetic=False)
     return None
 
 
@@ -321,7 +343,8 @@ def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
         sign = None if rest is None else _sign_factor(alg, rest, abs_x[0])
         if sign is None:
             continue
-        require(ratio.coef > 0 and np.isfinite(ratio.coef), f"min(|x| * {ratio.coef:g}, 1) caps x at a non-positive beta")
+        require(ratio.coef > 0 and np.isfinite(ratio.coef),
+                f"min(|x| * {ratio.coef:g}, 1) caps x at a non-positive beta")
         nodes = mono.nodes | ratio.nodes | sign[1] | one[1] | casts | {found[0], abs_x[1]}
         return _finish(alg, f"{FAMILY}/capped-ratio", out, abs_x[0], rest.without(sign[0]), 1.0 / ratio.coef, nodes,
                        arithmetic=False)
@@ -419,7 +442,8 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
             continue
         w, value, shift_nodes = shifted
         sel = alg.select(value)
-        if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 or len(sel.when_true.factors) != 1:
+        if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 \
+                or len(sel.when_true.factors) != 1:
             continue
         branch, guard_nodes = _unguarded(alg, next(iter(sel.when_true.factors)), x)
         inner = _constant_plus(alg, branch, x, repeated=True)  # n*M - w
@@ -607,7 +631,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         require(is_single_element(index, dout) or same_shape(index, dout, predict),
                 "dout is neither a single element nor predict's shape (other broadcasts are not supported)")
     else:
-        dout = np.array(1.0, onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32)
+        one_type = onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32
+        dout = np.array(1.0, one_type)
     single = not douts or is_single_element(index, douts[0])
     reduction, factor = split_reduction(index.numel(predict), k, mean_at_runtime, beta, single, _EPS[dtype])
     interior = nodes | {sub[0]}
@@ -671,5 +696,6 @@ _FLOORED_ABS = Reach(frozenset({"Max", "Clip"}), _PRODUCT_OPS | {"Cast"}, 4, _fl
 _MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
 _SELECT_SUM_ENDS = (_MASK_END, Reach(_WHERE_OPS, _TO_MASK, 6, _selects_against_zero))
 PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match,
-                  prefilter={"Mul": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS), "Div": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
+                  prefilter={"Mul": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
+                             "Div": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
                              "Add": _SELECT_SUM_ENDS, "Sum": _SELECT_SUM_ENDS})
