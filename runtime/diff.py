@@ -129,7 +129,7 @@ def _computed_through(model: onnx.ModelProto) -> dict[str, _Through]:
             dtype = max(found, key=THRESHOLDS.__getitem__)
             last = producers.get(output.name)
             rounded = (last is not None and last.op_type == "Cast" and bool(last.input)
-                       and HALF_TYPES.get(types.get(last.input[0])) == dtype)
+                       and HALF_TYPES.get(types.get(last.input[0], onnx.TensorProto.UNDEFINED)) == dtype)
             out[output.name] = _Through(dtype, rounded)
     return out
 
