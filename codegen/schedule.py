@@ -193,7 +193,8 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
             fixed_bytes=0,
             buffers=(),
         )
-    block_factor = -(-(-(-num_elements // target.aiv_cores)) // CORE_ALIGN) * CORE_ALIGN
+    per_core = -(-num_elements // target.aiv_cores)
+    block_factor = -(-per_core // CORE_ALIGN) * CORE_ALIGN
     block_dim = -(-num_elements // block_factor)
     budget = target.ub_bytes - UB_RESERVE_BYTES - fixed
     single, double = max_tile(alloc, budget, 1), max_tile(alloc, budget, 2)
@@ -204,7 +205,8 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
     buffer_num = 2 if double and block_factor > double else 1
     limit = double if buffer_num == 2 else single
     n_tiles = -(-block_factor // limit)
-    tile = -(-(-(-block_factor // n_tiles)) // TILE_ALIGN) * TILE_ALIGN
+    per_tile = -(-block_factor // n_tiles)
+    tile = -(-per_tile // TILE_ALIGN) * TILE_ALIGN
     buffers = _buffers(alloc, tile, buffer_num)
     return Plan(
         target=target.name,

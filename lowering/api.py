@@ -10,9 +10,9 @@ from typing import Any
 
 import onnx
 
-from .rewrite import fuse_proto
 from .loading import LoadedModel, is_ir_model, load
 from .report import FusionReport
+from .rewrite import fuse_proto
 
 
 def fuse(model: Any, *, recompute_shared: bool = True, by_meaning: bool = True) -> tuple[Any, FusionReport]:

@@ -117,7 +117,8 @@ def build_diff_parser() -> argparse.ArgumentParser:
                     "Exit 0 all PASS, 1 any FAIL, 2 bad input.")
     parser.add_argument("unfused", help="the original model")
     parser.add_argument("fused", help="the fused model (e.g. OUTDIR/<stem>.fused.onnx from lower)")
-    parser.add_argument("--target", metavar="T", help=f"target whose schedule the kernels run with: {', '.join(_targets())}")
+    parser.add_argument("--target", metavar="T",
+                        help=f"target whose schedule the kernels run with: {', '.join(_targets())}")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing when every comparison PASSes, "
                         "only the failures otherwise")
     add_input_options(parser)

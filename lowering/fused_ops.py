@@ -193,9 +193,9 @@ def proximal_scalars(alpha: float, l1: float, l2: float, scalar_form: str) -> tu
 
 def proximal_gd_reference(
     var: np.ndarray,
-    alpha: float,
-    l1: float,
-    l2: float,
+    alpha: float | np.ndarray,  # a float, or a one-element array (a runtime scalar input)
+    l1: float | np.ndarray,
+    l2: float | np.ndarray,
     delta: np.ndarray,
     scalar_form: str = "raw",
     shrink_max: float = float("inf"),
@@ -221,7 +221,7 @@ def _smooth_l1_golden(x: Mapping[str, np.ndarray], a: Mapping[str, object]) -> t
 
 
 def _proximal_golden(x: Mapping[str, np.ndarray], a: Mapping[str, object]) -> tuple[np.ndarray, ...]:
-    return (proximal_gd_reference(x["var"], x["alpha"], x["l1"], x["l2"], x["delta"],  # type: ignore[arg-type]
+    return (proximal_gd_reference(x["var"], x["alpha"], x["l1"], x["l2"], x["delta"],
                                   str(a["scalar_form"]), float(a["shrink_max"])),)  # type: ignore[arg-type]
 
 

@@ -16,7 +16,7 @@ from onnx import numpy_helper
 
 from .errors import LoweringError
 
-FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+FLOAT_TYPES: set[int] = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 # widening casts that lose nothing (a cast back undoes them exactly)
 EXACT_WIDENING = {
     (onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT),
@@ -25,12 +25,18 @@ EXACT_WIDENING = {
     (onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE),
     (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE),
 }
-DTYPE_NAMES = {
+DTYPE_NAMES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32",
     onnx.TensorProto.FLOAT16: "float16",
     onnx.TensorProto.BFLOAT16: "bfloat16",
     onnx.TensorProto.DOUBLE: "float64",
 }
+
+
+def dtype_name(t: int | None) -> str:
+    """The name of a float element type; another type's number, or None when it is unknown."""
+    return DTYPE_NAMES.get(t, str(t)) if t is not None else str(t)
+
 
 Dim = int | str | None  # a number, a symbolic name, or unknown
 Shape = tuple[Dim, ...] | None  # None: rank unknown

@@ -24,8 +24,22 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from .graph import (EXACT_WIDENING, SUBGRAPH_OPS, GraphInfo, Node, ValueType, array_key, attr, captured_names,
-                    constant_node_value, may_have_subgraphs, scalar_of_tensor, tensor_key, tensor_value)
+from .errors import InternalError
+from .graph import (
+    EXACT_WIDENING,
+    SUBGRAPH_OPS,
+    GraphInfo,
+    Node,
+    ValueType,
+    array_key,
+    attr,
+    captured_names,
+    constant_node_value,
+    may_have_subgraphs,
+    scalar_of_tensor,
+    tensor_key,
+    tensor_value,
+)
 
 FOLD_LIMIT = 64  # largest constant (elements) folding may create: scalars and small vectors only
 COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Equal", "And", "Or", "Xor", "Sum", "Mean"}
@@ -158,6 +172,13 @@ class _Normalizer:
         value = self.consts[name] = tensor_value(self.info.initializers[name])
         return value
 
+    def known_const(self, name: str) -> np.ndarray:
+        """const(name) for a name is_const has accepted."""
+        value = self.const(name)
+        if value is None:
+            raise InternalError(f"{name} was taken for a constant but has no value")
+        return value
+
     def is_const(self, name: str) -> bool:
         """Whether const(name) gives a value, without converting it (most constants the rules
         look at are never folded, only asked whether they are constants)."""
@@ -184,7 +205,7 @@ class _Normalizer:
             scalar = scalar_of_tensor(self.info.initializers[name])
             if scalar is not None and scalar != number:
                 return None
-        value = self.const(name)
+        value = self.known_const(name)
         return value if value.size == 1 and float(value.reshape(-1)[0]) == number else None
 
     def elem_type(self, name: str) -> int | None:
@@ -282,7 +303,7 @@ class _Normalizer:
             return self._fold_cast_like(node)
         if not all(name and self.is_const(name) for name in node.input):
             return False  # an optional input left empty is not folded either
-        values = [self.const(name) for name in node.input]
+        values = [self.known_const(name) for name in node.input]
         if any(v.size > FOLD_LIMIT for v in values):  # a big Constant node
             return False
         to = attr(node, "to") if node.op_type == "Cast" else None
@@ -306,7 +327,7 @@ class _Normalizer:
         if len(node.input) != 1 or any(a.name not in ("start", "end") for a in node.attribute):
             return False
         vt: ValueType | None = self.types.get(node.input[0])
-        if vt is None or vt.numel is None:
+        if vt is None or vt.numel is None or vt.shape is None:  # numel is known only with the shape
             return False
         if node.op_type == "Size":
             return self._store_constant(node, np.array(vt.numel, np.int64))
@@ -348,7 +369,7 @@ class _Normalizer:
                     return self._forward(node, x, "min(x, inf)/max(x, -inf) removed")
         if op == "Expand" and len(node.input) == 2 and self.is_const(node.input[1]):
             # an Expand to the shape x already has (grappler writes them for a sum's broadcast)
-            vt, shape = self.types.get(node.input[0]), self.const(node.input[1])
+            vt, shape = self.types.get(node.input[0]), self.known_const(node.input[1])
             if (vt is not None and vt.shape is not None and all(isinstance(d, int) for d in vt.shape)
                     and shape.ndim == 1 and tuple(int(d) for d in shape) == tuple(vt.shape)):
                 return self._forward(node, node.input[0], "expands to the own shape removed")

@@ -72,7 +72,8 @@ class FusionReport:
             lines.extend(f"           note: {printable(c, REASON_LIMIT)}" for c in f.caveats)
         lines += more_line(len(self.fusions), limit, "fusions")
         for r in self.rejections[:limit]:
-            lines.append(f"  skipped  {printable(r.anchor)} ({r.op_type}, {r.pattern}): {printable(r.reason, REASON_LIMIT)}")
+            lines.append(f"  skipped  {printable(r.anchor)} ({r.op_type}, {r.pattern}): "
+                         f"{printable(r.reason, REASON_LIMIT)}")
         lines += more_line(len(self.rejections), limit, "near-matches")
         return "\n".join(lines)
 

@@ -21,6 +21,7 @@ from onnx import helper, numpy_helper
 from . import cleanup, functions, verify
 from .algebra import Algebra
 from .bodies import FunctionBodies
+from .errors import InternalError
 from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
 from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes, node_label
 from .loading import default_opset
@@ -112,9 +113,9 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
                 break
     if by_meaning:
         explained_at = {i for i, _ in rejected}
-        found, refusals = meaning.recognise(
+        recognised, refusals = meaning.recognise(
             alg, dead, lambda m: _check_closed(index, alg, m, stats.cse_shared, recompute_shared), explained_at)
-        matches.extend(found)
+        matches.extend(recognised)
         # a region a pattern already gave its reason for keeps that reason alone
         rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]),
                                              nodes[r.anchor].op_type, r.reason))
@@ -343,8 +344,8 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
 def _broadcast_positions(index: GraphIndex, m: Match, root: int) -> list[int]:
     """Positions of matched nodes that leave the graph after the inputs m.expand reads and
     before the root: where the Shape and Expand of the broadcast inputs go."""
-    read = {v for k, like in m.expand.items() for v in (m.inputs[k], m.inputs[like])}
-    after = max(index.producer.get(v, -1) for v in read)
+    read = {v for k, like in m.expand.items() for v in (m.inputs[k], m.inputs[like]) if isinstance(v, str)}
+    after = max((index.producer.get(v, -1) for v in read), default=-1)
     return sorted(i for i in m.interior if after < i < root and i not in m.duplicate)
 
 
@@ -369,7 +370,10 @@ def _broadcast_inputs(index: GraphIndex, m: Match, root: int, node_name: str, in
             out.replacement[at] = Node(proto, proto.name, proto.op_type, "", tuple(proto.input), tuple(proto.output))
             out.renamed_at[proto.output[0]] = at
         dims = _broadcast_dims(index, input_names[like], input_names[k] if m.expand.get(like) == k else None)
-        out.value_info.append(helper.make_tensor_value_info(expanded, index.elem_type(input_names[k]), dims))
+        elem_type = index.elem_type(input_names[k])
+        if elem_type is None:
+            raise InternalError(f"the broadcast input {input_names[k]} has no known element type")
+        out.value_info.append(helper.make_tensor_value_info(expanded, elem_type, dims))
         inputs[k] = expanded
     return inputs
 
@@ -451,11 +455,14 @@ def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -
     graph.node.extend([n.to_proto() for n in nodes])
     declared = info.types.declared
     graph.value_info.extend([declared[name] for n in nodes for name in n.output if name in declared])
-    graph.initializer.extend([t for name, t in info.initializers.items() if name in info.graph_inputs or still_read(name)])
-    graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items() if still_read(name))
+    graph.initializer.extend([t for name, t in info.initializers.items()
+                              if name in info.graph_inputs or still_read(name)])
+    graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name)
+                             for name, v in folded.items() if still_read(name))
     graph.initializer.extend(rewritten.initializers)
     graph.value_info.extend(rewritten.value_info)
-    _type_fused_values(graph, info, rewritten.fused, new_inits | folded.keys() | {vi.name for vi in rewritten.value_info})
+    typed = new_inits | folded.keys() | {vi.name for vi in rewritten.value_info}
+    _type_fused_values(graph, info, rewritten.fused, typed)
     if not any(o.domain == DOMAIN for o in work.opset_import):
         work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     work.ir_version = max(work.ir_version, FUNCTION_IR_VERSION)

@@ -396,10 +396,12 @@ def sl1_cases() -> list[Case]:
     c.append(Case("nm_sl1_clip_tie_sum_b05_f32", grad_of(smooth_l1_clip(0.5), "sum"), sl1_inputs(), ["grad"],
                   "near_miss", "jax.grad(sum(0.5*c**2/0.5 + |x - c|))(p), c = jnp.clip(x, -0.5, 0.5), x = p - t",
                   "Near miss at a tie: SmoothL1 with sigma 0.5 everywhere except x == -0.5, where JAX's derivative "
-                  "of jnp.clip (0.5 at the tie) and of |x - c| at 0 (+1) add to 0 instead of -1. A part of it, the quadratic term's derivative "
+                  "of jnp.clip (0.5 at the tie) and of |x - c| at 0 (+1) add to 0 instead of -1. "
+                  "A part of it, the quadratic term's derivative "
                   "through jnp.clip, is itself a SmoothL1 gradient (sigma 0.5, scale 0.25, dout an intermediate); "
                   "fusing that part keeps the values, fusing the whole output as SmoothL1(0.5) does not.",
-                  near_misses=[near_miss("smooth_l1_grad_zero_at_minus_sigma", dict(pt), clip_inst, "grad", reduction="sum", sigma=0.5)]))
+                  near_misses=[near_miss("smooth_l1_grad_zero_at_minus_sigma", dict(pt), clip_inst, "grad",
+                                         reduction="sum", sigma=0.5)]))
     c += [
         Case("nm_l1_mean_f32", grad_of(l1_loss, "mean"), sl1_inputs(), ["grad"], "near_miss",
              "jax.grad(lambda p, t: jnp.mean(jnp.abs(p - t)))(p, t): the L1 loss",

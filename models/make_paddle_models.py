@@ -278,7 +278,8 @@ def sl1_cases() -> list[Case]:
              "The forward loss (fetch_name_0) and the gradient (fetch_name_1) share x = p - t and |x|.",
              [sl1(1.0, "sum", output="fetch_name_1")]),
         Case("sl1_torchstyle_sum_b05", grad_sum(smooth_l1(0.5)), pt, "smooth_l1_grad",
-             "paddle.grad(paddle.where(|x| < 0.5, 0.5*x**2/0.5, |x| - 0.25).sum(), p): F.smooth_l1_loss(is_huber=False)",
+             "paddle.grad(paddle.where(|x| < 0.5, 0.5*x**2/0.5, |x| - 0.25).sum(), p): "
+             "F.smooth_l1_loss(is_huber=False)",
              "PyTorch's SmoothL1 definition in paddle ops.", [sl1(0.5, "sum")]),
         Case("sl1_torchstyle_le_none_vjp_b1", grad_vjp(smooth_l1(1.0, "le")), ptd, "smooth_l1_grad",
              "paddle.grad(paddle.where(|x| <= 1, 0.5*x**2, |x| - 0.5), p, grad_outputs=dout)",
@@ -328,7 +329,8 @@ def prox_cases() -> list[Case]:
              "lr, l1, l2 are 0-D runtime inputs.", [tensor]),
         Case("prox_tensor_maximum_dynamic", prox_tensor("maximum"), {"var": [None, 16], "delta": [None, 16], **scalars},
              "proximal_gd", "p = var - lr*delta; paddle.sign(p) * paddle.maximum(|p| - lr*l1, 0) / (1 + lr*l2), "
-             "var, delta of shape [-1, 16]", f"Unknown first dimension (run with {RUN_BATCH}); unlike tf2onnx, paddle2onnx's shape inference "
+             "var, delta of shape [-1, 16]",
+             f"Unknown first dimension (run with {RUN_BATCH}); unlike tf2onnx, paddle2onnx's shape inference "
              "gives var and delta one dim name.", [tensor]),
         Case("prox_tensor_relu", prox_tensor("relu"), {**vd, **scalars}, "proximal_gd",
              "p = var - lr*delta; paddle.sign(p) * F.relu(|p| - lr*l1) / (1 + lr*l2)", "", [tensor]),

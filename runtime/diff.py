@@ -129,7 +129,7 @@ def _computed_through(model: onnx.ModelProto) -> dict[str, _Through]:
             dtype = max(found, key=THRESHOLDS.__getitem__)
             last = producers.get(output.name)
             rounded = (last is not None and last.op_type == "Cast" and bool(last.input)
-                       and HALF_TYPES.get(types.get(last.input[0])) == dtype)
+                       and HALF_TYPES.get(types.get(last.input[0], onnx.TensorProto.UNDEFINED)) == dtype)
             out[output.name] = _Through(dtype, rounded)
     return out
 
@@ -157,7 +157,8 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
             gold = rounded_to(gold, way.dtype)
         cmp = compare(out.name, actual[out.name], gold, None if way is None else way.dtype)
         if way is not None and way.rounded_last:
-            cmp.note = "; ".join(filter(None, [cmp.note, f"reference rounded to {way.dtype} as the graph's last Cast does"]))
+            rounded = f"reference rounded to {way.dtype} as the graph's last Cast does"
+            cmp.note = "; ".join(filter(None, [cmp.note, rounded]))
         if cmp.inf_mismatch:
             cmp.note += _clip_hint(list(unfused.graph.node), actual[out.name], golden[out.name])
         if cmp.nan_mismatch:

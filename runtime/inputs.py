@@ -17,6 +17,7 @@ import re
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import IO
 
 import ml_dtypes
 import numpy as np
@@ -140,8 +141,9 @@ def resolve_shapes(
     for s in specs:
         if s.name in out:
             continue
-        if s.shape is not None and all(isinstance(d, int) or (isinstance(d, str) and d in bound) for d in s.shape):
-            out[s.name] = tuple(d if isinstance(d, int) else bound[d] for d in s.shape)
+        resolved = None if s.shape is None else _resolved(s.shape, bound)
+        if resolved is not None:
+            out[s.name] = resolved
         else:
             unresolved.append(s)
     if unresolved:
@@ -158,6 +160,19 @@ def resolve_shapes(
     return out
 
 
+def _resolved(shape: tuple[Dim, ...], bound: Mapping[str, int]) -> tuple[int, ...] | None:
+    """The shape with each named dim replaced by its bound value; None if a dim is unknown."""
+    dims = []
+    for d in shape:
+        if isinstance(d, str) and d in bound:
+            dims.append(bound[d])
+        elif isinstance(d, int):
+            dims.append(d)
+        else:
+            return None
+    return tuple(dims)
+
+
 def _fmt(shape: tuple[Dim, ...]) -> str:
     return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
 
@@ -166,7 +181,7 @@ def _arg(path: str) -> str:
     return f"--inputs {printable(str(path))}"
 
 
-def _npy_header(fh: object) -> tuple[tuple[int, ...], np.dtype]:
+def _npy_header(fh: IO[bytes]) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and dtype of the .npy stream `fh`, reading only its header where the format
     version has a public reader (1.0 and 2.0; numpy writes 3.0 only for unusual field names)."""
     version = np.lib.format.read_magic(fh)
@@ -340,9 +355,9 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
         spec = OP_SPECS[node.op_type]
         sources = {role: src(name) for role, name in zip(spec.inputs, node.input)}
         for role in spec.scalar_inputs:
-            source = sources[role]
-            if isinstance(source, str) and role in spec.scalar_draws:
-                hints.scalars.setdefault(source, (node.op_type, role))
+            scalar = sources[role]
+            if isinstance(scalar, str) and role in spec.scalar_draws:
+                hints.scalars.setdefault(scalar, (node.op_type, role))
         hints.kink_sites.append(KinkSite(node.op_type, fused_attrs(node), sources))
     return hints
 

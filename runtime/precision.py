@@ -26,7 +26,7 @@ THRESHOLDS: dict[str, float] = {
 _EPS = 1e-7
 
 # the narrow float types by ONNX element type: a value computed in one carries its rounding
-HALF_TYPES = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
+HALF_TYPES: dict[int, str] = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
 
 
 def half_dtype(name: str) -> np.dtype:

@@ -74,11 +74,13 @@ add_custom_command(OUTPUT ${{CMAKE_BINARY_DIR}}/scripts/install.sh ${{CMAKE_BINA
     COMMAND cp -r ${{CMAKE_SOURCE_DIR}}/scripts/* ${{CMAKE_BINARY_DIR}}/scripts/
     COMMAND sed -i "s/vendor_name=customize/vendor_name=${{vendor_name}}/g" ${{CMAKE_BINARY_DIR}}/scripts/*
 )
-add_custom_target(modify_vendor ALL DEPENDS ${{CMAKE_BINARY_DIR}}/scripts/install.sh ${{CMAKE_BINARY_DIR}}/scripts/upgrade.sh)
+add_custom_target(modify_vendor ALL DEPENDS ${{CMAKE_BINARY_DIR}}/scripts/install.sh \
+${{CMAKE_BINARY_DIR}}/scripts/upgrade.sh)
 
 get_system_info(SYSTEM_INFO)
 add_custom_target(gen_version_info ALL
-    COMMAND bash ${{CMAKE_CURRENT_SOURCE_DIR}}/cmake/util/gen_version_info.sh ${{ASCEND_CANN_PACKAGE_PATH}} ${{CMAKE_CURRENT_BINARY_DIR}}
+    COMMAND bash ${{CMAKE_CURRENT_SOURCE_DIR}}/cmake/util/gen_version_info.sh ${{ASCEND_CANN_PACKAGE_PATH}} \
+${{CMAKE_CURRENT_BINARY_DIR}}
 )
 
 install(DIRECTORY ${{CMAKE_BINARY_DIR}}/scripts/ DESTINATION . FILE_PERMISSIONS OWNER_EXECUTE OWNER_READ GROUP_READ)
@@ -93,7 +95,8 @@ set(CPACK_GENERATOR External)
 set(CPACK_CMAKE_GENERATOR "Unix Makefiles")
 set(CPACK_EXTERNAL_ENABLE_STAGING TRUE)
 set(CPACK_EXTERNAL_PACKAGE_SCRIPT ${{CMAKE_SOURCE_DIR}}/cmake/makeself.cmake)
-set(CPACK_EXTERNAL_BUILT_PACKAGES ${{CPACK_PACKAGE_DIRECTORY}}/_CPack_Packages/Linux/External/${{CPACK_PACKAGE_FILE_NAME}}/${{CPACK_PACKAGE_FILE_NAME}})
+set(CPACK_EXTERNAL_BUILT_PACKAGES ${{CPACK_PACKAGE_DIRECTORY}}/_CPack_Packages/Linux/External/\
+${{CPACK_PACKAGE_FILE_NAME}}/${{CPACK_PACKAGE_FILE_NAME}})
 include(CPack)
 """
 
@@ -537,8 +540,10 @@ reads each call's from the tiling data):
 ```
 
 * vector instructions per tile: {k.vector_instruction_count()}
-* UB bytes per element: {alloc.bytes_per_element(1):g} (single buffer), {alloc.bytes_per_element(2):g} (double buffer); slots: {slots}
-* for 2^24 elements: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, {plan.ub_bytes} of {t.ub_bytes} UB bytes
+* UB bytes per element: {alloc.bytes_per_element(1):g} (single buffer), \
+{alloc.bytes_per_element(2):g} (double buffer); slots: {slots}
+* for 2^24 elements: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, \
+{plan.ub_bytes} of {t.ub_bytes} UB bytes
 """
 
 

@@ -19,6 +19,7 @@ shrink_max is finite and the dtypes of alpha, l1 and l2.
 from __future__ import annotations
 
 import math
+from typing import SupportsFloat
 
 from codegen.ir import FLOAT_DTYPES, Kernel, KernelBuilder, Kind, Op
 from codegen.nodes import NodeSpec
@@ -53,18 +54,30 @@ def _scalars(b: KernelBuilder, spec: NodeSpec, form: str) -> tuple[int, int, int
     return alpha, l1, l2
 
 
-def proximal_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
-    """The kernel variant a node needs (checks its attributes and dtypes on the way)."""
+def _scalar_form(spec: NodeSpec) -> str:
     form = spec.attrs["scalar_form"]
     if form not in SCALAR_FORMS:
         raise fail(spec, f"scalar_form must be one of {SCALAR_FORMS}, got {form!r}")
+    return str(form)
+
+
+def _shrink_max(spec: NodeSpec) -> float:
+    value = spec.attrs.get("shrink_max", math.inf)
+    if not isinstance(value, SupportsFloat):
+        raise fail(spec, f"shrink_max must be a number, got {value!r}")
+    return float(value)
+
+
+def proximal_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
+    """The kernel variant a node needs (checks its attributes and dtypes on the way)."""
+    form = _scalar_form(spec)
     dtype = common_dtype(spec, ("var", "delta"))
     for role in ("alpha", "l1", "l2"):
         if spec.inputs[role].dtype not in (dtype, *_SCALAR_DTYPES):
             raise fail(spec, f"{role} must be {dtype} or float32, got {spec.inputs[role].dtype}")
-    shrink_max = float(spec.attrs.get("shrink_max", math.inf))
+    shrink_max = _shrink_max(spec)
     return (
-        ("scalar_form", str(form)),
+        ("scalar_form", form),
         ("shrink_max", "finite" if math.isfinite(shrink_max) else "inf"),
         *((f"{r}_dtype", spec.inputs[r].dtype) for r in ("alpha", "l1", "l2")),
     )
@@ -72,7 +85,7 @@ def proximal_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
 
 def lower_proximal_gd(spec: NodeSpec) -> Kernel:
     variant = proximal_variant(spec)
-    form = spec.attrs["scalar_form"]
+    form = _scalar_form(spec)
     dtype = common_dtype(spec, ("var", "delta"))
     if not same_shape(spec.inputs["var"].shape, spec.inputs["delta"].shape):
         raise fail(spec, "var and delta must have one (known) shape")
@@ -97,7 +110,7 @@ def lower_proximal_gd(spec: NodeSpec) -> Kernel:
     shrink = b.tile_scalar(Op.MINS, b.unary(Op.ABS, prox), thr)
     c = b.binary(Op.MUL, b.unary(Op.SIGN, prox), shrink)
     shrunk = b.binary(Op.SUB, prox, c)
-    shrink_max = float(spec.attrs.get("shrink_max", math.inf))
+    shrink_max = _shrink_max(spec)
     if math.isfinite(shrink_max):
         # min(., shrink_max) on the magnitude; Maxs/Mins on NaN are undocumented, so a NaN is
         # selected back from the unclamped value (Compare(x, x, EQ) is false only for NaN)

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Union
 
 import ml_dtypes
 import numpy as np
 import onnx
 
 from ..algebra import Algebra, Bound, Monomial, Reach, clip_bounds, is_zero
-from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, Node, attr, tensor_value
+from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, Node, attr, dtype_name, tensor_value
 
-Input = Union[str, np.ndarray]  # an existing value, or a new constant the fusion must create
+Input = str | np.ndarray  # an existing value, or a new constant the fusion must create
 
 
 @dataclass
@@ -37,14 +36,15 @@ class Match:
 
 
 class NoMatch(Exception):
-    """Raised inside a pattern when the core shape is there but a check fails; the pass records it as a report.Rejection."""
+    """Raised inside a pattern when the core shape is there but a check fails; the pass records
+    it as a report.Rejection."""
 
 
 @dataclass(frozen=True)
 class Pattern:
     name: str
     anchors: frozenset[str]  # op types a match may end at
-    match: Callable[[Algebra, int], Union[Match, None]]
+    match: Callable[[Algebra, int], Match | None]
     # per anchor op, the pre-check its match starts with: the pass offers an anchor only when one
     # of them holds, which spares a call per anchor for the many that fail it
     prefilter: Mapping[str, tuple[Reach, ...]] = field(default_factory=dict, hash=False, compare=False)
@@ -70,7 +70,7 @@ def refuse_rounded_abs(alg: Algebra, compared: str) -> None:
     cast = None if narrow == compared else alg.producer(narrow, "Cast")
     if cast is not None and alg.index.elem_type(cast[1].input[0]) == onnx.TensorProto.FLOAT \
             and alg.unary(cast[1].input[0], "Abs") is not None:
-        raise NoMatch(f"the comparison reads |x| rounded to {DTYPE_NAMES[alg.index.elem_type(narrow)]} and back "
+        raise NoMatch(f"the comparison reads |x| rounded to {dtype_name(alg.index.elem_type(narrow))} and back "
                       "while x is float32 (onnxruntime's CPU optimizer writes this): it compares at another "
                       "threshold than its branches use")
 
@@ -124,7 +124,7 @@ def shapes_differ(index: GraphIndex, a: str, b: str, what: str) -> str:
     pairs = [(x, y) for x, y in zip(ta.shape, tb.shape) if x != y]
     if not pairs or not all(isinstance(x, str) and isinstance(y, str) for x, y in pairs):
         return reason
-    names = sorted({name for pair in pairs for name in pair})
+    names = sorted({name for pair in pairs for name in pair if isinstance(name, str)})
     return (f"{reason}; if {', '.join(names)} are one size at runtime, fix them, e.g. python -m "
             f"onnxruntime.tools.make_dynamic_shape_fixed --dim_param {names[0]} --dim_value N IN OUT, once per dim")
 
@@ -149,6 +149,9 @@ def require_float(index: GraphIndex, value: str, role: str) -> int:
     raise NoMatch(f"{role} ({value}) is {DTYPE_NAMES.get(t, t)}, not float16/bfloat16/float32")
 
 
+_HALF_SCALARS: dict[int, type] = {onnx.TensorProto.FLOAT16: np.float16, onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16}
+
+
 def same_threshold(dtype: int | None, compared: float, strict: bool, shift: float) -> bool:
     """Whether taking the shifted branch p - sign(p)*shift where |p| > compared (strict) or
     |p| >= compared is the shrink at threshold shift for every |p| of dtype: the shrink takes it
@@ -158,7 +161,7 @@ def same_threshold(dtype: int | None, compared: float, strict: bool, shift: floa
     between them."""
     if compared == shift:
         return True
-    half = {onnx.TensorProto.FLOAT16: np.float16, onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16}.get(dtype)
+    half = _HALF_SCALARS.get(dtype) if dtype is not None else None
     if half is None or not (math.isfinite(compared) and math.isfinite(shift)) or shift < 0:
         return False
     s, c, up = half(shift), half(compared), half(np.inf)
@@ -174,7 +177,8 @@ def close(a: float, b: float, rel: float = 1e-5) -> bool:
     return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rel * abs(b))
 
 
-def absorb_casts(alg: Algebra, output: str, tensors: list[str]) -> tuple[str, list[str], set[int], set[int], int] | None:
+def absorb_casts(alg: Algebra, output: str,
+                 tensors: list[str]) -> tuple[str, list[str], set[int], set[int], int] | None:
     """Absorbs a float16/bfloat16 -> float32 -> float16/bfloat16 Cast sandwich around a match.
 
     Returns (new output, new tensor inputs, interior output cast, boundary input casts, dtype)
@@ -190,7 +194,9 @@ def absorb_casts(alg: Algebra, output: str, tensors: list[str]) -> tuple[str, li
     cast = index.nodes[ci]
     if cast.op_type != "Cast" or cast.domain not in ("", "ai.onnx"):
         return None
-    target = onnx.helper.get_attribute_value(cast.attribute[0]) if cast.attribute else None
+    target: int | None = onnx.helper.get_attribute_value(cast.attribute[0]) if cast.attribute else None
+    if target is None:
+        return None
     sources: list[str] = []
     casts: set[int] = set()
     for t in tensors:
@@ -273,10 +279,13 @@ def within_shape(index: GraphIndex, shape_of: tuple[int, ...] | str | None, like
     if not shape_of:
         return True
     vt = index.type_of(like)
-    if vt is None or vt.shape is None or not all(isinstance(d, int) for d in vt.shape):
+    if vt is None or vt.shape is None:
+        return False
+    dims = tuple(d for d in vt.shape if isinstance(d, int))
+    if len(dims) != len(vt.shape):
         return False
     try:
-        return np.broadcast_shapes(shape_of, vt.shape) == tuple(vt.shape)
+        return np.broadcast_shapes(shape_of, dims) == dims
     except ValueError:
         return False
 

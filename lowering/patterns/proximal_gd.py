@@ -25,9 +25,27 @@ import onnx
 from ..algebra import Algebra, Comparison, Monomial, Reach, clip_bounds
 from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
-from .base import (Match, NoMatch, Pattern, absorb_casts, cap_of_nonnegative, close, float_dtype, is_single_element,
-                   refuse_float32_finish, refuse_rounded_abs, require, require_float, same_shape, same_threshold,
-                   shapes_differ, single_factor, zero_branch, zero_nodes)
+from .base import (
+    Input,
+    Match,
+    NoMatch,
+    Pattern,
+    absorb_casts,
+    cap_of_nonnegative,
+    close,
+    float_dtype,
+    is_single_element,
+    refuse_float32_finish,
+    refuse_rounded_abs,
+    require,
+    require_float,
+    same_shape,
+    same_threshold,
+    shapes_differ,
+    single_factor,
+    zero_branch,
+    zero_nodes,
+)
 
 FAMILY = "proximal_gd"
 _SIGN_OPS, _WHERE_OPS = frozenset({"Sign"}), frozenset({"Where"})
@@ -141,6 +159,7 @@ def _find_shrink(alg: Algebra, mono: Monomial):
     """(p, threshold, remaining monomial, nodes, form, clipped) for sign(p)*max(|p|-t, 0) or
     softshrink; clipped is the value whose dtype's largest finite value a Clip without max caps
     the shrink at (None when nothing caps it)."""
+    t: Input
     for name, exp in mono.factors.items():
         if exp != 1:
             continue
@@ -148,29 +167,29 @@ def _find_shrink(alg: Algebra, mono: Monomial):
         soft = _softshrink(alg, name)
         if soft is not None:
             p, t, nodes = soft
-            return p, t, mono.without(name), nodes, "softshrink", None
+            return p, t, mono.dividing_out(name), nodes, "softshrink", None
         nested = _nested_softshrink(alg, name)
         if nested is not None:
             p, t, nodes = nested
-            return p, t, mono.without(name), nodes, "nested-softshrink", None
+            return p, t, mono.dividing_out(name), nodes, "nested-softshrink", None
         residual = _clamp_residual(alg, name)
         if residual is not None:
             p, t, nodes = residual
-            return p, t, mono.without(name), nodes, "clamp-residual", None
+            return p, t, mono.dividing_out(name), nodes, "clamp-residual", None
         residual = _min_residual(alg, name)
         if residual is not None:
             p, t, nodes = residual
-            return p, t, mono.without(name), nodes, "min-residual", None
+            return p, t, mono.dividing_out(name), nodes, "min-residual", None
         difference = _relu_difference(alg, name)
         if difference is not None:
             p, t, nodes, clipped = difference
-            return p, t, mono.without(name), nodes, "relu-difference", p if clipped else None
+            return p, t, mono.dividing_out(name), nodes, "relu-difference", p if clipped else None
         masked = _masked_softshrink(alg, mono, name)
         if masked is not None:
             p, t, shifted, nodes = masked
-            rest = mono.without(name)
-            for factor in shifted:
-                rest = rest.without(factor)
+            rest = mono.dividing_out(name)
+            for factor in shifted:  # factors of exponent 1 (_masked_softshrink)
+                rest = rest.dividing_out(factor)
             return p, t, rest, nodes, "masked-softshrink", None
         sign = alg.unary_narrowed(name, "Sign")
         signed_zero = sign is None  # a sign written as Where(p >= 0, 1, -1) is +-1 at 0 and for NaN
@@ -183,7 +202,7 @@ def _find_shrink(alg: Algebra, mono: Monomial):
             capped = _abs_minus_min(alg, other, p) if exp2 == 1 and other != name and not signed_zero else None
             if capped is not None:
                 t, nodes = capped
-                return p, t, mono.without(name).without(other), nodes | sign[1], "abs-minus-min", None
+                return p, t, mono.dividing_out(name).dividing_out(other), nodes | sign[1], "abs-minus-min", None
             clamp = _clamp(alg, other) if exp2 == 1 and other != name else None
             if clamp is None:
                 continue
@@ -196,7 +215,7 @@ def _find_shrink(alg: Algebra, mono: Monomial):
                 t_value = alg.scalar(t) if isinstance(t, str) else float(t)
                 require(t_value is not None and t_value >= 0,
                         "sign(p) written as a Where that is +-1 at p = 0 is the shrink only for a constant t >= 0")
-            rest = mono.without(name).without(other)
+            rest = mono.dividing_out(name).dividing_out(other)
             return p, t, rest, nodes | sign[1] | clamp_nodes, form, d if form == "clip" else None
     return None
 
@@ -206,7 +225,9 @@ def _sign_as_where(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
     swapped). Times max(|p| - t, 0) it is the shrink wherever that max is 0 (|p| <= t, so p = 0
     when t >= 0) and NaN stays NaN through the max, so only the sign at 0 differs from Sign."""
     found = alg.producer(value, "Where")
-    cmp = None if found is None or len(found[1].input) != 3 else alg.compare(found[1].input[0])
+    if found is None or len(found[1].input) != 3:
+        return None
+    cmp = alg.compare(found[1].input[0])
     if cmp is None or alg.scalar(cmp.rhs) != 0.0:
         return None
     i, node = found
@@ -299,7 +320,8 @@ def _where_clamp(alg: Algebra, i: int, node) -> tuple[str, set[int], str] | None
     if d != cmp.lhs or zeros is None:
         return None
     if not low:
-        raise NoMatch(f"max(d, 0) written as Where(d {cmp.relation} 0, d, 0): NaN in d gives 0 there and NaN in the fused op")
+        raise NoMatch(f"max(d, 0) written as Where(d {cmp.relation} 0, d, 0): NaN in d gives 0 there "
+                      "and NaN in the fused op")
     return d, {i} | cmp.nodes | zeros, "where"
 
 
@@ -323,7 +345,7 @@ def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[in
     return None
 
 
-def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
+def _softshrink(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | None:
     """Where(|p| > t, p - sign(p)*t, p*0) -> (p, t, nodes)."""
     where = alg.producer(value, "Where")
     if where is not None:  # the condition decides before the branches are walked
@@ -333,7 +355,9 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
                 refuse_rounded_abs(alg, cmp.lhs)
             return None
     sel = alg.select(value)
-    cmp = None if sel is None else alg.compare(sel.cond)
+    if sel is None:
+        return None
+    cmp = alg.compare(sel.cond)
     if cmp is None or cmp.relation not in (">", "<="):
         return None
     outside, inside = (sel.when_true, sel.when_false) if cmp.relation == ">" else (sel.when_false, sel.when_true)
@@ -348,9 +372,10 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
         # so a Where (its condition stripped of Nots) sends NaN to its false branch, which is the
         # 0 for |p| > t and the shrink for |p| <= t; tf2onnx's arithmetic select multiplies the
         # other branch by a 0 mask instead, which keeps NaN as the fused op does
-        zeros = zero_branch(alg, inside)
-        if zeros is None:
+        found_zeros = zero_branch(alg, inside)
+        if found_zeros is None:
             return None
+        zeros = found_zeros
         if not sel.arithmetic and cmp.relation == ">":
             raise NoMatch("softshrink with 0, not p*0, where |p| <= t: NaN in p gives 0 there and NaN in the fused op")
     moved = single_factor(outside)
@@ -392,18 +417,25 @@ def _nested_softshrink(alg: Algebra, value: str) -> tuple[str, np.ndarray, set[i
     (0 * inf): the report's caveat. A runtime t is refused: for t < 0 the sides overlap."""
     outer = alg.select(value)
     outer_cmp = None if outer is None else alg.compare(outer.cond)
-    inner_value = None if outer_cmp is None else single_factor(outer.when_false)
+    if outer is None or outer_cmp is None:
+        return None
+    inner_value = single_factor(outer.when_false)
     inner = None if inner_value is None or outer.when_false.coef != 1.0 else alg.select(inner_value)
     inner_cmp = None if inner is None else alg.compare(inner.cond)
-    if inner_cmp is None or inner_cmp.lhs != outer_cmp.lhs:
+    if inner is None or inner_cmp is None or inner_cmp.lhs != outer_cmp.lhs:
         return None
     sides = _side_branch(alg, outer_cmp, outer.when_true), _side_branch(alg, inner_cmp, inner.when_true)
     if None in sides:
-        if alg.scalar(outer_cmp.rhs) is None and alg.scalar(inner_cmp.rhs) is None and alg.producer(outer_cmp.lhs, "Sub", "Add"):
+        if alg.scalar(outer_cmp.rhs) is None and alg.scalar(inner_cmp.rhs) is None \
+                and alg.producer(outer_cmp.lhs, "Sub", "Add"):
             raise NoMatch("where(p > t, p - t, where(p < -t, p + t, 0)) is the shrink only for t >= 0, "
                           "and t is a runtime value")
         return None
-    (p, t_high, high), (_, t_low, low) = sides
+    high_side, low_side = sides
+    high_moved, low_moved = single_factor(outer.when_true), single_factor(inner.when_true)
+    if high_side is None or low_side is None or high_moved is None or low_moved is None:
+        return None  # _side_branch found both
+    (p, t_high, high), (_, t_low, low) = high_side, low_side
     if high == low or t_high != t_low:
         return None
     require(t_high >= 0, f"where(p > t, p - t, where(p < -t, p + t, 0)) with t = {t_high:g}: for t < 0 the "
@@ -413,14 +445,15 @@ def _nested_softshrink(alg: Algebra, value: str) -> tuple[str, np.ndarray, set[i
     if rest.coef != 0.0 or dict(rest.factors) != {p: 1}:
         # a plain 0 there: a Where sends NaN to it, tf2onnx's select multiplies the other branch
         # (NaN) by its 0 mask and keeps it
-        zeros = zero_branch(alg, rest)
-        if zeros is None:
+        found_zeros = zero_branch(alg, rest)
+        if found_zeros is None:
             return None
+        zeros = found_zeros
         require(inner.arithmetic, "softshrink with 0, not p*0, between the thresholds: NaN in p gives 0 there "
                                   "and NaN in the fused op")
     nodes = (outer.nodes | inner.nodes | outer_cmp.nodes | inner_cmp.nodes | outer.when_true.nodes
              | inner.when_true.nodes | outer.when_false.nodes | rest.nodes | zeros
-             | alg.terms(single_factor(outer.when_true))[1] | alg.terms(single_factor(inner.when_true))[1])
+             | alg.terms(high_moved)[1] | alg.terms(low_moved)[1])
     return p, np.array(t_high, np.float32), nodes
 
 
@@ -434,12 +467,14 @@ def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str, strict: bool = Tr
         return None
     (_, shift), = [(s, v) for s, v in terms if s == -1]
     shift_mono = alg.monomial(shift, stop=frozenset({t}))
-    sign = next((n for n, e in shift_mono.factors.items() if e == 1 and (alg.unary(n, "Sign") or ("", -1))[0] == p), None)
+    sign = next((n for n, e in shift_mono.factors.items()
+                 if e == 1 and (alg.unary(n, "Sign") or ("", -1))[0] == p), None)
     t_const = alg.scalar(t)
     expected = {sign: 1} if t_const is not None else {sign: 1, t: 1}
-    if sign is None or dict(shift_mono.factors) != expected:
+    sign_of = None if sign is None else alg.unary(sign, "Sign")
+    if sign_of is None or dict(shift_mono.factors) != expected:
         return None
-    nodes = tnodes | shift_mono.nodes | {alg.unary(sign, "Sign")[1]}
+    nodes = tnodes | shift_mono.nodes | {sign_of[1]}
     if t_const is None:
         if shift_mono.coef != 1.0:
             raise NoMatch("softshrink shifts p by a constant times its threshold")
@@ -471,7 +506,7 @@ def _shift_threshold(alg: Algebra, p: str, t: str, shift: str | float | np.ndarr
     return None
 
 
-def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, str, list[str], set[int]] | None:
+def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, Input, list[str], set[int]] | None:
     """(p, t, the shifted factors, nodes) when mono has the factors Cast(|p| > t) (or >=) and
     p - t*sign(p), or sign(p) and |p| - t: softshrink with a float mask. Equal to the shrink for
     every p and t: NaN in p fails the comparison and 0*NaN is NaN, inf passes it, and where the
@@ -481,7 +516,9 @@ def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, st
     if cast is None or alg.index.elem_type(cast[1].input[0]) != onnx.TensorProto.BOOL:
         return None
     cmp = alg.compare(cast[1].input[0])
-    absp = None if cmp is None or cmp.relation not in (">", ">=") else alg.unary(alg.widened(cmp.lhs), "Abs")
+    if cmp is None or cmp.relation not in (">", ">="):
+        return None
+    absp = alg.unary(alg.widened(cmp.lhs), "Abs")
     if absp is None:
         return None
     p, t, strict = absp[0], alg.widened(cmp.rhs), cmp.relation == ">"
@@ -505,12 +542,15 @@ def _sign_times_abs_minus_t(alg: Algebra, mono: Monomial, mask: str, p: str, t: 
     or a constant the comparison cannot tell apart from it (base.same_threshold)."""
     sign = next((name for name, exp in mono.factors.items()
                  if exp == 1 and name != mask and (alg.unary(name, "Sign") or ("",))[0] == p), None)
-    if sign is None:
+    sign_of = None if sign is None else alg.unary(sign, "Sign")
+    if sign is None or sign_of is None:
         return None
-    nodes = {alg.unary(sign, "Sign")[1]}
+    nodes = {sign_of[1]}
     for other, exp in mono.factors.items():
         split = _abs_minus_t(alg, other, p) if exp == 1 and other not in (mask, sign) else None
-        threshold = None if split is None else _shift_threshold(alg, p, t, split[0], strict)
+        if split is None:
+            continue
+        threshold = _shift_threshold(alg, p, t, split[0], strict)
         if threshold is not None:
             return [sign, other], nodes | split[1], threshold
     return None
@@ -526,11 +566,11 @@ def _may_end_sub_shrink(index: GraphIndex, node: Node) -> bool:
     if len(node.input) != 2:
         return False
     ops = [index.nodes[i].op_type if (i := index.producer.get(v)) is not None else None for v in node.input]
-    if ops[1] == "Cast":  # a clamp run in float32 and cast back (Algebra.clamp)
-        cast = index.node_of(node.input[1])
-        ops[1] = (index.node_of(cast.input[0]) or cast).op_type
-    if ops[1] == "Mul":
-        factors = {f.op_type for v in index.node_of(node.input[1]).input if (f := index.node_of(v)) is not None}
+    second = index.node_of(node.input[1])
+    if second is not None and ops[1] == "Cast":  # a clamp run in float32 and cast back (Algebra.clamp)
+        ops[1] = (index.node_of(second.input[0]) or second).op_type
+    if second is not None and ops[1] == "Mul":
+        factors = {f.op_type for v in second.input if (f := index.node_of(v)) is not None}
         return "Sign" in factors and bool(factors & {"Min", "Clip"})
     return ops[1] in _BOUNDS_OPS or (ops[0] in _RELU_OPS and ops[1] in _RELU_OPS)
 
@@ -569,7 +609,7 @@ def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, se
     return p, (hi if isinstance(hi, str) else np.array(hi, np.float32)), nodes | {i}
 
 
-def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[str, set[int]] | None:
+def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[Input, set[int]] | None:
     """(t, nodes) when value = min(|p|, t) for a single-element t (in either operand order), also
     as Clip(|p|, max=t) (torch.clamp(|p|, max=t); its lower bound, left out or <= 0, never acts on
     |p|, and onnxruntime's Clip keeps NaN as its Min does)."""
@@ -594,7 +634,7 @@ def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[str, set[int]] | None
     return None
 
 
-def _min_residual(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
+def _min_residual(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | None:
     """p - sign(p)*min(|p|, t) -> (p, t, nodes): the shrink as the kernel itself computes it. It
     is sign(p)*max(|p| - t, 0) for every p and every t: where |p| <= t it is p - p = 0, elsewhere
     p - sign(p)*t = sign(p)*(|p| - t) with the same rounding, also for a negative t; NaN stays NaN
@@ -610,13 +650,13 @@ def _min_residual(alg: Algebra, value: str) -> tuple[str, str, set[int]] | None:
     for sign_name, capped_name in (list(mono.factors), list(mono.factors)[::-1]):
         sign = alg.unary_narrowed(sign_name, "Sign")
         capped = None if sign is None or sign[0] != p else _capped_abs(alg, capped_name, p)
-        if capped is not None:
+        if sign is not None and capped is not None:
             t, nodes = capped
             return p, t, nodes | sign[1] | mono.nodes | {i}
     return None
 
 
-def _abs_minus_min(alg: Algebra, value: str, p: str) -> tuple[str, set[int]] | None:
+def _abs_minus_min(alg: Algebra, value: str, p: str) -> tuple[Input, set[int]] | None:
     """(t, nodes) when value = |p| - min(|p|, t), which is max(|p| - t, 0) with the same rounding
     for every p and t (0 where |p| <= t, |p| - t elsewhere; NaN stays NaN, inf stays inf)."""
     found = alg.producer(value, "Sub")
@@ -625,7 +665,7 @@ def _abs_minus_min(alg: Algebra, value: str, p: str) -> tuple[str, set[int]] | N
     i, node = found
     absp = alg.unary(node.input[0], "Abs")
     capped = None if absp is None or absp[0] != p else _capped_abs(alg, node.input[1], p)
-    if capped is None:
+    if absp is None or capped is None:
         return None
     t, nodes = capped
     return t, nodes | {i, absp[1]}
@@ -644,36 +684,38 @@ def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, s
     signs = sorted(s for s, _ in terms)
     if signs == [-1, 1]:
         (_, pos), (_, neg) = sorted(terms, reverse=True)
-        sides = [_clamp(alg, pos), _clamp(alg, neg)]
-        if None in sides:
+        high, low = _clamp(alg, pos), _clamp(alg, neg)
+        if high is None or low is None:
             return None
-        split = _signed_minus_t(alg, sides[0][0]), _signed_minus_t(alg, sides[1][0])
+        split_high, split_low = _signed_minus_t(alg, high[0]), _signed_minus_t(alg, low[0])
     elif signs == [1, 1]:
-        sides = split = None
+        sides = None
         for (_, pos), (_, neg) in (terms, terms[::-1]):
-            low = _negative_part(alg, neg)
-            high = None if low is None else _clamp(alg, pos)
-            if high is not None:
-                sides = [high, low]
-                split = _signed_minus_t(alg, high[0]), _negated_plus_t(alg, low[0])
+            low_part = _negative_part(alg, neg)
+            high_part = None if low_part is None else _clamp(alg, pos)
+            if low_part is not None and high_part is not None:
+                sides = high_part, low_part
                 break
         if sides is None:
             return None
+        high, low = sides
+        split_high, split_low = _signed_minus_t(alg, high[0]), _negated_plus_t(alg, low[0])
     else:
         return None
-    if None in split or split[0][0] != 1 or split[1][0] != -1 or split[0][1] != split[1][1]:
+    if split_high is None or split_low is None or split_high[0] != 1 or split_low[0] != -1 \
+            or split_high[1] != split_low[1]:
         return None
-    clipped = [side[2] == "clip" for side in sides]
+    clipped = [side[2] == "clip" for side in (high, low)]
     if clipped[0] != clipped[1]:
         return None
-    (_, p, t, t_nodes), (_, _, t2, t2_nodes) = split
+    (_, p, t, t_nodes), (_, _, t2, t2_nodes) = split_high, split_low
     t_const, t2_const = alg.scalar(t), alg.scalar(t2)
     if t != t2 and (t_const is None or t_const != t2_const):
         return None
     if t_const is None:
         raise NoMatch("relu(p - t) - relu(-p - t) is the shrink only for t >= 0, and t is a runtime value")
     require(t_const >= 0, f"relu(p - t) - relu(-p - t) with t = {t_const:g}: for t < 0 it is 2p near 0, not the shrink")
-    return p, t, nodes | sides[0][1] | sides[1][1] | t_nodes | t2_nodes, clipped[0]
+    return p, t, nodes | high[1] | low[1] | t_nodes | t2_nodes, clipped[0]
 
 
 def _negative_part(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
@@ -747,7 +789,8 @@ def _two_where_shrink(alg: Algebra, value: str) -> bool:
     for side in found[1].input:
         where = alg.producer(side, "Where")
         cmp = None if where is None else alg.compare(where[1].input[0])
-        if cmp is None or cmp.relation not in (">", "<") or zero_nodes(alg, where[1].input[2]) is None:
+        if where is None or cmp is None or cmp.relation not in (">", "<") \
+                or zero_nodes(alg, where[1].input[2]) is None:
             return False
         if (1, cmp.lhs) not in alg.terms(where[1].input[1])[0]:
             return False
@@ -857,10 +900,11 @@ def _times_alpha(alg: Algebra, alpha, value: str) -> tuple[str, set[int]] | None
     return next(iter(rest.factors)), mono.nodes
 
 
-def _const_or_value(alg: Algebra, t):
+def _const_or_value(alg: Algebra, t: Input) -> Input:
     if isinstance(t, str):
         c = alg.index.const(t)
-        return np.asarray(c, np.float32).reshape(c.shape) if c is not None and c.dtype != np.float32 and c.size == 1 else t
+        if c is not None and c.dtype != np.float32 and c.size == 1:
+            return np.asarray(c, np.float32).reshape(c.shape)
     return t
 
 
@@ -869,7 +913,8 @@ _TWO_WHERE_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part)
 _SELECT_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 3, _select_part)  # Add(Mul(Cast(c), a), Mul(b, Cast(Not(c))))
 _RELU_SUM = Reach(frozenset({"Add"}), _TO_SHRINK, 4, _may_end_relu_sum)
 _SHRINK_ENDS = (Reach(_SIGN_OPS, _TO_SHRINK, 4), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_softshrink),
-                Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_sign), Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_nested_softshrink),
+                Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_sign),
+                Reach(_WHERE_OPS, _TO_SHRINK, 4, _may_be_nested_softshrink),
                 Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 4, _select_part),
                 Reach(_SUB_SHRINK_OPS, _TO_SHRINK, 4, _may_end_sub_shrink), _RELU_SUM)
 # Add for an unscaled relu(p - t) + min(p + t, 0) and so that TorchScript's two-Where softshrink

@@ -27,13 +27,33 @@ import onnx
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, clip_bounds, product, sum_like
 from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
-from .base import (Match, NoMatch, Pattern, absorb_casts, broadcasts_to, cap_of_nonnegative, close, fill, fill_value,
-                   float_dtype, is_single_element, refuse_float32_finish, refuse_rounded_abs, require, require_float,
-                   same_shape, shape_text, shapes_differ, single_factor, zero_branch)
+from .base import (
+    Match,
+    NoMatch,
+    Pattern,
+    absorb_casts,
+    broadcasts_to,
+    cap_of_nonnegative,
+    close,
+    fill,
+    fill_value,
+    float_dtype,
+    is_single_element,
+    refuse_float32_finish,
+    refuse_rounded_abs,
+    require,
+    require_float,
+    same_shape,
+    shape_text,
+    shapes_differ,
+    single_factor,
+    zero_branch,
+)
 
 FAMILY = "smooth_l1_grad"
 # relative rounding of a constant stored in each compute dtype
-_EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, onnx.TensorProto.BFLOAT16: 2.0**-7}
+_EPS: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10,
+                          onnx.TensorProto.BFLOAT16: 2.0**-7}
 
 
 _PRODUCT_OPS = frozenset({"Mul", "Div", "Neg", "Reciprocal"})
@@ -124,7 +144,7 @@ def _abs_times_sign(alg: Algebra, mono: Monomial, x: str) -> Monomial:
     magnitude = next((f for f, e in mono.factors.items() if e == 1 and (alg.unary(f, "Abs") or ("",))[0] == x), None)
     if sign is None or magnitude is None:
         return mono
-    rest = mono.without(sign[0]).without(magnitude)
+    rest = mono.dividing_out(sign[0]).dividing_out(magnitude)  # both of exponent 1
     rest.factors[x] = rest.factors.get(x, 0) + 1
     rest.nodes |= sign[1]
     return rest
@@ -139,8 +159,12 @@ def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, set[int]] |
 
 
 def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
-    x, abs_node = alg.unary(alg.widened(cmp.lhs), "Abs")
-    inside, outside = (sel.when_true, sel.when_false) if cmp.relation in ("<", "<=") else (sel.when_false, sel.when_true)
+    absx = alg.unary(alg.widened(cmp.lhs), "Abs")
+    if absx is None:  # the caller compares |x|
+        return None
+    x, abs_node = absx
+    below = cmp.relation in ("<", "<=")
+    inside, outside = (sel.when_true, sel.when_false) if below else (sel.when_false, sel.when_true)
     alg.expand_shared([inside, outside], sel.nodes | cmp.nodes, stop=frozenset({x}))
     inside = _abs_times_sign(alg, inside, x)
     sign = _sign_factor(alg, outside, x)
@@ -162,9 +186,10 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
     if beta == 0:
         require(not inclusive, "with beta = 0 the graph divides 0 by 0 at x == 0 (NaN), unlike sign(x)")
         require(not sel.arithmetic, "with beta = 0 the arithmetic select multiplies the inf branch by 0 (NaN)")
-    rest = outside.without(sign[0])
+    rest = outside.dividing_out(sign[0])  # a factor of exponent 1 (_sign_factor)
     within = inside.without(x)
-    require(within is not None, "the |x| < beta branch is not proportional to x")
+    if within is None:
+        raise NoMatch("the |x| < beta branch is not proportional to x")
     if within.factors != rest.factors:  # tf-faster-rcnn: each branch scaled by its own full constant
         within, rest = _fold_uniform(alg, within, x), _fold_uniform(alg, rest, x)
     require(within.factors == rest.factors, "the two branches scale by different values (" + ", ".join(
@@ -181,7 +206,9 @@ def _same_scale(alg: Algebra, x: str, branch: float, expected: float) -> bool:
     float16 or bfloat16 divides by beta rounded to that dtype while it compares with the float32
     beta (seen: Less(Cast<float32>(|x|), 0.3) beside Div(x, 0.30005) in float16), a difference
     below the precision standard's threshold for that dtype."""
-    return close(branch, expected, max(1e-5, _EPS.get(float_dtype(alg.index, x), 0.0) / 2))
+    dtype = float_dtype(alg.index, x)
+    eps = 0.0 if dtype is None else _EPS.get(dtype, 0.0)
+    return close(branch, expected, max(1e-5, eps / 2))
 
 
 def _side(alg: Algebra, cmp: Comparison) -> tuple[str, float] | None:
@@ -200,19 +227,21 @@ def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match
         return None
     inner_sel = alg.select(inner_value)
     inner_cmp = None if inner_sel is None else alg.compare(inner_sel.cond)
-    if inner_cmp is None or alg.widened(inner_cmp.lhs) != x or alg.producer(x, "Sub") is None:
+    if inner_sel is None or inner_cmp is None or alg.widened(inner_cmp.lhs) != x or alg.producer(x, "Sub") is None:
         return None
     inner = _side(alg, inner_cmp)
     if inner is None or inner[0] == outer[0]:
         return None
     form = f"{FAMILY}/nested-{'arithmetic-select' if sel.arithmetic or inner_sel.arithmetic else 'where'}"
     beta = outer[1]
-    require(close(beta, inner[1]) and beta > 0, f"the two thresholds {outer[1]:g} and {inner[1]:g} are not +-beta with beta > 0")
+    require(close(beta, inner[1]) and beta > 0,
+            f"the two thresholds {outer[1]:g} and {inner[1]:g} are not +-beta with beta > 0")
     low, high = (sel.when_true, inner_sel.when_true) if outer[0] == "low" else (inner_sel.when_true, sel.when_true)
     alg.expand_shared([low, high, inner_sel.when_false], sel.nodes | inner_sel.nodes | cmp.nodes | inner_cmp.nodes,
                       stop=frozenset({x}))
     middle = inner_sel.when_false.without(x)
-    require(middle is not None, "the middle branch is not proportional to x")
+    if middle is None:
+        raise NoMatch("the middle branch is not proportional to x")
     low, high = _uniform_as(alg, low, middle, x), _uniform_as(alg, high, middle, x)
     require(low.factors == high.factors == middle.factors,
             "the three branches scale by different values (" + ", ".join(
@@ -290,9 +319,10 @@ def _match_clip(alg: Algebra, out: str, mono: Monomial) -> Match | None:
         x = xs[0]
         require(inner.coef > 0, "Clip's argument is x times a non-positive constant")
         beta = bound / inner.coef
-        rest = mono.without(name)
+        rest = mono.dividing_out(name)  # a factor of exponent 1
         rest.coef *= bound
-        return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes, arithmetic=False)
+        return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes,
+                       arithmetic=False)
     return None
 
 
@@ -307,7 +337,7 @@ def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
         if found is not None and found[1].op_type == "Cast":  # min in float32, cast back (the 1 is exact)
             cast, found = found, alg.producer(found[1].input[0], "Min", "Clip")
         one = None if found is None else _capped_at_one(alg, found[1])
-        if one is None:
+        if found is None or one is None:
             continue
         capped, casts = found[1].input[0], set()
         if cast is not None:
@@ -317,14 +347,17 @@ def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
             capped, casts = narrow[0], narrow[1] | {cast[0]}
         ratio = alg.monomial(capped)
         abs_x = alg.unary(next(iter(ratio.factors)), "Abs") if list(ratio.factors.values()) == [1] else None
-        rest = None if abs_x is None else mono.without(name)
-        sign = None if rest is None else _sign_factor(alg, rest, abs_x[0])
+        if abs_x is None:
+            continue
+        rest = mono.dividing_out(name)  # a factor of exponent 1
+        sign = _sign_factor(alg, rest, abs_x[0])
         if sign is None:
             continue
-        require(ratio.coef > 0 and np.isfinite(ratio.coef), f"min(|x| * {ratio.coef:g}, 1) caps x at a non-positive beta")
+        require(ratio.coef > 0 and np.isfinite(ratio.coef),
+                f"min(|x| * {ratio.coef:g}, 1) caps x at a non-positive beta")
         nodes = mono.nodes | ratio.nodes | sign[1] | one[1] | casts | {found[0], abs_x[1]}
-        return _finish(alg, f"{FAMILY}/capped-ratio", out, abs_x[0], rest.without(sign[0]), 1.0 / ratio.coef, nodes,
-                       arithmetic=False)
+        return _finish(alg, f"{FAMILY}/capped-ratio", out, abs_x[0], rest.dividing_out(sign[0]), 1.0 / ratio.coef,
+                       nodes, arithmetic=False)
     return None
 
 
@@ -372,7 +405,7 @@ def _match_over_floored_abs(alg: Algebra, out: str, mono: Monomial) -> Match | N
             continue
         x = absx[0]
         require(beta > 0, f"x / max(|x|, {beta:g}) with beta <= 0 is 0/0 = NaN at x = 0, unlike the gradient")
-        rest = mono.without(name, -1).without(x)
+        rest = mono.dividing_out(name).dividing_out(x)  # exponents -1 and 1
         match = _finish(alg, f"{FAMILY}/over-floored-abs", out, x, rest, beta, mono.nodes | {i, absx[1]},
                         arithmetic=False)
         match.caveats.append("x / max(|x|, beta): where x is +-inf the graph computes inf/inf = NaN, the kernel "
@@ -401,8 +434,10 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
     mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         sign = alg.unary_narrowed(name, "Sign") if exp == 1 else None
-        rest = None if sign is None else mono.without(name)
-        if rest is None or len(rest.factors) != 1 or list(rest.factors.values()) != [1]:
+        if sign is None:
+            continue
+        rest = mono.dividing_out(name)  # a factor of exponent 1
+        if len(rest.factors) != 1 or list(rest.factors.values()) != [1]:
             continue
         x = sign[0]
         total = next(iter(rest.factors))
@@ -410,16 +445,18 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         if shifted is None:
             added = alg.producer(total, "Add", "Sum")
             selects = [] if added is None or len(added[1].input) != 2 else [alg.select(v) for v in added[1].input]
-            if [sel is not None for sel in selects].count(True) == 1:
+            found = [sel for sel in selects if sel is not None]
+            if len(found) == 1:
                 raise NoMatch("sign(x) * (w + select(|x| <= delta, ...)) with w not a constant: the gradient of "
                               "tf.compat.v1.losses.huber_loss is read with a constant weight only (a runtime "
                               "weights tensor or output_gradients scales it here)")
-            if len(selects) == 2 and None not in selects:
-                _refuse_overlapping_sides(alg, selects, x)
+            if len(found) == 2:
+                _refuse_overlapping_sides(alg, found, x)
             continue
         w, value, shift_nodes = shifted
         sel = alg.select(value)
-        if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 or len(sel.when_true.factors) != 1:
+        if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 \
+                or len(sel.when_true.factors) != 1:
             continue
         branch, guard_nodes = _unguarded(alg, next(iter(sel.when_true.factors)), x)
         inner = _constant_plus(alg, branch, x, repeated=True)  # n*M - w
@@ -433,7 +470,7 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
             cap = Monomial(cap.coef, {floored[0]: 1}, cap.nodes | floored[1])
         capped = alg.producer(next(iter(cap.factors)), "Min") if len(cap.factors) == 1 else None
         abs_x = None if capped is None else alg.unary(capped[1].input[0], "Abs")
-        if abs_x is None or abs_x[0] != x:
+        if capped is None or abs_x is None or abs_x[0] != x:
             continue
         delta = alg.scalar(capped[1].input[1])
         if delta is None or cmp.lhs != capped[1].input[0] or alg.scalar(cmp.rhs) != delta:
@@ -470,8 +507,9 @@ def _refuse_overlapping_sides(alg: Algebra, selects: list[Select], x: str) -> No
     """NoMatch for sign(x) * (select(|x| >= c, A, 0) + select(|x| <= c, B, 0)): the gradient of
     0.5*min(|x|, c)**2/c + max(|x| - c, 0) as TensorFlow differentiates it. Both masks hold at
     |x| == c, where the gradient is A + B, twice the SmoothL1 gradient there."""
-    sides = [_abs_threshold(alg, sel.cond, x) for sel in selects]
-    if None in sides or len({c for _, c in sides}) != 1 or {rel for rel, _ in sides} != {">=", "<="}:
+    found = [_abs_threshold(alg, sel.cond, x) for sel in selects]
+    sides = [side for side in found if side is not None]
+    if len(sides) != len(found) or len({c for _, c in sides}) != 1 or {rel for rel, _ in sides} != {">=", "<="}:
         return
     raise NoMatch(f"two selects, on |x| >= {sides[0][1]:g} and on |x| <= {sides[0][1]:g}, both hold at |x| == "
                   f"{sides[0][1]:g}, where the gradient adds both branches: not a SmoothL1 gradient there")
@@ -496,8 +534,9 @@ def _unguarded(alg: Algebra, value: str, x: str) -> tuple[str, set[int]]:
     the gradient is NaN through sign(x) anyway); else (value, no nodes)."""
     sel = alg.select(value)
     cmp = None if sel is None else alg.compare(sel.cond)
-    if (cmp is None or cmp.relation != ">=" or alg.scalar(cmp.rhs) != 0.0 or zero_branch(alg, sel.when_false) is None
-            or sel.when_true.coef != 1.0 or len(sel.when_true.factors) != 1):
+    if (sel is None or cmp is None or cmp.relation != ">=" or alg.scalar(cmp.rhs) != 0.0
+            or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0
+            or len(sel.when_true.factors) != 1):
         return value, set()
     floored = _floored_at_zero(alg, cmp.lhs)
     guarded = floored[0] if floored is not None else cmp.lhs
@@ -565,7 +604,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     """Common tail: split K * dout [/ numel], check dtypes and shapes, absorb Cast wrappers."""
     index = alg.index
     sub = alg.producer(x, "Sub")
-    require(sub is not None and len(sub[1].input) == 2, "x is not predict - label")
+    if sub is None or len(sub[1].input) != 2:
+        raise NoMatch("x is not predict - label")
     predict, label = sub[1].input
     # a label of another shape broadcasts to predict's: an Expand before the fused node gives the
     # kernel a label of predict's shape, and x - and so the gradient - has predict's shape either way
@@ -593,8 +633,9 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     if len(runtime) > 1 or any(exp != 1 for exp in runtime.values()):
         # dout computed upstream (a product or quotient the walk spilled into the match)
         grouped = alg.regroup(Monomial(1.0, {}, nodes), runtime, stop=frozenset({x}))
-        require(grouped is not None, "the gradient is scaled by runtime values other than dout and numel "
-                                     f"({', '.join(f'{n}^{e}' for n, e in sorted(runtime.items()))})")
+        if grouped is None:
+            raise NoMatch("the gradient is scaled by runtime values other than dout and numel "
+                          f"({', '.join(f'{n}^{e}' for n, e in sorted(runtime.items()))})")
         douts = [grouped[0]]
         nodes = nodes - grouped[1]
         k /= grouped[2]
@@ -607,7 +648,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         require(is_single_element(index, dout) or same_shape(index, dout, predict),
                 "dout is neither a single element nor predict's shape (other broadcasts are not supported)")
     else:
-        dout = np.array(1.0, onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32)
+        one_type = onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32
+        dout = np.array(1.0, one_type)
     single = not douts or is_single_element(index, douts[0])
     reduction, factor = split_reduction(index.numel(predict), k, mean_at_runtime, beta, single, _EPS[dtype])
     interior = nodes | {sub[0]}
@@ -671,5 +713,6 @@ _FLOORED_ABS = Reach(frozenset({"Max", "Clip"}), _PRODUCT_OPS | {"Cast"}, 4, _fl
 _MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
 _SELECT_SUM_ENDS = (_MASK_END, Reach(_WHERE_OPS, _TO_MASK, 6, _selects_against_zero))
 PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match,
-                  prefilter={"Mul": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS), "Div": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
+                  prefilter={"Mul": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
+                             "Div": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
                              "Add": _SELECT_SUM_ENDS, "Sum": _SELECT_SUM_ENDS})

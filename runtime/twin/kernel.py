@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -48,8 +49,18 @@ class Tiling:
     tiling_key: int
     workspace: int = 0
 
-    def with_fields(self, **changes: object) -> Tiling:
+    def with_fields(self, **changes: Any) -> Tiling:  # a value of any field, as dataclasses.replace takes
         return replace(self, **changes)
+
+
+def _tiling_struct(n_scalars: int) -> type[ctypes.Structure]:
+    """The ctypes layout of the emitted TilingData struct with `n_scalars` float scalars."""
+
+    class TilingData(ctypes.Structure):
+        _fields_ = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64),
+                    ("scalars", ctypes.c_float * n_scalars)]
+
+    return TilingData
 
 
 def _bits(v: float) -> int:
@@ -75,9 +86,7 @@ class TwinKernel:
             raise BackendError(f"twin: {art.variant_label} is not a variant of the given {project.op_name} project")
         self.library = TwinLibrary(build(kernel_sources(project), tc, art.file_stem), art.file_stem)
         self._scalar_ids = host_scalars(art)
-        fields = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64),
-                  ("scalars", ctypes.c_float * scalar_slots(project))]
-        self._struct = type("TilingData", (ctypes.Structure,), {"_fields_": fields})
+        self._struct = _tiling_struct(scalar_slots(project))
         if ctypes.sizeof(self._struct) != self.library.tiling_size:
             raise BackendError(f"twin: {art.file_stem}'s tiling struct is {self.library.tiling_size} bytes in C++, "
                                f"{ctypes.sizeof(self._struct)} in the twin's layout")

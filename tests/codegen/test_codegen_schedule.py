@@ -24,7 +24,8 @@ def _variants() -> list[NodeSpec]:
         inputs = {r: InputSpec(dt, ("N",)) for r in ("predict", "label")}
         inputs["dout"] = InputSpec(dt, () if scalar_dout else ("N",))
         out.append(NodeSpec("n", "SmoothL1LossGradV2", inputs, {"sigma": 0.5, "reduction": red, "scale": 1.0}))
-    for dt, consts in itertools.product(("float32", "float16", "bfloat16"), ({}, {"alpha": 0.1, "l1": 0.01, "l2": 0.1})):
+    for dt, consts in itertools.product(("float32", "float16", "bfloat16"),
+                                        ({}, {"alpha": 0.1, "l1": 0.01, "l2": 0.1})):
         inputs = {"var": InputSpec(dt, ("N",)), "delta": InputSpec(dt, ("N",))}
         inputs.update({r: InputSpec(dt, (), consts.get(r)) for r in ("alpha", "l1", "l2")})
         out.append(NodeSpec("n", "ApplyProximalGradientDescent", inputs, {"scalar_form": "raw"}))

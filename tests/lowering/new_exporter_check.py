@@ -244,7 +244,8 @@ def _training_op_definitions(node: onnx.NodeProto) -> list[onnx.NodeProto]:
         return [h.make_node("CastLike", [node.input[1], node.input[0]], [cast]),
                 h.make_node("Div" if down else "Mul", [node.input[0], cast], list(node.output))]
     if node.op_type == "InPlaceAccumulatorV2":
-        return [h.make_node("Constant", [], [node.output[0]], value=h.make_tensor("t", onnx.TensorProto.BOOL, [1], [True]))]
+        true = h.make_tensor("t", onnx.TensorProto.BOOL, [1], [True])
+        return [h.make_node("Constant", [], [node.output[0]], value=true)]
     raise ValueError(f"no ONNX definition for com.microsoft {node.op_type}")
 
 
@@ -348,11 +349,13 @@ def check_new_entry(entry: Mapping, root: Path = REPO, seed: int | None = None) 
         row["differs_at"] = _first_difference(resembled, near_miss_reference(miss, values), values,
                                               miss["resembles"]["inputs"])
         if "differs_at" in miss:
-            assert miss["differs_at"] == row["differs_at"], f"{where}: {miss['output']} differs elsewhere: {row['differs_at']}"
+            assert miss["differs_at"] == row["differs_at"], \
+                f"{where}: {miss['output']} differs elsewhere: {row['differs_at']}"
         if "same_values_but" in miss:
             assert row["differs_at"] is None, f"{where}: near miss {miss['output']} by rule differs in value"
         else:
-            assert row["differs_at"], f"{where}: near miss {miss['output']} equals the {miss['resembles']['op']} it resembles"
+            assert row["differs_at"], \
+                f"{where}: near miss {miss['output']} equals the {miss['resembles']['op']} it resembles"
     recorded = entry.get("nonfinite_outputs", {})
     measured = nonfinite_outputs(entry, model)
     assert recorded == measured, f"{where}: non-finite inputs give {measured}, the manifest says {recorded}"
@@ -370,10 +373,15 @@ def _value_class(value: float) -> str:
     return "finite"
 
 
+def _first_class(value: object) -> str:
+    return _value_class(float(np.asarray(value, np.float64).reshape(-1)[0]))
+
+
 def nonfinite_outputs(entry: Mapping, model: onnx.ModelProto) -> dict[str, dict[str, dict[str, str]]]:
     """For NaN and +inf placed in predict (var), where that is a graph input: the class of each
     checked output's element there, in the graph and in the contract of its instance."""
-    read = [(i["output"], i) for i in entry["attrs"]] + [(m["output"], m["resembles"]) for m in entry.get("near_misses", [])]
+    read = [(i["output"], i) for i in entry["attrs"]]
+    read += [(m["output"], m["resembles"]) for m in entry.get("near_misses", [])]
     read = [(o, inst) for o, inst in read if all(inst["inputs"][k] in entry["inputs"] for k in _PLACED[inst["op"]])]
     if not read:
         return {}
@@ -382,7 +390,7 @@ def nonfinite_outputs(entry: Mapping, model: onnx.ModelProto) -> dict[str, dict[
         feeds = make_feeds(entry, np.random.default_rng(entry_seed(entry)), special)
         values = {**feeds, **run_model(model, feeds, _fetched(entry), entry["dtype"])}
         with np.errstate(invalid="ignore", over="ignore"):
-            result[name] = {o: {"graph": _value_class(float(np.asarray(values[o], np.float64).reshape(-1)[0])),
-                                "contract": _value_class(float(np.asarray(instance_reference(inst, values)).reshape(-1)[0]))}
+            result[name] = {o: {"graph": _first_class(values[o]),
+                                "contract": _first_class(instance_reference(inst, values))}
                             for o, inst in read}
     return result

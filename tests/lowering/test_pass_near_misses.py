@@ -104,7 +104,8 @@ def test_label_broadcasting_predict_to_a_bigger_shape_is_refused_with_its_reason
     model = autograd_where_loss((2, 3, 4), out_shape=(2, 3, 4))
     _, report = lowering.fuse(model, by_meaning=False)
     assert not report.fusions
-    assert any("only a label that broadcasts to predict's shape" in r.reason for r in report.rejections), report.summary()
+    assert any("only a label that broadcasts to predict's shape" in r.reason
+               for r in report.rejections), report.summary()
     # by meaning it is the gradient with predict and label swapped, times -1 (test_pass_broadcast_label)
     _, report = _fuse(model)
     assert [(f.pattern, f.attributes["scale"]) for f in report.fusions] == [("smooth_l1_grad/meaning", -1.0)]

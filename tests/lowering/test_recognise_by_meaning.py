@@ -18,6 +18,7 @@ from onnx import numpy_helper
 from pass_numerics import assert_same, run_ort
 
 import lowering
+from lowering.patterns import DEFAULT_PATTERNS
 from lowering.rewrite import fuse_proto
 
 REPO = Path(__file__).resolve().parents[2]
@@ -302,3 +303,20 @@ def test_var_and_delta_with_dims_named_apart_lower_and_verify(tmp_path: Path, ca
     typed = {vi.name: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
              for vi in fused.graph.value_info}
     assert typed[expands[0].output[0]] == typed[expands[1].output[0]] == ["unk__0_or_unk__1", 16]
+
+
+def test_a_region_op_the_evaluator_does_not_run_is_refused_not_raised() -> None:
+    # sign(x) through an int8 Cast and back: a valid graph whose region holds a Cast the evaluator
+    # does not run; inferring sigma evaluates the region before any proof does, and that must end
+    # in a refusal, not an exception out of the pass
+    g = _Graph(np.random.default_rng(0))
+    x = g.op("Sub", "predict", "label")
+    b = g.const(SIGMA)
+    sign = g.op("Cast", g.op("Cast", g.op("Sign", x), to=T.INT8), to=T.FLOAT)
+    grad = g.op("Mul", g.op("Where", g.op("Less", g.op("Abs", x), b), g.op("Div", x, b), sign), "dout")
+    model = g.model([("predict", (N,)), ("label", (N,)), ("dout", ())], grad)
+    onnx.checker.check_model(model, full_check=True)
+    for patterns in ((), DEFAULT_PATTERNS):
+        _, report = fuse_proto(model, patterns=patterns)
+        assert not report.fusions, report.summary()
+        assert any(r.pattern.endswith("/meaning") for r in report.rejections), report.summary()

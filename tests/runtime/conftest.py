@@ -136,7 +136,7 @@ def fused_prox_model(shape: tuple[int, ...] = (1000,)) -> onnx.ModelProto:
     node = h.make_node(PROXIMAL_GD, ["var", "alpha", "l1", "l2", "delta"], ["out"], domain=DOMAIN,
                        name="ApplyProximalGradientDescent_0", scalar_form="raw")
     node.overload = "p0"
-    ins = [h.make_tensor_value_info("var", T.FLOAT, list(shape)), h.make_tensor_value_info("delta", T.FLOAT, list(shape))]
+    ins = [h.make_tensor_value_info(n, T.FLOAT, list(shape)) for n in ("var", "delta")]
     ins += [h.make_tensor_value_info(n, T.FLOAT, []) for n in ("alpha", "l1", "l2")]
     graph = h.make_graph([node], "fused", ins, [h.make_tensor_value_info("out", T.FLOAT, list(shape))])
     return h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET), h.make_opsetid(DOMAIN, 1)],
@@ -170,7 +170,8 @@ def prox_chain_model(count: int, shape: tuple[int, ...] = (64,), parallel: bool 
         if parallel:
             outputs.append(var)
     outputs = outputs or [var]
-    graph = h.make_graph(nodes, "prox_chain", [h.make_tensor_value_info(n, T.FLOAT, list(shape)) for n in ("var", "delta")],
+    ins = [h.make_tensor_value_info(n, T.FLOAT, list(shape)) for n in ("var", "delta")]
+    graph = h.make_graph(nodes, "prox_chain", ins,
                          [h.make_tensor_value_info(o, T.FLOAT, list(shape)) for o in outputs], initializer=inits)
     return h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
 

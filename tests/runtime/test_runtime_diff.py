@@ -256,8 +256,9 @@ def test_nan_from_an_arithmetic_select_is_explained(diff_args, tmp_path, capsys)
              h.make_node("Div", ["x", "beta"], ["lin"]), h.make_node("Sign", ["x"], ["s"]),
              h.make_node("Mul", ["m", "lin"], ["a"]), h.make_node("Mul", ["s", "mn"], ["b"]),
              h.make_node("Add", ["a", "b"], ["out"])]
-    graph = h.make_graph(nodes, "tf2onnx_select", [h.make_tensor_value_info(n, T.FLOAT, [3, 4]) for n in ("predict", "label")],
-                         [h.make_tensor_value_info("out", T.FLOAT, [3, 4])], [h.make_tensor("beta", T.FLOAT, [], [0.5])])
+    ins = [h.make_tensor_value_info(n, T.FLOAT, [3, 4]) for n in ("predict", "label")]
+    graph = h.make_graph(nodes, "tf2onnx_select", ins, [h.make_tensor_value_info("out", T.FLOAT, [3, 4])],
+                         [h.make_tensor("beta", T.FLOAT, [], [0.5])])
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
     fused, report = lowering.fuse(model)
     assert report.fusions and report.fusions[0].caveats

@@ -114,4 +114,4 @@ def test_float32_inputs_cast_to_float16_get_float16_large_values(build):
     feeds = _gen(model)
     p = feeds["predict32"]
     assert p.dtype == np.float32 and np.abs(p).max() == 16384.0
-    assert np.isfinite((p.astype(np.float16) - feeds["label32"].astype(np.float16))).all()
+    assert np.isfinite(p.astype(np.float16) - feeds["label32"].astype(np.float16)).all()

@@ -54,7 +54,8 @@ def test_model_kernels_match_onnxruntime_and_cpu_backend(path, target, twin, cpu
             assert t.error == "", t.error
             for role, value in t.outputs.items():
                 bad = differing(value, c.outputs[role])
-                assert bad.size == 0, f"seed {seed}, node {t.node.name}: {bad.size} elements differ from the CPU backend"
+                assert bad.size == 0, \
+                    f"seed {seed}, node {t.node.name}: {bad.size} elements differ from the CPU backend"
 
 
 def test_lower_verify_and_lower_diff_take_the_twin_backend(twin, tmp_path, capsys):

@@ -43,7 +43,8 @@ def test_twin_matches_cpu_backend_and_onnxruntime(variant, target, size_class, t
     for name, value in got.items():
         assert value.dtype == want[name].dtype and value.shape == want[name].shape
         mismatch = differing(value, want[name])
-        assert mismatch.size == 0, f"{where}: {mismatch.size} elements differ from the CPU backend, first at {mismatch[:5]}"
+        assert mismatch.size == 0, \
+            f"{where}: {mismatch.size} elements differ from the CPU backend, first at {mismatch[:5]}"
         ok, detail = within_standard(name, value, golden[name])
         assert ok, f"{where}: {detail}"
 

@@ -22,6 +22,7 @@ from ...algebra import Algebra
 from ...graph import FLOAT_TYPES, GraphIndex, node_label
 from ..base import Match, NoMatch
 from . import proximal, smooth_l1
+from .evaluate import Unsupported
 from .hypothesis import Counterexample, Proposal, narrowest
 from .proof import check
 from .region import (
@@ -54,7 +55,7 @@ class Refusal:
 
 
 def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None],
-              refused: set[int] = frozenset()) -> tuple[list[Match], list[Refusal]]:
+              refused: frozenset[int] | set[int] = frozenset()) -> tuple[list[Match], list[Refusal]]:
     """Matches found by meaning among the nodes not in alg.taken or `skip`, each already checked
     by `closed` (the pass's own closure check, which may raise NoMatch); and one refusal per
     difference that did not fuse. A region around a node a pattern `refused` must hold that node:
@@ -80,7 +81,7 @@ def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None],
 
 
 def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None],
-            rng: np.random.Generator, refused: set[int]) -> tuple[Match | None, Refusal | None]:
+            rng: np.random.Generator, refused: frozenset[int] | set[int]) -> tuple[Match | None, Refusal | None]:
     index = alg.index
     best: Refusal | None = None
     tried = 0
@@ -105,15 +106,17 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None
                     continue
                 if not any(index.nodes[i].op_type in KINKS for i in region.nodes):
                     continue  # not piecewise: no fused op (a bare var - alpha * delta is plain SGD)
-                match, refusal = _decide(alg, family, region, out, closed, rng)
+                decided = _decide(alg, family, region, out, closed, rng)
             except Counterexample as exc:
-                match, refusal = None, Refusal(out, family, str(exc), (0, -out, 1 << 20))
+                decided = Refusal(out, family, str(exc), (0, -out, 1 << 20))
             except (NoMatch, RegionRefused) as exc:
-                match, refusal = None, Refusal(out, family, str(exc), (1, -out, 0))
-            if match is not None:
-                return match, None
-            if best is None or refusal.rank < best.rank:
-                best = refusal
+                decided = Refusal(out, family, str(exc), (1, -out, 0))
+            except Unsupported as exc:  # inferring the attributes runs the region too, not only the proof
+                decided = Refusal(out, family, f"the region holds {exc}", (1, -out, 0))
+            if isinstance(decided, Match):
+                return decided, None
+            if best is None or decided.rank < best.rank:
+                best = decided
     if best is not None:
         best.covers = covers
     return None, best
@@ -159,7 +162,9 @@ def _scaled_tensor(alg: Algebra, value: str) -> str:
 
 
 def _decide(alg: Algebra, family: str, region: Region, out: int, closed: Callable[[Match], None],
-            rng: np.random.Generator) -> tuple[Match | None, Refusal]:
+            rng: np.random.Generator) -> Match | Refusal:
+    """The first proposal of `family` for the region that proves true and closed, else the
+    refusal of the best ranked one."""
     index = alg.index
     best: Refusal | None = None
     for proposal in FAMILIES[family](index, region, rng):
@@ -173,12 +178,14 @@ def _decide(alg: Algebra, family: str, region: Region, out: int, closed: Callabl
             try:
                 _require_body_inputs(index, match)
                 closed(match)
-                return match, None
+                return match
             except NoMatch as exc:
                 refusal = Refusal(out, family, f"computes {proposal.described()}, but {exc}", (0, -out, 0))
         if best is None or refusal.rank < best.rank:
             best = refusal
-    return None, best
+    if best is None:  # every family's propose returns at least one proposal or raises NoMatch
+        raise NoMatch(f"no {family} hypothesis to check")
+    return best
 
 
 def _match(index: GraphIndex, family: str, region: Region, proposal: Proposal, caveats: list[str]) -> Match:

@@ -18,7 +18,7 @@ import onnx
 
 from ...graph import FLOAT_TYPES, GraphIndex, Node, attr
 
-_NP_TYPES = {
+_NP_TYPES: dict[int, np.dtype] = {
     onnx.TensorProto.FLOAT: np.dtype(np.float32),
     onnx.TensorProto.FLOAT16: np.dtype(np.float16),
     onnx.TensorProto.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
@@ -35,7 +35,15 @@ class Unsupported(Exception):
 
 
 def np_type(elem_type: int | None) -> np.dtype | None:
-    return _NP_TYPES.get(elem_type)
+    return None if elem_type is None else _NP_TYPES.get(elem_type)
+
+
+def _given(node: Node, args: Sequence[np.ndarray | None], i: int) -> np.ndarray:
+    """Input `i`, which the op requires: an empty name there is not a graph the recogniser runs."""
+    a = args[i] if i < len(args) else None
+    if a is None:
+        raise Unsupported(f"{node.op_type} without its input {i}")
+    return a
 
 
 def _wide(a: np.ndarray) -> np.ndarray:
@@ -60,12 +68,12 @@ def _variadic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[..
     return run
 
 
-_BINARY = {
+_BINARY: dict[str, Callable[..., np.ndarray]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
     "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,
     "Equal": np.equal, "And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor,
 }
-_UNARY = {
+_UNARY: dict[str, Callable[..., np.ndarray]] = {
     "Neg": np.negative, "Abs": np.abs, "Reciprocal": lambda a: np.divide(1.0, a).astype(a.dtype),
     "Identity": lambda a: a, "Not": np.logical_not, "Relu": lambda a: np.where(a < 0, a.dtype.type(0), a),
 }
@@ -90,7 +98,7 @@ class Evaluator:
     def _result_type(self, name: str) -> np.dtype | None:
         """The dtype the graph gives a computed float value (float64 in wide mode)."""
         t = self.index.elem_type(name)
-        if t in FLOAT_TYPES or t == onnx.TensorProto.DOUBLE:
+        if t is not None and (t in FLOAT_TYPES or t == onnx.TensorProto.DOUBLE):
             return np.dtype(np.float64) if self.wide else _NP_TYPES[t]
         return None
 
@@ -107,19 +115,19 @@ class Evaluator:
         elif op in ("Max", "Min"):
             out = _variadic(np.maximum if op == "Max" else np.minimum)(*args)
         elif op == "Sign":
-            out = self._sign(node, args[0])
+            out = self._sign(node, _given(node, args, 0))
         elif op == "Clip":
             out = self._clip(node, args)
         elif op == "Where":
-            out = np.where(args[0], _wide(args[1]), _wide(args[2]))
+            out = np.where(_given(node, args, 0), _wide(_given(node, args, 1)), _wide(_given(node, args, 2)))
         elif op == "Shrink":
             lambd, bias = float(attr(node, "lambd", 0.5)), float(attr(node, "bias", 0.0))
-            x = _wide(args[0])
+            x = _wide(_given(node, args, 0))
             with np.errstate(all="ignore"):
                 out = np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)).astype(x.dtype)
         else:
             to = attr(node, "to") if op == "Cast" else self.index.elem_type(node.input[1])
-            return self._cast(args[0], to)
+            return self._cast(_given(node, args, 0), to)
         target = self._result_type(node.output[0])
         if target is not None and out.dtype != np.bool_:
             return out.astype(target)
@@ -132,12 +140,12 @@ class Evaluator:
         return out
 
     def _clip(self, node: Node, args: list[np.ndarray | None]) -> np.ndarray:
-        x = _wide(args[0])
+        x = _wide(_given(node, args, 0))
         lo: object = args[1] if len(args) > 1 else attr(node, "min")
         hi: object = args[2] if len(args) > 2 else attr(node, "max")
         dtype = self.index.elem_type(node.output[0])
-        finite = float(np.finfo(_NP_TYPES.get(dtype, np.dtype(np.float32))).max) \
-            if dtype in FLOAT_TYPES else float(np.finfo(np.float32).max)
+        finite = float(np.finfo(_NP_TYPES[dtype]).max) if dtype is not None and dtype in FLOAT_TYPES \
+            else float(np.finfo(np.float32).max)
         lo = -finite if lo is None else _wide(np.asarray(lo))
         hi = finite if hi is None else _wide(np.asarray(hi))
         with np.errstate(all="ignore"):
@@ -146,6 +154,8 @@ class Evaluator:
     def _cast(self, x: np.ndarray, to: int | None) -> np.ndarray:
         if to == onnx.TensorProto.BOOL:
             return x != 0
+        if to is None:
+            raise Unsupported(f"a Cast from {x.dtype} to type {to}")
         if to in FLOAT_TYPES or to == onnx.TensorProto.DOUBLE:
             with np.errstate(over="ignore"):
                 return x.astype(np.float64 if self.wide else _NP_TYPES[to])

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from ...graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex
+from ...graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, dtype_name
 from ..base import Input, NoMatch, require_float
 from .proof import Contract, Probe, run_region
 from .region import Region
@@ -50,15 +50,15 @@ def numel_leaves(index: GraphIndex, region: Region, n: int) -> dict[str, np.ndar
     out = {}
     for name in region.numels:
         t = index.elem_type(name)
-        known = t is not None and t != onnx.TensorProto.BFLOAT16
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(t) if known else np.float32
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(t) if t is not None and t != onnx.TensorProto.BFLOAT16 \
+            else np.float32
         out[name] = np.asarray(n, dtype)
     return out
 
 
 def scalar_shape(index: GraphIndex, name: str) -> tuple[int, ...]:
     vt = index.type_of(name)
-    return tuple(vt.shape) if vt is not None and vt.shape is not None and all(d == 1 for d in vt.shape) else ()
+    return (1,) * len(vt.shape) if vt is not None and vt.shape is not None and all(d == 1 for d in vt.shape) else ()
 
 
 def tensor_type(index: GraphIndex, region: Region, names: list[str], what: str) -> int:
@@ -66,12 +66,12 @@ def tensor_type(index: GraphIndex, region: Region, names: list[str], what: str) 
     (no fused op takes tensors of one type and gives another)."""
     dtype = require_float(index, names[0], what.split(" and ")[0])
     for name in names[1:]:
-        require_float(index, name, name)
-        if index.elem_type(name) != dtype:
-            raise NoMatch(f"{what} have different types ({name} is {DTYPE_NAMES.get(index.elem_type(name))})")
+        other = require_float(index, name, name)
+        if other != dtype:
+            raise NoMatch(f"{what} have different types ({name} is {DTYPE_NAMES[other]})")
     out = index.elem_type(region.output)
     if out != dtype:
-        raise NoMatch(f"the result is {DTYPE_NAMES.get(out, out)} while the inputs are {DTYPE_NAMES[dtype]}: "
+        raise NoMatch(f"the result is {dtype_name(out)} while the inputs are {DTYPE_NAMES[dtype]}: "
                       "no fused op computes that")
     return dtype
 

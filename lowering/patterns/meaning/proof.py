@@ -26,19 +26,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import SupportsFloat
 
 import ml_dtypes
 import numpy as np
 import onnx
 
-from ...graph import GraphIndex
+from ...graph import GraphIndex, Node
 from .evaluate import Evaluator, Unsupported, np_type
 from .region import Region
 
 # relative tolerance of the graph-dtype comparison, per output type: the region rounds each of
 # its ops, the contract once
-_DTYPE_RTOL = {onnx.TensorProto.FLOAT: 2.0**-16, onnx.TensorProto.FLOAT16: 2.0**-8, onnx.TensorProto.BFLOAT16: 2.0**-5}
-_EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, onnx.TensorProto.BFLOAT16: 2.0**-7}
+_DTYPE_RTOL: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-16, onnx.TensorProto.FLOAT16: 2.0**-8,
+                                  onnx.TensorProto.BFLOAT16: 2.0**-5}
+_EPS: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10,
+                          onnx.TensorProto.BFLOAT16: 2.0**-7}
 
 
 @dataclass
@@ -59,7 +62,7 @@ class Verdict:
 Contract = Callable[[dict[str, np.ndarray], bool], np.ndarray]
 
 
-def fmt(v: float) -> str:
+def fmt(v: SupportsFloat) -> str:
     return f"{float(v):.9g}"
 
 
@@ -72,7 +75,8 @@ def check(index: GraphIndex, region: Region, probes: Iterable[Probe], contract: 
           roles: dict[str, str], dtype: int, rtol_dtype: int) -> Verdict:
     """Compares region and contract on every probe, in float64 and in the graph's types."""
     inf_caveat = False
-    source, drawn = iter(probes), []  # drawn as needed: most wrong hypotheses fail on the first
+    source = iter(probes)
+    drawn: list[Probe] = []  # drawn as needed: most wrong hypotheses fail on the first
     for wide in (True, False):
         for probe in (_drawing(source, drawn) if wide else drawn):
             leaves = probe.leaves if wide else _in_graph_types(index, probe.leaves)
@@ -117,8 +121,8 @@ def _drawing(source: Iterator[Probe], drawn: list[Probe]) -> Iterator[Probe]:
 def narrows_inside(index: GraphIndex, region: Region) -> bool:
     """Whether the region rounds a value to a narrower float type before its last node (a compare
     of |x| rounded to float16 in a float32 graph): that rounding is part of what it computes."""
-    order = {onnx.TensorProto.BFLOAT16: 0, onnx.TensorProto.FLOAT16: 1, onnx.TensorProto.FLOAT: 2,
-             onnx.TensorProto.DOUBLE: 3}
+    order: dict[int | None, int] = {onnx.TensorProto.BFLOAT16: 0, onnx.TensorProto.FLOAT16: 1,
+                                    onnx.TensorProto.FLOAT: 2, onnx.TensorProto.DOUBLE: 3}
     for i in region.nodes:
         node = index.nodes[i]
         if node.op_type == "Cast" and node.output[0] != region.output:
@@ -128,7 +132,7 @@ def narrows_inside(index: GraphIndex, region: Region) -> bool:
     return False
 
 
-def attr_to(node) -> int | None:
+def attr_to(node: Node) -> int | None:
     for a in node.attribute:
         if a.name == "to":
             return a.i

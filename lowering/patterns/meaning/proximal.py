@@ -34,6 +34,8 @@ from .hypothesis import (
 from .proof import Probe
 from .region import Region
 
+Bound = str | np.ndarray  # where a scalar of the fused op comes from: a runtime scalar (its name) or a constant
+
 _INFER_DRAWS = 2
 
 
@@ -51,16 +53,17 @@ def propose(index: GraphIndex, region: Region, rng: np.random.Generator) -> list
     mags = magnitudes(region)
     inferred = [_infer(index, region, var, delta, draw, mags) for draw in draws[:_INFER_DRAWS]]
     alpha = _bind(names, draws, [q[0] for q in inferred])
-    require(alpha is not None, "the step alpha is neither a runtime scalar nor a constant")
+    if alpha is None:
+        raise NoMatch("the step alpha is neither a runtime scalar nor a constant")
     require(isinstance(alpha, str) or float(alpha) != 0, "the result does not depend on delta")
     form, l1, l2 = _scalar_form(names, draws, inferred, alpha)
     cap = inferred[0][3]
     attrs: dict[str, object] = {"scalar_form": form}
+    shrink_max = float(np.float32(cap)) if np.isfinite(cap) else np.inf
     if np.isfinite(cap):
-        attrs["shrink_max"] = float(np.float32(cap))
-    shrink_max = float(attrs.get("shrink_max", np.inf))
+        attrs["shrink_max"] = shrink_max
 
-    def value(v, leaves):
+    def value(v: Bound, leaves: dict[str, np.ndarray]) -> np.ndarray:
         return leaves[v] if isinstance(v, str) else np.asarray(v, np.float64)
 
     def contract(leaves: dict[str, np.ndarray], in_float32: bool = False) -> np.ndarray:
@@ -112,10 +115,10 @@ def _expand_both(index: GraphIndex, var: str, delta: str) -> dict[int, int]:
     shape gives both the shape the graph's own broadcast gives, which the kernel needs; NoMatch
     otherwise."""
     tv, td = index.type_of(var), index.type_of(delta)
-    comparable = tv is not None and td is not None and tv.shape is not None and td.shape is not None \
-        and len(tv.shape) == len(td.shape)
-    require(comparable and all(a == b or not (isinstance(a, int) and isinstance(b, int))
-                               for a, b in zip(tv.shape, td.shape)),
+    sv = None if tv is None else tv.shape
+    sd = None if td is None else td.shape
+    require(sv is not None and sd is not None and len(sv) == len(sd)
+            and all(a == b or not (isinstance(a, int) and isinstance(b, int)) for a, b in zip(sv, sd)),
             shapes_differ(index, var, delta, "var and delta"))
     return {0: 4, 4: 0}
 
@@ -168,7 +171,7 @@ def _infer(index: GraphIndex, region: Region, var: str, delta: str, draw: dict[s
     return alpha, t, k, float(o[2]) * k
 
 
-def _bind(scalars: list[str], draws: list[dict[str, np.ndarray]], values: list[float]) -> str | np.ndarray | None:
+def _bind(scalars: list[str], draws: list[dict[str, np.ndarray]], values: list[float]) -> Bound | None:
     """The runtime scalar that held `values` in the inference draws, else a float32 constant when
     the values did not change, else None."""
     for s in scalars:
@@ -183,7 +186,8 @@ def _close(a: float, b: float) -> bool:
     return a == b or abs(a - b) <= 1e-8 * max(abs(a), abs(b))
 
 
-def _scalar_form(scalars: list[str], draws: list[dict[str, np.ndarray]], inferred: list[tuple], alpha):
+def _scalar_form(scalars: list[str], draws: list[dict[str, np.ndarray]], inferred: list[tuple],
+                 alpha: Bound) -> tuple[str, Bound, Bound]:
     """(scalar_form, l1, l2): the threshold and divisor bound as they are, as a reciprocal, or as
     alpha * l1 and 1 + alpha * l2."""
     ts = [q[1] for q in inferred]

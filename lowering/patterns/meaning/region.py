@@ -105,24 +105,25 @@ def build(walks: Walks, output: str, tensors: tuple[str, ...], open_scalars: boo
             region.constants[value] = _uniform(index, const, value, tensors[0])
             continue
         i = index.producer.get(value)
-        node = None if i is None or i in taken else index.nodes[i]
-        if node is not None and node.op_type in _NUMEL_OPS and value != output:
+        if i is None or i in taken:
+            _read_at_runtime(index, region, value)
+            continue
+        node = index.nodes[i]
+        if node.op_type in _NUMEL_OPS and value != output:
             numel = alg.numel_of(value)
             if numel is not None:
                 region.numels[value] = numel[0]
                 (region.boundary if numel[0] in tensors or not depends(numel[0]) else region.side).update(numel[1])
                 continue
-        if node is not None and node.op_type in ("ConstantOfShape", "Expand"):
+        if node.op_type in ("ConstantOfShape", "Expand"):
             filled = fill(alg, value, tensors[0]) or _expanded_constant(index, i, tensors[0]) \
                 or _fill_shaped_like(alg, i, depends)
             if filled is not None:
                 region.constants[value] = np.asarray(filled[0], np.float64)
                 region.boundary |= filled[1]
                 continue
-        if node is None or node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx"):
-            (region.scalars if index.numel(value) == 1 else region.others).append(value)
-            if len(region.scalars) + len(region.others) > MAX_RUNTIME_LEAVES:
-                raise RegionRefused(f"reads more than {MAX_RUNTIME_LEAVES} runtime values")
+        if node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx"):
+            _read_at_runtime(index, region, value)
             continue
         if value != output and not depends(value):
             if not open_all and not (open_scalars and index.numel(value) == 1) and not constant_valued(value):
@@ -135,6 +136,13 @@ def build(walks: Walks, output: str, tensors: tuple[str, ...], open_scalars: boo
         stack.extend(node.input)
     region.nodes = sorted(nodes)
     return region
+
+
+def _read_at_runtime(index: GraphIndex, region: Region, value: str) -> None:
+    """`value` becomes a leaf the region reads at runtime: a scalar or another tensor."""
+    (region.scalars if index.numel(value) == 1 else region.others).append(value)
+    if len(region.scalars) + len(region.others) > MAX_RUNTIME_LEAVES:
+        raise RegionRefused(f"reads more than {MAX_RUNTIME_LEAVES} runtime values")
 
 
 def _uniform(index: GraphIndex, const: np.ndarray, name: str, like: str) -> np.ndarray:
@@ -170,11 +178,14 @@ def _expanded_constant(index: GraphIndex, i: int, like: str) -> tuple[float, set
     `like`'s as it is (JAX's broadcast of a scalar, with the target shape concatenated from dims)."""
     node = index.nodes[i]
     value = index.const(node.input[0]) if node.op_type == "Expand" else None
-    j = index.producer.get(node.input[1]) if value is not None and value.size == 1 else None
+    if value is None or value.size != 1:
+        return None
+    j = index.producer.get(node.input[1])
     if j is None or index.nodes[j].op_type != "Concat":
         return None
-    dims = [index.const(v) for v in index.nodes[j].input]
-    if any(d is None or d.dtype.kind not in "iu" for d in dims):
+    concatenated = index.nodes[j].input
+    dims = [d for d in (index.const(v) for v in concatenated) if d is not None and d.dtype.kind in "iu"]
+    if len(dims) != len(concatenated):
         return None
     shape = tuple(int(d) for d in np.concatenate([d.reshape(-1) for d in dims]))
     if not within_shape(index, shape, like):
@@ -196,12 +207,11 @@ class _ConstantValued:
             return self.known[value]
         index = self.alg.index
         i = index.producer.get(value)
-        node = None if i is None or i in self.taken else index.nodes[i]
         if index.const(value) is not None:
             result = True
-        elif node is None or budget <= 0:
+        elif i is None or i in self.taken or budget <= 0:
             result = False
-        elif node.op_type in ("ConstantOfShape", "Expand"):
+        elif (node := index.nodes[i]).op_type in ("ConstantOfShape", "Expand"):
             result = (fill(self.alg, value, self.like) or _expanded_constant(index, i, self.like)) is not None
         else:
             result = node.op_type in ELEMENTWISE and all(self(v, budget - 1) for v in node.input if v)
@@ -269,7 +279,7 @@ def differences_behind(index: GraphIndex, kink: int, taken: set[int], depth: int
     x / beta). A kink over anything else is not one of the fused functions' breakpoints."""
     found: list[int] = []
     frontier, seen = [kink], {kink}
-    for step in range(depth):
+    for _ in range(depth):
         after = []
         for i in frontier:
             node = index.nodes[i]

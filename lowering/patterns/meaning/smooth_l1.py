@@ -35,7 +35,8 @@ from .hypothesis import (
 from .proof import Probe
 from .region import Region
 
-_EPS = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10, onnx.TensorProto.BFLOAT16: 2.0**-7}
+_EPS: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10,
+                          onnx.TensorProto.BFLOAT16: 2.0**-7}
 _TINY = 2.0**-40  # a difference below any sigma a model uses, far above float64's smallest
 
 
@@ -83,7 +84,7 @@ def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str
         single = dout is None or is_single_element(index, dout)
         numel = index.numel(predict)
         reduction, scale = split_reduction(numel, c, False, sigma, single, _EPS[dtype])
-        norm = 1.0 / numel if reduction == "mean" else 1.0
+        norm = 1.0 / numel if reduction == "mean" and numel else 1.0  # split_reduction: mean needs numel
     scale = float(np.float32(scale))
     attrs = {"sigma": sigma, "reduction": reduction, "scale": scale}
 
