@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 
 import numpy as np
@@ -101,7 +101,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
             try:
                 found = pattern.match(alg, i)
                 if found is not None:
-                    _check_closed(index, alg, found, stats.cse_shared, recompute_shared)
+                    found = _check_closed(index, alg, found, stats.cse_shared, recompute_shared)
             except NoMatch as exc:
                 if i not in explained.get(pattern.name, ()):
                     rejected.append((i, Rejection(pattern.name, node_label(node), node.op_type, str(exc))))
@@ -134,13 +134,15 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     return work, report
 
 
-def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str], recompute_shared: bool) -> None:
-    """The match must own every intermediate it removes and must not overlap an earlier match.
+def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str], recompute_shared: bool) -> Match:
+    """The match, closed: it must own every intermediate it removes and must not overlap an earlier
+    match (NoMatch otherwise). Reads `m` and returns a new Match with what closing it adds.
 
     An intermediate that only became shared because normalization merged identical copies is
-    not a real outside use: the copy is re-emitted for the outside users (m.duplicate). With
+    not a real outside use: the copy is re-emitted for the outside users (duplicate). With
     `recompute_shared`, every shared intermediate is re-emitted so (the user accepts computing it
-    twice), with the matched nodes it is computed from.
+    twice), with the matched nodes it is computed from. An intermediate only Shape/Size read
+    outside is read from an input of the same shape instead (shape_reads).
     """
     overlap = (m.interior | m.boundary) & alg.taken
     if overlap:
@@ -148,6 +150,8 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
     root = index.producer.get(m.output)
     if root is None or root not in m.interior:
         raise NoMatch("internal: the fused output is not produced inside the match")
+    shape_reads = dict(m.shape_reads)
+    duplicate = set(m.duplicate)
     pending = []
     for i in m.interior:
         for name in index.nodes[i].output:
@@ -159,38 +163,42 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
                 user = next(c for c in index.consumers[name] if c not in m.interior)
                 substitute = _same_shape_input(index, m, name)
                 if substitute is not None:
-                    m.shape_reads[name] = substitute
+                    shape_reads[name] = substitute
                     continue
                 pending.append((i, name, user))
     recomputed = 0  # matched nodes kept for outside readers that the graph itself shared
     while pending:
         i, name, user = pending.pop()
-        if i in m.duplicate:
+        if i in duplicate:
             continue
         if name not in cse_shared:
             if not recompute_shared:
                 raise NoMatch(f"intermediate {name} is also used by {node_label(index.nodes[user])} outside the "
-                              "match (lower --recompute-shared fuses it and computes the value again for them)")
+                              "match (lower fuses it by default and computes the value again for them; "
+                              "--no-recompute-shared refuses it)")
             meet = _meeting_point(index, m.output, user)
             if meet is not None:
                 raise NoMatch(f"it is a part of a larger elementwise function: its output and "
                               f"{node_label(index.nodes[user])}, which reads its intermediate {name}, meet again at "
                               f"{node_label(index.nodes[meet])}")
             recomputed += 1
-        m.duplicate.add(i)
+        duplicate.add(i)
         for source in index.nodes[i].input:
             j = index.producer.get(source)
-            if j is not None and j in m.interior and j not in m.duplicate:
+            if j is not None and j in m.interior and j not in duplicate:
                 pending.append((j, source, user))
+    caveats = list(m.caveats)
     if recomputed:
-        m.caveats.append(f"{recomputed} matched node(s) also stay in the graph for the readers outside the fusion "
-                         "of what they compute (--recompute-shared): the graph computes those values twice")
+        caveats.append(f"{recomputed} matched node(s) also stay in the graph for the readers outside the fusion "
+                       "of what they compute: the graph computes those values twice")
     for value in m.inputs:
         if isinstance(value, str) and index.producer.get(value) in m.interior:
             raise NoMatch(f"internal: input {value} is computed inside the match")
-    if m.expand and len(_broadcast_positions(index, m, root)) < 2 * len(m.expand):
+    closed = replace(m, shape_reads=shape_reads, duplicate=duplicate, caveats=caveats)
+    if closed.expand and len(_broadcast_positions(index, closed, root)) < 2 * len(closed.expand):
         raise NoMatch("too few matched nodes after its inputs leave the graph to put the Expand of a broadcast "
                       "input in their place")
+    return closed
 
 
 def _meeting_point(index: GraphIndex, output: str, user: int, depth: int = 8) -> int | None:

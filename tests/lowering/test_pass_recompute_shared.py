@@ -1,7 +1,8 @@
-"""`recompute_shared` (`lower --recompute-shared`): a match whose intermediates the rest of the
-graph also reads fuses, and the matched nodes that compute them stay for those readers. Every
-post-processing optimizer merges a forward loss's |x|, comparison and sign with its gradient's
-(onnxruntime's own offline optimizer too), after which the default refuses the gradient."""
+"""`recompute_shared` (the default; `lower --no-recompute-shared` turns it off): a match whose
+intermediates the rest of the graph also reads fuses, and the matched nodes that compute them stay
+for those readers. Every post-processing optimizer merges a forward loss's |x|, comparison and
+sign with its gradient's (onnxruntime's own offline optimizer too); without the option the
+gradient is refused."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def _feeds(model: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.nda
 def test_shared_intermediates_are_refused_without_recompute_with_the_way_out() -> None:
     _, report = lowering.fuse(_loss_and_gradient(), recompute_shared=False)
     assert not report.fusions
-    assert any("outside the match (lower --recompute-shared" in r.reason for r in report.rejections), report.summary()
+    assert any("outside the match (lower fuses it by default" in r.reason for r in report.rejections), report.summary()
 
 
 def test_recompute_shared_fuses_and_keeps_what_the_loss_reads(rng: np.random.Generator) -> None:
@@ -58,7 +59,7 @@ def test_recompute_shared_fuses_and_keeps_what_the_loss_reads(rng: np.random.Gen
     onnx.checker.check_model(fused, full_check=True)
     fusion, = report.fusions
     assert fusion.op_type == SL1 and fusion.attributes["sigma"] == 0.5
-    assert any("--recompute-shared" in c for c in fusion.caveats)
+    assert any("computes those values twice" in c for c in fusion.caveats)
     # the loss keeps its own Sub, Abs and Less; the gradient's Sign, Mul, Div and Where are gone
     ops = sorted(n.op_type for n in fused.graph.node)
     assert ops.count("Abs") == 1 and ops.count("Less") == 1 and "Sign" not in ops

@@ -54,7 +54,7 @@ class Refusal:
     covers: set[int] = field(default_factory=set)  # the nodes of every region tried around the difference
 
 
-def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None],
+def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], Match],
               refused: frozenset[int] | set[int] = frozenset()) -> tuple[list[Match], list[Refusal]]:
     """Matches found by meaning among the nodes not in alg.taken or `skip`, each already checked
     by `closed` (the pass's own closure check, which may raise NoMatch); and one refusal per
@@ -80,7 +80,7 @@ def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], None],
     return matches, refusals
 
 
-def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], None],
+def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], Match],
             rng: np.random.Generator, refused: frozenset[int] | set[int]) -> tuple[Match | None, Refusal | None]:
     index = alg.index
     best: Refusal | None = None
@@ -161,7 +161,7 @@ def _scaled_tensor(alg: Algebra, value: str) -> str:
     return alg.widened(value)
 
 
-def _decide(alg: Algebra, family: str, region: Region, out: int, closed: Callable[[Match], None],
+def _decide(alg: Algebra, family: str, region: Region, out: int, closed: Callable[[Match], Match],
             rng: np.random.Generator) -> Match | Refusal:
     """The first proposal of `family` for the region that proves true and closed, else the
     refusal of the best ranked one."""
@@ -177,7 +177,7 @@ def _decide(alg: Algebra, family: str, region: Region, out: int, closed: Callabl
             match = _match(index, family, region, proposal, verdict.caveats)
             try:
                 _require_body_inputs(index, match)
-                closed(match)
+                match = closed(match)
                 return match
             except NoMatch as exc:
                 refusal = Refusal(out, family, f"computes {proposal.described()}, but {exc}", (0, -out, 0))
