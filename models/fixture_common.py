@@ -7,6 +7,7 @@ very check the tests apply), and the manifest's text forms of a graph."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -146,3 +147,23 @@ def remove_stale_fixtures(folder: Path, kept: set[str]) -> list[str]:
     for path in stale:
         path.unlink()
     return [p.name for p in stale]
+
+
+def keep_fusion_status(entry: dict, old: dict | None) -> None:
+    """Carry the "fused_today" that models/record_fusion_status.py recorded over a regeneration."""
+    if old is not None and "fused_today" in old:
+        entry["fused_today"] = old["fused_today"]
+
+
+def write_new_exporter_manifest(manifest: Path, fixtures: Path, entries: list[dict],
+                                rows: list[tuple[str, int, str]], prune: bool) -> None:
+    """Write a new exporter's manifest; on a full run (`prune`) remove fixture files no case writes
+    any more; print one line per model written."""
+    manifest.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
+    if prune:
+        for name in remove_stale_fixtures(fixtures, {e["file"] for e in entries}):
+            print(f"removed {name}: no case writes it")
+    width = max((len(r[0]) for r in rows), default=0)
+    for name, size, hist in rows:
+        print(f"{name:<{width}}  {size:>6}  {hist}")
+    print(f"{len(rows)} models written to {fixtures} and checked")

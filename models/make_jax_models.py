@@ -32,7 +32,13 @@ import jax.numpy as jnp
 import numpy as np
 import onnx
 import optax
-from fixture_common import load_new_exporter_checker, ops_histogram, record_new_exporter_fixture, remove_stale_fixtures
+from fixture_common import (
+    keep_fusion_status,
+    load_new_exporter_checker,
+    ops_histogram,
+    record_new_exporter_fixture,
+    write_new_exporter_manifest,
+)
 from jax2onnx import to_onnx
 
 REPO = Path(__file__).resolve().parents[1]
@@ -574,18 +580,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         model = export(case)
         entry = record_new_exporter_fixture(case.file, model, entry_for(case, model), checker)
-        if case.file in old and "fused_today" in old[case.file]:
-            entry["fused_today"] = old[case.file]["fused_today"]
+        keep_fusion_status(entry, old.get(case.file))
         entries.append(entry)
         rows.append((case.name, entry["size_bytes"], ops_histogram(model)))
-    MANIFEST.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
-    if not opts.only:
-        for name in remove_stale_fixtures(FIXTURES, {e["file"] for e in entries}):
-            print(f"removed {name}: no case writes it")
-    width = max(len(r[0]) for r in rows)
-    for name, size, hist in rows:
-        print(f"{name:<{width}}  {size:>6}  {hist}")
-    print(f"{len(rows)} models written to {FIXTURES} and checked")
+    write_new_exporter_manifest(MANIFEST, FIXTURES, entries, rows, prune=not opts.only)
     return 0
 
 

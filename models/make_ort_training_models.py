@@ -36,7 +36,13 @@ from pathlib import Path
 import onnx
 import torch
 import torch.nn.functional as F
-from fixture_common import load_new_exporter_checker, ops_histogram, record_new_exporter_fixture, remove_stale_fixtures
+from fixture_common import (
+    keep_fusion_status,
+    load_new_exporter_checker,
+    ops_histogram,
+    record_new_exporter_fixture,
+    write_new_exporter_manifest,
+)
 from onnxruntime.training import artifacts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -285,20 +291,12 @@ def main(argv: list[str] | None = None) -> int:
         entry = entry_for(case, model, params)
         entry["notes"] = " ".join([entry["notes"], *limits.pop(case.name, [])])
         entry = record_new_exporter_fixture(case.file, model, entry, checker)
-        if case.file in old and "fused_today" in old[case.file]:
-            entry["fused_today"] = old[case.file]["fused_today"]
+        keep_fusion_status(entry, old.get(case.file))
         entries.append(entry)
         rows.append((case.name, entry["size_bytes"], ops_histogram(model)))
     if limits:
         raise RuntimeError(f"exporter limits recorded for fixtures that were not generated: {sorted(limits)}")
-    MANIFEST.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
-    if not opts.only:
-        for name in remove_stale_fixtures(FIXTURES, {e["file"] for e in entries}):
-            print(f"removed {name}: no case writes it")
-    width = max(len(r[0]) for r in rows)
-    for name, size, hist in rows:
-        print(f"{name:<{width}}  {size:>6}  {hist}")
-    print(f"{len(rows)} models written to {FIXTURES} and checked")
+    write_new_exporter_manifest(MANIFEST, FIXTURES, entries, rows, prune=not opts.only)
     return 0
 
 

@@ -45,10 +45,11 @@ import onnx  # noqa: E402
 import paddle  # noqa: E402
 import paddle.nn.functional as F  # noqa: E402
 from fixture_common import (  # noqa: E402
+    keep_fusion_status,
     load_new_exporter_checker,
     ops_histogram,
     record_new_exporter_fixture,
-    remove_stale_fixtures,
+    write_new_exporter_manifest,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -499,20 +500,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         model = export(case)
         entry = record_new_exporter_fixture(case.file, model, entry_for(case, model, limits), checker)
-        if case.file in old and "fused_today" in old[case.file]:
-            entry["fused_today"] = old[case.file]["fused_today"]
+        keep_fusion_status(entry, old.get(case.file))
         entries.append(entry)
         rows.append((case.name, entry["size_bytes"], ops_histogram(model)))
     if limits:
         raise RuntimeError(f"exporter limits recorded for fixtures that were not generated: {sorted(limits)}")
-    MANIFEST.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
-    if not opts.only:
-        for name in remove_stale_fixtures(FIXTURES, {e["file"] for e in entries}):
-            print(f"removed {name}: no case writes it")
-    width = max(len(r[0]) for r in rows)
-    for name, size, hist in rows:
-        print(f"{name:<{width}}  {size:>6}  {hist}")
-    print(f"{len(rows)} models written to {FIXTURES} and checked")
+    write_new_exporter_manifest(MANIFEST, FIXTURES, entries, rows, prune=not opts.only)
     return 0
 
 
