@@ -160,6 +160,9 @@ class OutputTransaction:
     """
 
     def __init__(self, outdir: Path, *, force: bool, protected: Iterable[Path], command: str = "lower") -> None:
+        # the real folder (`-o .`, or a symlink to a folder on another file system): staging goes
+        # beside it, on its file system, so that every move is a rename
+        outdir = Path(outdir).resolve()
         self.outdir = outdir
         self.force = force
         self.protected = [p for p in protected]

@@ -292,3 +292,19 @@ def test_exit_code_follows_the_errors_user_error_flag(tmp_path: Path, capsys, mo
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"lower: {kind}: "), err
     assert not (tmp_path / "out").exists()
+
+
+def test_outdir_given_as_a_symlink_or_as_dot_is_written_in_place(tmp_path: Path, monkeypatch) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", str(tmp_path / "link"), "-q"]) == 0
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", str(tmp_path / "link"), "-q"]) == 0
+    assert (tmp_path / "link").is_symlink()
+    _assert_complete(real)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", ".", "-q"]) == 0
+    _assert_complete(here)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "link", "real"]
