@@ -191,8 +191,8 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     with OutputTransaction(outdir, force=args.force, protected=[model_path], command=command) as tx:
         loaded = load(model_path, background=True)
         tx.protected.extend(loaded.external_files)
-        if args.verify:  # --inputs and --shape against the model's inputs, before the work
-            check_input_options(args, loaded.model)
+        # --inputs and --shape against the model's inputs, and the backend, before the work
+        checked = check_input_options(args, loaded.model) if args.verify else None
         fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared, by_meaning=args.by_meaning)
         kernels = _kernels(fused, args.target) if args.emit == "all" else []
         data = report.to_dict()
@@ -203,7 +203,7 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not args.quiet:
         _print_summary(report, kernels, outdir, f"{stem}.fused.onnx")
     if args.verify:
-        return run_verify(loaded.model, fused, args.target, args)
+        return run_verify(loaded.model, fused, args.target, args, checked)
     return 0
 
 

@@ -26,18 +26,20 @@ import os
 import shutil
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 
 from .errors import LoweringError
 
 MANIFEST = ".lower-output"
 COMPLETE = "report.json"  # written last: an OUTDIR without it is not a complete output
 _STAGING_TAG = ".lower-staging-"
+LOCK_INSIDE = ".lower.lock"
 _MANIFEST_FORMAT = 1
 
 
@@ -83,11 +85,24 @@ def _write_manifest(directory: Path, files: Iterable[str]) -> None:
     os.replace(tmp, directory / MANIFEST)
 
 
+def works_inside(outdir: Path) -> bool:
+    """Whether the lock and the staging folder go inside OUTDIR rather than beside it: only for an
+    existing OUTDIR whose parent this process may not write (a mount point, `-o .` in a folder
+    of someone else's). Every run into one OUTDIR decides the same while the parent keeps its
+    permissions, so they take the same lock."""
+    return outdir.is_dir() and not os.access(outdir.parent, os.W_OK | os.X_OK)
+
+
+def _lock_path(outdir: Path) -> Path:
+    return outdir / LOCK_INSIDE if works_inside(outdir) else outdir.parent / f".{outdir.name}.lock"
+
+
 class OutdirLock:
-    """An exclusive, non-blocking flock on `.<name>.lock` beside OUTDIR, naming its holder."""
+    """An exclusive, non-blocking flock on `.<name>.lock` beside OUTDIR (or `.lower.lock` in it,
+    see works_inside), naming its holder."""
 
     def __init__(self, outdir: Path, command: str) -> None:
-        self.path = outdir.parent / f".{outdir.name}.lock"
+        self.path = _lock_path(outdir)
         self.outdir = outdir
         self.command = command
         self._fd: int | None = None
@@ -143,13 +158,28 @@ def _read_holder(fd: int) -> str:
 
 @contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the commit's renames are done (they take milliseconds)."""
-    mask = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, mask)
+    """SIGINT and SIGTERM wait until the commit's renames are done (they take milliseconds).
+
+    Python runs signal handlers in the main thread whichever thread the kernel hands a signal to,
+    so a handler that only records it defers it for the whole process (a thread mask would not:
+    numpy's threads leave the signal unblocked). Off the main thread no handler can be set, and
+    no signal reaches that code as an exception anyway."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def record(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received:
+            signal.raise_signal(received[0])
 
 
 class OutputTransaction:
@@ -167,9 +197,11 @@ class OutputTransaction:
         self.force = force
         self.protected = [p for p in protected]
         self.lock = OutdirLock(outdir, command)
-        self.staging = outdir.parent / f"{_STAGING_TAG}{outdir.name}.{os.getpid()}"
+        self.workspace = outdir if works_inside(outdir) else outdir.parent
+        self.staging = self.workspace / f"{_STAGING_TAG}{outdir.name}.{os.getpid()}"
         self.previous: Manifest | None = None
         self._committed = False
+        self._created: list[Path] = []  # folders made for OUTDIR's parent: removed when nothing is committed
 
     def __enter__(self) -> OutputTransaction:
         if self.outdir.exists() and not self.outdir.is_dir():
@@ -179,11 +211,17 @@ class OutputTransaction:
                 if not ancestor.is_dir():
                     raise LoweringError(f"{ancestor}: Not a directory, so it cannot hold {self.outdir}")
                 break
+        missing = [a for a in [self.outdir.parent, *self.outdir.parent.parents] if not a.exists()]
         try:
             self.outdir.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise _user_error(self.outdir.parent, exc) from None
-        self.lock.acquire()
+        self._created = missing
+        try:
+            self.lock.acquire()
+        except BaseException:
+            self._remove_created()
+            raise
         try:
             self._remove_stale_staging()
             self.previous = read_manifest(self.outdir) if self.outdir.is_dir() else None
@@ -191,9 +229,10 @@ class OutputTransaction:
             try:
                 self.staging.mkdir()
             except OSError as exc:
-                raise _user_error(self.outdir.parent, exc) from None
+                raise _user_error(self.workspace, exc) from None
         except BaseException:
             self.lock.release()
+            self._remove_created()
             raise
         return self
 
@@ -204,23 +243,36 @@ class OutputTransaction:
                 shutil.rmtree(self.staging, ignore_errors=True)
         finally:
             self.lock.release()
+            if not self._committed:
+                self._remove_created()
+
+    def _remove_created(self) -> None:
+        for folder in self._created:  # innermost first; one that holds anything stays
+            try:
+                folder.rmdir()
+            except OSError:
+                return
 
     def _remove_stale_staging(self) -> None:
         """Staging folders of runs that were killed: under the lock, no live run owns one."""
-        prefix = f"{_STAGING_TAG}{self.outdir.name}."
         try:
-            entries = list(self.outdir.parent.iterdir())
+            entries = list(self.workspace.iterdir())
         except OSError:
             return
         for entry in entries:
-            if entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit() and entry.is_dir():
+            if self._is_staging(entry) and entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
+
+    def _is_staging(self, path: Path) -> bool:
+        prefix = f"{_STAGING_TAG}{self.outdir.name}."
+        return path.name.startswith(prefix) and path.name[len(prefix):].isdigit()
 
     def _check_may_write(self) -> None:
         if not self.outdir.is_dir() or self.previous is not None or self.force:
             return
+        ours = {LOCK_INSIDE, self.staging.name}
         try:
-            empty = not any(self.outdir.iterdir())
+            empty = not any(p.name not in ours and not self._is_staging(p) for p in self.outdir.iterdir())
         except OSError as exc:
             raise _user_error(self.outdir, exc) from None
         if not empty:
@@ -271,6 +323,7 @@ class OutputTransaction:
             target = self.outdir / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(self.staging / rel, target)
+        left: list[str] = []  # earlier files that could not be removed stay listed as lower's
         for rel in sorted(previous.files - set(staged)):
             stale = self.outdir / rel
             if self._is_protected(stale):
@@ -279,8 +332,11 @@ class OutputTransaction:
                 stale.unlink()
             except FileNotFoundError:
                 pass
+            except OSError:  # a folder by now, or not ours to delete: the new output completes anyway
+                left.append(rel)
+                continue
             _remove_empty_parents(stale.parent, self.outdir)
-        _write_manifest(self.outdir, staged)
+        _write_manifest(self.outdir, [*staged, *left])
         if COMPLETE in staged:
             os.replace(self.staging / COMPLETE, self.outdir / COMPLETE)
         shutil.rmtree(self.staging, ignore_errors=True)

@@ -165,14 +165,14 @@ ModelPair = Callable[[Progress], tuple[onnx.ModelProto, onnx.ModelProto]]
 
 
 def _diff(models: ModelPair, unfused_name: str, fused_name: str, target: str, args: argparse.Namespace,
-          prog: str) -> int:
+          prog: str, checked: InputOptions | None = None) -> int:
     """Check, run and print one diff; `models` gets the two models (reading them counts as part
     of the run, for progress). Errors are printed after the progress thread has stopped."""
     quiet = bool(getattr(args, "quiet", False))
     try:
         with Progress(prog, enabled=not quiet) as progress:
             unfused, fused = models(progress)
-            opts = check_input_options(args, unfused)
+            opts = checked or check_input_options(args, unfused)
             progress.stage("reading --inputs" if opts.npz else "generating inputs")
             feeds, source = _feeds(unfused, fused, opts)
             report = DiffReport(unfused_name, fused_name, opts.backend.name, target, source,
@@ -218,12 +218,14 @@ def run_diff(unfused_path: str | os.PathLike, fused_path: str | os.PathLike, arg
 
 
 def run_verify(unfused_model: onnx.ModelProto, fused_model: onnx.ModelProto, target: str,
-               args: argparse.Namespace) -> int:
-    """`lower MODEL --target T --verify`: diff the model just fused against its original."""
+               args: argparse.Namespace, checked: InputOptions | None = None) -> int:
+    """`lower MODEL --target T --verify`: diff the model just fused against its original; `checked`:
+    the options check_input_options already checked (and the backend it made) before lowering."""
     prog = "lower --verify"
     try:
         get_target(target)
     except UnknownTargetError as exc:
         _say(prog, "error", exc)
         return 2
-    return _diff(lambda progress: (unfused_model, fused_model), "model", "fused model", target, args, prog)
+    return _diff(lambda progress: (unfused_model, fused_model), "model", "fused model", target, args, prog,
+                 checked)

@@ -308,3 +308,65 @@ def test_outdir_given_as_a_symlink_or_as_dot_is_written_in_place(tmp_path: Path,
     assert main([str(SAMPLE), "--target", "ascend950", "-o", ".", "-q"]) == 0
     _assert_complete(here)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "link", "real"]
+
+
+def test_a_signal_during_the_commit_waits_until_the_output_is_complete(tmp_path: Path, monkeypatch) -> None:
+    import lowering.outdir
+
+    outdir = tmp_path / "out"
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 0
+    before = _snapshot(outdir)
+    real_replace = os.replace
+    calls = []
+
+    def replace_after_a_signal(src: object, dst: object) -> None:
+        if not calls:
+            os.kill(os.getpid(), signal.SIGINT)  # arrives between two renames of the commit
+        calls.append(dst)
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lowering.outdir.os, "replace", replace_after_a_signal)
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 130
+    assert len(calls) > 5
+    _assert_complete(outdir)
+    assert _snapshot(outdir) == before
+    _no_leftovers(tmp_path)
+
+
+def test_lock_and_staging_go_inside_an_outdir_whose_parent_is_not_writable(tmp_path: Path, monkeypatch) -> None:
+    import lowering.outdir
+
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(lowering.outdir.os, "access",
+                        lambda path, mode: False if Path(path) == tmp_path else real_access(path, mode))
+    assert lowering.outdir.works_inside(outdir.resolve())
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 0
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 0
+    _assert_complete(outdir)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    lock = OutdirLock(outdir.resolve(), "lower held-by-test")
+    lock.acquire()
+    try:
+        assert lock.path == outdir.resolve() / lowering.outdir.LOCK_INSIDE
+        assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 2
+    finally:
+        lock.release()
+
+
+def test_a_failed_run_removes_the_folders_it_made_for_outdir(tmp_path: Path) -> None:
+    assert main([str(tmp_path / "missing.onnx"), "--target", "ascend950", "-o", str(tmp_path / "a" / "b" / "out")]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_earlier_file_that_cannot_be_removed_does_not_stop_the_new_output(tmp_path: Path) -> None:
+    outdir = tmp_path / "out"
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 0
+    data = json.loads((outdir / MANIFEST).read_text())
+    data["files"].append("gone/now_a_folder")
+    (outdir / MANIFEST).write_text(json.dumps(data))
+    (outdir / "gone" / "now_a_folder").mkdir(parents=True)
+    assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 0
+    assert (outdir / "report.json").exists() and (outdir / "gone" / "now_a_folder").is_dir()
+    assert "gone/now_a_folder" in json.loads((outdir / MANIFEST).read_text())["files"]
