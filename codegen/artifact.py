@@ -9,7 +9,7 @@ from functools import cached_property
 from codegen.buffers import Allocation
 from codegen.ir import Instr, Kernel, format_kernel, is_attr, make_attrs
 from codegen.names import snake_case
-from codegen.schedule import Plan, check_plan, make_plan, variant_key_base
+from codegen.schedule import VARIANT_SHIFT, Plan, check_plan, make_plan, variant_key_base
 from codegen.targets import Target
 
 SAMPLE_ELEMENTS = 1 << 24  # the size report() shows block dim and tile size for
@@ -52,7 +52,7 @@ class KernelArtifact:
     @property
     def variant_tag(self) -> str:
         """A C++-safe name of the variant, unique within its operator, e.g. F16V5."""
-        return f"{_DTYPE_TAGS[self.kernel.dtype]}V{self.key_base >> 9}"
+        return f"{_DTYPE_TAGS[self.kernel.dtype]}V{self.key_base >> VARIANT_SHIFT}"
 
     @property
     def variant_label(self) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from codegen.errors import CodegenError
 from codegen.ir import Kernel
 from codegen.nodes import NodeSpec
+from lowering.errors import InternalError
 
 # How the tiling function recomputes an axis from a call; the axis values are in this order:
 ONE_ELEMENT = "one_element"  # input `name` has one element: (no, yes)
@@ -36,9 +37,9 @@ class Axis:
 
     def __post_init__(self) -> None:
         if self.source not in AXIS_SOURCES:
-            raise CodegenError(f"axis {self.name}: unknown source {self.source!r}")
+            raise InternalError(f"axis {self.name}: unknown source {self.source!r}")
         if self.source in (ONE_ELEMENT, ZERO_ATTR, ONE_ATTR, FINITE_ATTR) and len(self.values) != 2:
-            raise CodegenError(f"axis {self.name}: a {self.source} axis has two values")
+            raise InternalError(f"axis {self.name}: a {self.source} axis has two values")
 
     def attribute_value(self, value: str) -> float | str | None:
         """The attribute value a variant with this axis value fixes, if it fixes one."""
@@ -82,7 +83,7 @@ RULES: dict[str, Rule] = {}
 
 def register_rule(rule: Rule) -> Rule:
     if rule.op_type in RULES and RULES[rule.op_type] is not rule:
-        raise CodegenError(f"a lowering rule for {rule.op_type} is registered already")
+        raise InternalError(f"a lowering rule for {rule.op_type} is registered already")
     RULES[rule.op_type] = rule
     return rule
 

@@ -16,10 +16,10 @@ values in mixed radix, first axis least significant.
 
 from __future__ import annotations
 
-from codegen.errors import CodegenError
 from codegen.ir import FLOAT_DTYPES
 from codegen.registry import Axis
 from codegen.rules import axes_of
+from lowering.errors import InternalError
 
 __all__ = ["FLOAT_DTYPES", "Axis", "axes_of", "check_variant", "variant_code"]
 
@@ -27,13 +27,13 @@ __all__ = ["FLOAT_DTYPES", "Axis", "axes_of", "check_variant", "variant_code"]
 def check_variant(op_type: str, variant: tuple[tuple[str, str], ...]) -> None:
     axes = axes_of(op_type)
     if tuple(a for a, _ in variant) != tuple(a.name for a in axes):
-        raise CodegenError(
+        raise InternalError(
             f"{op_type} variant names axes {[a for a, _ in variant]}, "
             f"expected {[a.name for a in axes]}"
         )
     for (name, value), axis in zip(variant, axes):
         if value not in axis.values:
-            raise CodegenError(f"{op_type} axis {name}: {value!r} is not one of {axis.values}")
+            raise InternalError(f"{op_type} axis {name}: {value!r} is not one of {axis.values}")
 
 
 def variant_code(op_type: str, variant: tuple[tuple[str, str], ...]) -> int:

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import InternalError
+
 DOMAIN = "com.huawei.ascend"
 DOMAIN_VERSION = 1
 
@@ -142,7 +144,7 @@ OP_SPECS: dict[str, OpSpec] = {}
 def register(spec: OpSpec) -> OpSpec:
     """Adds a fused op type to the registry every later stage reads; returns it."""
     if spec.op_type in OP_SPECS and OP_SPECS[spec.op_type] is not spec:
-        raise ValueError(f"{spec.op_type} is registered already")
+        raise InternalError(f"{spec.op_type} is registered already")
     OP_SPECS[spec.op_type] = spec
     return spec
 

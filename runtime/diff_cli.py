@@ -29,6 +29,7 @@ import onnx
 from codegen.errors import CodegenError
 from codegen.targets import UnknownTargetError, get_target
 from lowering.errors import LoweringError
+from lowering.fused_ops import DOMAIN, OP_SPECS
 from lowering.loading import load
 from lowering.terminal import printable
 from runtime.backend import DEFAULT_TARGET, Backend, BackendError
@@ -157,6 +158,14 @@ def _feeds(unfused: onnx.ModelProto, fused: onnx.ModelProto, opts: InputOptions
     return feeds, f"generated, seed {opts.seed}" + (", with inf/NaN" if opts.nonfinite else "")
 
 
+def _check_fused_op_types(fused: onnx.ModelProto) -> None:
+    """A node of the fused ops' domain that no registered op type names is bad input, not a bug."""
+    for node in fused.graph.node:
+        if node.domain == DOMAIN and node.op_type not in OP_SPECS:
+            raise InputError(f"node '{printable(node.name)}': {DOMAIN} has no op {printable(node.op_type)} "
+                             f"(known: {', '.join(OP_SPECS)})")
+
+
 def _say(prog: str, kind: str, exc: BaseException) -> None:
     print(f"{prog}: {kind}: {printable(str(exc), MESSAGE_WIDTH)}", file=sys.stderr)
 
@@ -172,6 +181,7 @@ def _diff(models: ModelPair, unfused_name: str, fused_name: str, target: str, ar
     try:
         with Progress(prog, enabled=not quiet) as progress:
             unfused, fused = models(progress)
+            _check_fused_op_types(fused)
             opts = checked or check_input_options(args, unfused)
             progress.stage("reading --inputs" if opts.npz else "generating inputs")
             feeds, source = _feeds(unfused, fused, opts)

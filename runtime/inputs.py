@@ -24,10 +24,10 @@ import numpy as np
 import onnx
 
 from lowering.errors import LoweringError
-from lowering.fused_ops import DOMAIN, OP_SPECS, ScalarDraw
+from lowering.fused_ops import OP_SPECS, ScalarDraw
 from lowering.graph import model_constants
 from lowering.terminal import printable
-from runtime.fused_node import fused_attrs
+from runtime.fused_node import fused_attrs, is_fused
 from runtime.precision import HALF_TYPES, rounded_to
 
 Dim = int | str | None
@@ -346,7 +346,7 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
             hints.narrowed[name] = HALF_TYPES[target]
 
     for node in fused_model.graph.node:
-        if node.domain != DOMAIN:
+        if not is_fused(node):
             continue
         for name in filter(None, node.input):
             source, to_half = _source_chain(inputs, producers, name)

@@ -158,7 +158,13 @@ def _axis_lines(project: OperatorProject) -> list[str]:
     attr_index = {a.name: n for n, a in enumerate(interface(op).attributes)}
     lines = ["    uint64_t code = 0;", "    uint64_t weight = 1;"]
 
+    declared: set[str] = set()
+
     def attr_float(name: str, check: str, why: str) -> list[str]:
+        """The attribute read and checked once, however many axes read it."""
+        if name in declared:
+            return []
+        declared.add(name)
         var = lower_camel(name)
         return [
             f"    const float* {var} = attrs->GetFloat({attr_index[name]});",

@@ -265,3 +265,21 @@ def test_options_not_given_are_none_so_lower_can_refuse_them_without_verify(diff
         None, None, [], False, None, None)
     opts = check_input_options(args, onnx.helper.make_model(onnx.helper.make_graph([], "empty", [], [])))
     assert opts.seed == 0 and opts.backend.name == "cpu"
+
+
+def test_an_unknown_op_of_the_fused_domain_is_bad_input(tmp_path, capsys):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from lowering.cli import main
+
+    graph = helper.make_graph([helper.make_node("Foo", ["x"], ["y"], domain="com.huawei.ascend", name="n")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.huawei.ascend", 1)])
+    path = tmp_path / "foo.onnx"
+    onnx.save(model, path)
+    assert main(["diff", str(path), str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no op Foo" in err[0]
