@@ -17,6 +17,7 @@ from codegen.errors import CodegenError
 from codegen.ir import Kernel
 from codegen.nodes import NodeSpec
 from lowering.errors import InternalError
+from lowering.fused_ops import OP_SPECS
 
 # How the tiling function recomputes an axis from a call; the axis values are in this order:
 ONE_ELEMENT = "one_element"  # input `name` has one element: (no, yes)
@@ -82,8 +83,18 @@ RULES: dict[str, Rule] = {}
 
 
 def register_rule(rule: Rule) -> Rule:
+    """Adds an op type's rule. Its contract (lowering/fused_ops.py) must be registered first: an
+    interface attribute the contract also has must keep the contract's default, so the two
+    cannot drift apart."""
     if rule.op_type in RULES and RULES[rule.op_type] is not rule:
         raise InternalError(f"a lowering rule for {rule.op_type} is registered already")
+    contract = OP_SPECS.get(rule.op_type)
+    if contract is None:
+        raise InternalError(f"{rule.op_type} has no contract: register its OpSpec before its rule")
+    for attr in rule.interface.attributes:
+        if attr.name in contract.attrs and contract.attrs[attr.name] != attr.default:
+            raise InternalError(f"{rule.op_type}: attribute {attr.name} defaults to {attr.default!r} in the "
+                                f"operator interface but to {contract.attrs[attr.name]!r} in the contract")
     RULES[rule.op_type] = rule
     return rule
 

@@ -84,3 +84,16 @@ def test_toy_op_goes_through_every_stage(registered, tmp_path: Path, rng, scalar
         rows = json.loads(out.read_text())["rows"]
         assert code == 0, rows
         assert {r["kind"] for r in rows} == {"output", "node"} and all(r["status"] == "PASS" for r in rows)
+
+
+def test_a_rule_whose_attribute_default_differs_from_the_contract_is_refused(registered) -> None:
+    import dataclasses
+
+    from codegen.registry import Attribute, OpInterface
+    from lowering.errors import InternalError
+
+    unregister_rule(toy_op.OP)
+    drifted = dataclasses.replace(toy_op.RULE, interface=OpInterface(
+        outputs=("gradient",), attributes=(Attribute("scale", "float", 3.0, False, "drifted"),)))
+    with pytest.raises(InternalError, match="defaults to 3.0 in the operator interface but to 2.0"):
+        register_rule(drifted)
