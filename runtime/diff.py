@@ -68,7 +68,7 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress |
     """One row per output of each fused node: its kernel against its function body (or the
     float64 formula when it has none)."""
     functions = LocalFunctions(fused)
-    refs = function_body_references(fused, runs, progress)
+    refs = function_body_references(fused, runs, progress, functions)
     if progress:
         progress.stage("comparing fused nodes with their references", total=len(runs))
     rows = []

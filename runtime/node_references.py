@@ -62,10 +62,12 @@ def _batches(runs: Sequence[FusedRun]) -> Iterator[list[int]]:
 
 
 def function_body_references(model: onnx.ModelProto, runs: Sequence[FusedRun],
-                             progress: Progress | None = None) -> list[dict[str, np.ndarray] | None]:
+                             progress: Progress | None = None, functions: LocalFunctions | None = None
+                             ) -> list[dict[str, np.ndarray] | None]:
     """For each run, onnxruntime's outputs of its node's function body on the run's inputs, by
-    contract output name (OP_SPECS); None for a node without a function body."""
-    functions = LocalFunctions(model)
+    contract output name (OP_SPECS); None for a node without a function body. `functions`: the
+    model's LocalFunctions, when the caller has them already."""
+    functions = functions or LocalFunctions(model)
     found = [(k, run, functions.called_by(run.node)) for k, run in enumerate(runs)]
     with_body = [(k, run, fn) for k, run, fn in found if fn is not None]
     refs: list[dict[str, np.ndarray] | None] = [None] * len(runs)
