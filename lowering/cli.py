@@ -106,15 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_diff_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="lower diff", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Compare a fused model with its unfused original. onnxruntime runs the unfused model "
-                    "and the standard nodes of the fused one; each fused node runs through its generated "
-                    "kernel on the chosen backend. Reports, per graph output and per fused node (kernel "
-                    "against onnxruntime on the node's original subgraph): max abs error, MERE, MARE, "
-                    "the threshold for its dtype, NaN/Inf position mismatches and PASS/FAIL. "
-                    "Exit 0 all PASS, 1 any FAIL, 2 bad input.")
+def _add_diff_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("unfused", help="the original model")
     parser.add_argument("fused", help="the fused model (e.g. OUTDIR/<stem>.fused.onnx from lower)")
     parser.add_argument("--target", metavar="T",
@@ -122,7 +114,44 @@ def build_diff_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing when every comparison PASSes, "
                         "only the failures otherwise")
     add_input_options(parser)
-    return parser
+    parser.set_defaults(run=_run_diff)
+
+
+_DIFF_DESCRIPTION = (
+    "Compare a fused model with its unfused original. onnxruntime runs the unfused model and the standard "
+    "nodes of the fused one; each fused node runs through its generated kernel on the chosen backend. "
+    "Reports, per graph output and per fused node (kernel against onnxruntime on the node's original "
+    "subgraph): max abs error, MERE, MARE, the threshold for its dtype, NaN/Inf position mismatches and "
+    "PASS/FAIL. Exit 0 all PASS, 1 any FAIL, 2 bad input.")
+
+
+def build_command_parser() -> argparse.ArgumentParser:
+    """The subcommands of `lower` (`lower diff ...`). `lower MODEL` itself is build_parser(): argparse
+    cannot put a positional MODEL beside subcommands on one parser, so main() hands argv to this
+    parser when its first word names a subcommand, and to build_parser() otherwise."""
+    root = _Parser(prog="lower", add_help=False)
+    commands = root.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    diff = commands.add_parser("diff", description=_DIFF_DESCRIPTION,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_diff_arguments(diff)
+    return root
+
+
+def _subparsers(root: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a.choices for a in root._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def build_diff_parser() -> argparse.ArgumentParser:
+    """The parser of `lower diff` alone (its arguments after the word diff)."""
+    return _subparsers(build_command_parser())["diff"]
+
+
+def subcommands() -> tuple[str, ...]:
+    return tuple(_subparsers(build_command_parser()))
+
+
+def _run_diff(args: argparse.Namespace) -> int:
+    return run_diff(args.unfused, args.fused, args)
 
 
 def safe_stem(path: Path) -> str:
@@ -223,9 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)  # unwinds like SIGINT: partial work is removed
     try:
-        if argv and argv[0] == "diff":
-            args = build_diff_parser().parse_args(argv[1:])
-            return run_diff(args.unfused, args.fused, args)
+        if argv and argv[0] in subcommands():
+            args = build_command_parser().parse_args(argv)
+            return int(args.run(args))
         parser = build_parser()
         return run_lower(parser, parser.parse_args(argv))
     except ToolError as exc:
