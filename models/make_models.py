@@ -921,7 +921,7 @@ def where_zeros_fn(var: torch.Tensor, delta: torch.Tensor, lr: torch.Tensor, l1:
     return torch.where(p.abs() > t, p - t * p.sign(), torch.zeros_like(p)) / (1 + lr * l2)
 
 
-def probe_cases() -> list[Case]:
+def user_code_spelling_cases() -> list[Case]:
     """Spellings of exported user code: a tensor maximum clamp, float16 softshrink, zeros in a Where
     branch, a select scaled afterwards; own generator, so the cases before keep their inputs.
     (Native bfloat16 graphs of these forms are tested hand-built: onnxruntime's CPU provider has no
@@ -969,7 +969,7 @@ def where_then_scale_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> t
     return torch.where(x.abs() < 0.5, x / 0.5, torch.sign(x)) * go / p.numel()
 
 
-def probe2_cases() -> list[Case]:
+def sign_and_threshold_spelling_cases() -> list[Case]:
     """Spellings of exported user code: torch.sgn in float16, F.threshold as the clamp, masks and
     Huber clamps written by hand; own generator, so the cases before keep their inputs. (torch.sgn
     on bfloat16 gives the same Cast sandwich as on float16; it is tested hand-built, for want of a
@@ -1071,7 +1071,7 @@ class ModularStep(torch.nn.Module):
         return self.prox_w(W, x.t() @ g, lr, l1, l2), self.prox_b(b, g.sum(0), lr, l1, l2)
 
 
-def probe3_cases() -> list[Case]:
+def function_and_clamp_residual_cases() -> list[Case]:
     """Patterns inside model-local functions, and clamp residuals; own generator, so the cases
     before keep their inputs."""
     gen = torch.Generator().manual_seed(3204)
@@ -1152,7 +1152,7 @@ def sliced_sl1_fn(go: torch.Tensor, head: torch.Tensor, t: torch.Tensor) -> torc
     return torch.where(x().abs() < 0.5, x() / 0.5, x().sign()) * go / t.numel()
 
 
-def probe4_cases() -> list[Case]:
+def repeated_expression_cases() -> list[Case]:
     """Expressions repeated per use, whose copies merge only once their equal constants do; own
     generator, so the cases before keep their inputs."""
     gen = torch.Generator().manual_seed(4204)
@@ -1238,7 +1238,7 @@ class ModularNet(torch.nn.Module):
 FUNCTION_FIXTURES = Path("tests/fixtures/functions")
 
 
-def probe5_fn(form: str) -> Callable[..., torch.Tensor]:
+def softshrink_user_fn(form: str) -> Callable[..., torch.Tensor]:
     """Softshrink spellings of user code, then / k (Python-float scalars)."""
     def fn(var: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         p, t = var - LR * delta, LR * L1
@@ -1291,14 +1291,15 @@ def sign_clampmax_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> torc
 
 def const_shrink_cases(gen: torch.Generator, table) -> list[Case]:
     """One float32 proximal case per (form, ((exporter, suffix), ...), note) row, the shrink written
-    as probe5_fn(form) with Python-float scalars."""
+    as softshrink_user_fn(form) with Python-float scalars."""
     const = prox("var_out", "folded", "var", "delta", LR, LR * L1, 1 + LR * L2)
-    return [Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), probe5_fn(form), prox_args("const", torch.float32, gen),
+    return [Case(fx(f"prox_const_{form}_f32_{suffix}.onnx"), softshrink_user_fn(form),
+                 prox_args("const", torch.float32, gen),
                  exporter, "proximal_gd", [const], note, outputs=["var_out"])
             for form, exporters, note in table for exporter, suffix in exporters]
 
 
-def probe5_cases() -> list[Case]:
+def softshrink_and_autograd_cases() -> list[Case]:
     """Softshrink spellings, autograd of hand-written SmoothL1 losses and capped ratios; own
     generator."""
     gen = torch.Generator().manual_seed(5205)
@@ -1321,7 +1322,7 @@ def probe5_cases() -> list[Case]:
                           "hold one element each, like the scalars.", outputs=["var_out"]))
     half = prox("var_out", "folded_reciprocal", "var", "delta", stored(LR, "float16"), stored(LR * L1, "float16"),
                 stored(1 / stored(1 + LR * L2, "float16")))
-    cases.append(Case(fx("prox_const_softshrink_f16_dynopt.onnx"), probe5_fn("softshrink"),
+    cases.append(Case(fx("prox_const_softshrink_f16_dynopt.onnx"), softshrink_user_fn("softshrink"),
                       prox_args("const", torch.float16, gen), "dynamo-optimized", "proximal_gd", [half],
                       "F.softshrink on a float16 p: compares |p| widened to float32 with t = 0.001 in float32 and "
                       "shifts by t rounded to float16 (0.0010004); no float16 lies between, so it is the shrink at "
@@ -1365,7 +1366,7 @@ def row_target_sl1_fn(go: torch.Tensor, p: torch.Tensor, t: torch.Tensor) -> tor
     return torch.where(x.abs() < 0.5, x / 0.5, x.sign()) * go / x.numel()
 
 
-def probe6_cases() -> list[Case]:
+def broadcast_label_and_tf_shrink_cases() -> list[Case]:
     """Labels that broadcast to predict's shape, and the proximal shrinks TensorFlow users write,
     as PyTorch users write them; own generator."""
     gen = torch.Generator().manual_seed(6206)
@@ -1497,8 +1498,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(2024)
-    cases = (sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen) + probe_cases() + probe2_cases()
-             + probe3_cases() + probe4_cases() + probe5_cases() + probe6_cases())
+    cases = (sl1_cases(gen) + prox_cases(gen) + mixed_cases(gen) + sample_cases(gen)
+             + user_code_spelling_cases() + sign_and_threshold_spelling_cases()
+             + function_and_clamp_residual_cases() + repeated_expression_cases()
+             + softshrink_and_autograd_cases() + broadcast_label_and_tf_shrink_cases())
     if opts.only:
         cases = [c for c in cases if opts.only in c.file]
     check_entry = load_checker()

@@ -478,7 +478,7 @@ def sl1_cases() -> list[Case]:
     return c
 
 
-def probe_cases() -> list[Case]:
+def user_code_spelling_cases() -> list[Case]:
     """Spellings of TensorFlow user code: squares as x*x, Faster R-CNN's sigma, clamps capped at the
     largest float, nested wheres, min residuals, a Keras dense training step."""
     c = []
@@ -802,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
     check_entry = load_checker()
     limits = exporter_limits()
     entries, rows = [], []
-    for case in sl1_cases() + prox_cases() + mixed_cases() + probe_cases():
+    for case in sl1_cases() + prox_cases() + mixed_cases() + user_code_spelling_cases():
         model = export(case)
         entry, worst = record(case.file, model, lambda m, case=case: entry_for(case, m), check_entry, limits, opts.show)
         entries.append(entry)
