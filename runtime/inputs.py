@@ -458,10 +458,17 @@ def generate_inputs(
         else:
             raise InputError(f"cannot generate values for input '{printable(s.name)}' of type {s.dtype}")
     rng = np.random.default_rng([seed, len(specs)])
+    # the scalars a kink's position is computed from hold the values the graph narrows them to;
+    # the planted values are then narrowed as the graph's Cast narrows them
+    _narrow(out, hints)
     # hints name inputs; one that is also an initializer has its default and is not generated
     for site in hints.kink_sites:
         _plant_kinks(rng, out, site)
+    _narrow(out, hints)
+    return out
+
+
+def _narrow(out: dict[str, np.ndarray], hints: EdgeHints) -> None:
     for name, dtype_name in hints.narrowed.items():
         if name in out and out[name].dtype in (np.float32, np.float64):
             out[name] = rounded_to(out[name], dtype_name)
-    return out

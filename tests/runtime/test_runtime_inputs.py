@@ -115,3 +115,28 @@ def test_float32_inputs_cast_to_float16_get_float16_large_values(build):
     p = feeds["predict32"]
     assert p.dtype == np.float32 and np.abs(p).max() == 16384.0
     assert np.isfinite(p.astype(np.float16) - feeds["label32"].astype(np.float16)).all()
+
+
+def test_kinks_are_planted_from_the_narrowed_scalars_and_narrowed_with_their_tensor():
+    from lowering.fused_ops import PROXIMAL_GD, proximal_scalars
+    from runtime.inputs import EdgeHints, InputSpec, KinkSite
+    from runtime.precision import rounded_to
+
+    f32 = np.dtype(np.float32)
+    specs = [InputSpec("var", f32, (4096,)), InputSpec("delta", f32, (4096,))]
+    specs += [InputSpec(n, f32, ()) for n in ("lr", "l1", "l2")]
+    hints = EdgeHints()
+    hints.scalars = {"lr": (PROXIMAL_GD, "alpha"), "l1": (PROXIMAL_GD, "l1"), "l2": (PROXIMAL_GD, "l2")}
+    hints.kink_sites = [KinkSite(PROXIMAL_GD, {"scalar_form": "raw", "shrink_max": float("inf")},
+                                 {"var": "var", "alpha": "lr", "l1": "l1", "l2": "l2", "delta": "delta"})]
+    hints.narrowed = {n: "float16" for n in ("var", "delta", "lr", "l1", "l2")}
+    for seed in range(40):
+        out = generate_inputs(specs, {s.name: s.shape for s in specs}, seed, False, hints)
+        alpha, l1, l2 = (float(out[n]) for n in ("lr", "l1", "l2"))
+        for name in hints.narrowed:  # every narrowed input holds float16 values
+            assert np.array_equal(out[name], rounded_to(out[name], "float16")), seed
+        # where delta is 0, the graph's threshold in float16 is the float16 product of its scalars
+        threshold, _ = proximal_scalars(alpha, l1, l2, "raw")
+        edge = float(rounded_to(np.array([threshold]), "float16")[0])
+        planted = out["var"][out["delta"] == 0]
+        assert np.count_nonzero(np.abs(planted) == edge) > 0, (seed, threshold, planted[:8])
