@@ -44,11 +44,13 @@ Writes into OUTDIR (default: <model stem>.lowered in the current directory):
                       that were not fused and why, and the generated kernels
   kernels/<op>/       one AscendC custom-operator project per fused op type (msopgen layout: op_host,
                       op_kernel, CMakePresets.json, build.sh); kernel variants are its tiling keys
-OUTDIR must be new, empty, or an earlier output of lower (--force: any folder; lower's files are added
-beside the others). The input model is never modified, and no file lower did not write is
-overwritten or deleted. The files are built in a folder beside OUTDIR and moved in when complete, so an interrupted
-or failed run leaves the earlier output or nothing that looks complete; while a run writes OUTDIR,
-another run into it stops at once.
+OUTDIR must be new, empty, or an earlier output of lower (--force: any folder; lower's files are
+added beside the others). The input model is never modified, and no file lower did not write is
+overwritten or deleted. The files are built in a folder beside OUTDIR and moved in when complete,
+so an interrupted or failed run leaves the earlier output or nothing that looks complete; while a
+run writes OUTDIR, another run into it stops at once.
+
+The diff options below apply with --verify only.
 
 Also: `lower diff UNFUSED FUSED [options]` compares a fused model with the unfused one
 (run `lower diff --help`)."""
@@ -86,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="all: fused model, report and kernels (default); onnx: fused model and "
                              "report only; ir: print the kernel IR of every kernel, write nothing")
     parser.add_argument("--force", action="store_true",
-                        help="write into OUTDIR even if it holds files lower did not write")
+                        help="write into OUTDIR even if it holds files lower did not write (they are "
+                             "left as they are)")
     parser.add_argument("--verify", action="store_true",
                         help="after lowering, run the fused model (fused nodes through their kernels) "
                              "against the original under onnxruntime and check the CANN precision standard; "
