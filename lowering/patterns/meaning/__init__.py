@@ -89,6 +89,7 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], Matc
     walks = Walks(alg, Either(alg.taken, skip))  # a view: a union would copy every taken node per difference
     cone = forward_cone(walks, d)
     must_hold = refused.intersection(cone)
+    choices: list[tuple[str, tuple[str, str]]] | None = None  # the same for every output: taken is fixed here
     for out in cone:
         output = index.nodes[out].output[0]
         if index.elem_type(output) not in FLOAT_TYPES:
@@ -96,7 +97,9 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], Matc
         tried += 1
         if tried > MAX_OUTPUTS:
             break
-        for family, tensors in _choices(alg, d):
+        if choices is None:
+            choices = _choices(alg, d)
+        for family, tensors in choices:
             try:
                 region = build(walks, output, tensors, open_scalars=family == "proximal_gd")
                 if family == "smooth_l1_grad" and len(region.scalars) + len(region.others) > 1:

@@ -77,6 +77,12 @@ _UNARY: dict[str, Callable[..., np.ndarray]] = {
     "Neg": np.negative, "Abs": np.abs, "Reciprocal": lambda a: np.divide(1.0, a).astype(a.dtype),
     "Identity": lambda a: a, "Not": np.logical_not, "Relu": lambda a: np.where(a < 0, a.dtype.type(0), a),
 }
+# wrapped once: a wrapper built per node evaluated costs more than the op on a probe's few elements
+_RUN_BINARY = {op: _arith(fn) for op, fn in _BINARY.items()}
+_RUN_UNARY = {op: _arith(fn) for op, fn in _UNARY.items()}
+_RUN_SUM = _variadic(np.add)
+_RUN_MAX = _variadic(np.maximum)
+_RUN_MIN = _variadic(np.minimum)
 ELEMENTWISE = frozenset(_BINARY) | frozenset(_UNARY) | {"Sum", "Max", "Min", "Sign", "Clip", "Where", "Cast",
                                                         "CastLike", "Shrink"}
 
@@ -106,14 +112,14 @@ class Evaluator:
         op = node.op_type
         if node.domain not in ("", "ai.onnx") or op not in ELEMENTWISE:
             raise Unsupported(f"{op} is not an elementwise op the recogniser runs")
-        if op in _BINARY:
-            out = _arith(_BINARY[op])(*args)
-        elif op in _UNARY:
-            out = _arith(_UNARY[op])(*args)
+        if op in _RUN_BINARY:
+            out = _RUN_BINARY[op](*args)
+        elif op in _RUN_UNARY:
+            out = _RUN_UNARY[op](*args)
         elif op == "Sum":
-            out = _variadic(np.add)(*args)
+            out = _RUN_SUM(*args)
         elif op in ("Max", "Min"):
-            out = _variadic(np.maximum if op == "Max" else np.minimum)(*args)
+            out = (_RUN_MAX if op == "Max" else _RUN_MIN)(*args)
         elif op == "Sign":
             out = self._sign(node, _given(node, args, 0))
         elif op == "Clip":
