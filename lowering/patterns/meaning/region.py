@@ -23,6 +23,7 @@ from .evaluate import ELEMENTWISE
 KINKS = frozenset({"Abs", "Sign", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Where", "Clip", "Min", "Max",
                    "Relu", "Shrink"})
 _NUMEL_OPS = frozenset({"Size", "ReduceProd", "Cast", "Mul", "Squeeze", "Reshape", "Gather"})
+_FOLLOWED = ELEMENTWISE | _NUMEL_OPS  # the ops a dependence is traced through
 MAX_NODES = 64  # the largest region evaluated; the spellings seen so far use under 30 nodes
 MAX_RUNTIME_LEAVES = 6  # dout, or alpha, l1, l2 and the values computed from them, with room to spare
 
@@ -233,7 +234,7 @@ class _Dependence:
             for name in frontier:
                 for c in index.consumers.get(name, ()):
                     node = index.nodes[c]
-                    if c in taken or (node.op_type not in ELEMENTWISE and node.op_type not in _NUMEL_OPS):
+                    if node.op_type not in _FOLLOWED or c in taken:  # the set test first: taken may be a view
                         continue
                     for out in node.output:
                         if out not in reached:
