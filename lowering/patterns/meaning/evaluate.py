@@ -93,6 +93,7 @@ class Evaluator:
     def __init__(self, index: GraphIndex, wide: bool) -> None:
         self.index = index
         self.wide = wide
+        self._result_types: dict[str, np.dtype | None] = {}  # an evaluator runs one region on many probes
 
     def run(self, nodes: Sequence[Node], leaves: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         values = dict(leaves)
@@ -103,10 +104,14 @@ class Evaluator:
 
     def _result_type(self, name: str) -> np.dtype | None:
         """The dtype the graph gives a computed float value (float64 in wide mode)."""
+        if name in self._result_types:
+            return self._result_types[name]
         t = self.index.elem_type(name)
+        found = None
         if t is not None and (t in FLOAT_TYPES or t == onnx.TensorProto.DOUBLE):
-            return np.dtype(np.float64) if self.wide else _NP_TYPES[t]
-        return None
+            found = np.dtype(np.float64) if self.wide else _NP_TYPES[t]
+        self._result_types[name] = found
+        return found
 
     def _node(self, node: Node, args: list[np.ndarray | None]) -> np.ndarray:
         op = node.op_type

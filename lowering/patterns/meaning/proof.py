@@ -77,11 +77,13 @@ def check(index: GraphIndex, region: Region, probes: Iterable[Probe], contract: 
     inf_caveat = False
     source = iter(probes)
     drawn: list[Probe] = []  # drawn as needed: most wrong hypotheses fail on the first
+    nodes = [index.nodes[i] for i in region.nodes]
     for wide in (True, False):
+        evaluator = Evaluator(index, wide)
         for probe in (_drawing(source, drawn) if wide else drawn):
             leaves = probe.leaves if wide else _in_graph_types(index, probe.leaves)
             try:
-                values = Evaluator(index, wide).run([index.nodes[i] for i in region.nodes], leaves)
+                values = evaluator.run(nodes, leaves)
             except Unsupported as exc:
                 return Verdict(False, f"the region holds {exc}")
             got = np.asarray(values[region.output])
@@ -164,7 +166,7 @@ def _differ(got: np.ndarray, want: np.ndarray, leaves: dict[str, np.ndarray], te
     for name in tensors:
         v = leaves.get(name)
         if v is not None:
-            infinite |= np.broadcast_to(np.isinf(v), got.shape)
+            infinite |= np.isinf(v)  # broadcast by the in-place or, which refuses to grow `infinite`
     relaxed = ~same & infinite & nan_g & ~nan_w
     return ~same & ~relaxed, bool(relaxed.any())
 
