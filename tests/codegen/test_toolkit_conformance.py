@@ -28,6 +28,7 @@ import onnx
 import pytest
 
 from codegen.api import build_kernels
+from codegen.emit import emit_project
 from codegen.project import OperatorProject, operator_projects
 from codegen.targets import TARGETS, Target
 from lowering import fuse
@@ -134,7 +135,7 @@ def test_kernels_compile_in_cpu_debug_mode(projects, target, tmp_path: Path) -> 
                       "highlevel_api/impl", "highlevel_api") for x in ("-I", str(a / d))],
     ]
     for project in projects[target]:
-        project.emit(tmp_path)
+        emit_project(project, tmp_path)
         kernel_dir = tmp_path / project.file_stem / "op_kernel"
         err = _run([CXX, "-fsyntax-only", "-std=c++17", *CPU_DEBUG_DEFINES[t.npu_arch], *COMMON_DEFINES,
                     *includes, "-include", str(prelude), f"{project.file_stem}.cpp"], kernel_dir)
@@ -146,7 +147,7 @@ def test_host_sources_compile_as_the_op_build_compiles_them(projects, target, tm
     _target(target)
     assert TOOLKIT is not None
     for project in projects[target]:
-        project.emit(tmp_path)
+        emit_project(project, tmp_path)
         host_dir = tmp_path / project.file_stem / "op_host"
         for source in sorted(host_dir.glob("*.cpp")):
             err = _run([CXX, "-fsyntax-only", "-std=c++11", "-D_GLIBCXX_USE_CXX11_ABI=0",
@@ -221,7 +222,7 @@ def test_cmake_configures_against_the_toolkit(projects, target, tmp_path: Path) 
         pytest.skip(f"the toolkit tree at {TOOLKIT.root} holds no project template")
     root = _overlay(tmp_path)
     for project in projects[target]:
-        project.emit(tmp_path / "src")
+        emit_project(project, tmp_path / "src")
         src = tmp_path / "src" / project.file_stem
         env = {**os.environ, "STANDIN_OP_TYPE": project.op_type, "STANDIN_OP_FILE": project.file_stem,
                "STANDIN_UNIT": t.compute_unit}
@@ -261,7 +262,7 @@ def test_kernels_compile_against_asc_devkit_head(projects, target, tmp_path: Pat
     prelude.write_text(TILING_PRELUDE)
     flags = [f"-D__NPU_ARCH__={t.npu_arch}", *COMMON_DEFINES]
     for project in projects[target]:
-        project.emit(tmp_path)
+        emit_project(project, tmp_path)
         kernel_dir = tmp_path / project.file_stem / "op_kernel"
         emitted = {p.name for p in kernel_dir.iterdir()}
         proc = subprocess.run([CXX, "-fsyntax-only", "-std=c++17", *flags,
@@ -306,7 +307,7 @@ def test_the_aclnn_example_compiles_against_the_generated_api(projects, target, 
     _target(target)
     assert TOOLKIT is not None
     for project in projects[target]:
-        project.emit(tmp_path)
+        emit_project(project, tmp_path)
         examples = tmp_path / project.file_stem / "examples"
         (examples / f"aclnn_{project.file_stem}.h").write_text(aclnn_header_standin(project))
         err = _run([CXX, "-fsyntax-only", "-std=c++11", "-I", ".", "-I", str(TOOLKIT.include),
