@@ -35,6 +35,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 from .errors import LoweringError
+from .terminal import printable
 
 MANIFEST = ".lower-output"
 COMPLETE = "report.json"  # written last: an OUTDIR without it is not a complete output
@@ -151,8 +152,6 @@ def _read_holder(fd: int) -> str:
         text = os.pread(fd, 300, 0).decode(errors="replace").strip()
     except OSError:
         text = ""
-    from .terminal import printable
-
     return printable(text.splitlines()[0] if text else "holder unknown", 160)
 
 
@@ -195,7 +194,7 @@ class OutputTransaction:
         outdir = Path(outdir).resolve()
         self.outdir = outdir
         self.force = force
-        self.protected = [p for p in protected]
+        self.protected = list(protected)
         self.lock = OutdirLock(outdir, command)
         self.workspace = outdir if works_inside(outdir) else outdir.parent
         self.staging = self.workspace / f"{_STAGING_TAG}{outdir.name}.{os.getpid()}"
@@ -219,10 +218,6 @@ class OutputTransaction:
         self._created = missing
         try:
             self.lock.acquire()
-        except BaseException:
-            self._remove_created()
-            raise
-        try:
             self._remove_stale_staging()
             self.previous = read_manifest(self.outdir) if self.outdir.is_dir() else None
             self._check_may_write()
@@ -231,7 +226,7 @@ class OutputTransaction:
             except OSError as exc:
                 raise _user_error(self.workspace, exc) from None
         except BaseException:
-            self.lock.release()
+            self.lock.release()  # a no-op when it was not taken
             self._remove_created()
             raise
         return self
