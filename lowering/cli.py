@@ -20,7 +20,14 @@ from codegen.api import KernelArtifact, build_kernels, emit_kernels, format_ir
 from codegen.errors import CodegenError
 from codegen.project import operator_projects
 from codegen.targets import UnknownTargetError, get_target, known_targets
-from runtime.diff_cli import add_input_options, check_input_options, check_options, run_diff, run_verify
+from runtime.diff_cli import (
+    INPUT_OPTIONS,
+    add_input_options,
+    check_input_options,
+    check_options,
+    run_diff,
+    run_verify,
+)
 
 from .api import fuse_loaded
 from .errors import LoweringError, ToolError
@@ -63,8 +70,6 @@ exit codes:
   3    internal error, a bug of lower's (set LOWER_DEBUG=1 for the traceback)
   130  interrupted (SIGINT); 143 terminated (SIGTERM): nothing of the run is left behind"""
 
-# the options that only --verify reads (their defaults mean "not given")
-_VERIFY_DESTS = ("inputs", "seed", "shape", "edge_nonfinite", "json", "backend")
 
 
 def _targets() -> tuple[str, ...]:
@@ -164,9 +169,10 @@ def safe_stem(path: Path) -> str:
 
 
 def _given_verify_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
-    """The diff-input options set on the command line."""
-    return [a.option_strings[0] for a in parser._actions
-            if a.dest in _VERIFY_DESTS and getattr(args, a.dest) != a.default]
+    """The options of add_input_options' group (read by --verify only) set on the command line;
+    their defaults mean "not given"."""
+    return [a.option_strings[0] for group in parser._action_groups if group.title == INPUT_OPTIONS
+            for a in group._group_actions if getattr(args, a.dest) != a.default]
 
 
 def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -55,6 +55,7 @@ from runtime.progress import Progress
 from runtime.report import DiffReport, format_failures, format_table
 
 DEFAULT_SEED = 0
+INPUT_OPTIONS = "diff inputs and backend"  # the title of add_input_options' argument group
 MESSAGE_WIDTH = 400  # an error line is cut to this many characters (a 5000-character node name)
 _BAD_INPUT = (LoweringError, BackendError, OrtRunError, GraphExecError, FusedNodeError,
               UnknownTargetError, OSError)
@@ -62,7 +63,7 @@ _BAD_INPUT = (LoweringError, BackendError, OrtRunError, GraphExecError, FusedNod
 
 def add_input_options(parser: argparse.ArgumentParser) -> None:
     """The options that pick the inputs and backend of a diff (shared by diff and --verify)."""
-    g = parser.add_argument_group("diff inputs and backend")
+    g = parser.add_argument_group(INPUT_OPTIONS)
     g.add_argument("--inputs", metavar="FILE.npz",
                    help="input values: an .npz with one array per model input (default: generated)")
     g.add_argument("--seed", type=int, metavar="N",
