@@ -5,6 +5,7 @@ their near miss gives a counterexample. Every random case prints its seed when i
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import ml_dtypes
@@ -320,3 +321,36 @@ def test_a_region_op_the_evaluator_does_not_run_is_refused_not_raised() -> None:
         _, report = fuse_proto(model, patterns=patterns)
         assert not report.fusions, report.summary()
         assert any(r.pattern.endswith("/meaning") for r in report.rejections), report.summary()
+
+
+_SYMMETRY_BREAKERS = {
+    # a residual sum and its Relu: a kink over a difference of two tensors that is no loss gradient
+    "relu of a sum": lambda g, a, b: g.op("Relu", g.op("Add", a, b)),
+    "relu of a difference": lambda g, a, b: g.op("Relu", g.op("Sub", a, b)),
+    "relu of a difference times b": lambda g, a, b: g.op("Mul", g.op("Relu", g.op("Sub", a, b)), b),
+    "even in the difference": lambda g, a, b: g.op("Max", g.op("Sub", g.op("Abs", g.op("Sub", a, b)), g.const(0.5)),
+                                                   g.const(0.0)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_SYMMETRY_BREAKERS))
+def test_a_kink_that_breaks_the_fused_ops_symmetries_is_refused_at_two_points_of_the_graph(kind: str, rng) -> None:
+    """Both fused functions are odd in their tensor inputs, and SmoothL1's gradient is a function
+    of predict - label: a region without that symmetry is refused with two points where the graph's
+    own values show it, and onnxruntime on the graph gives those values there."""
+    g = _Graph(rng)
+    model = g.model([("a", (N,)), ("b", (N,))], _SYMMETRY_BREAKERS[kind](g, "a", "b"))
+    _, report = fuse_proto(model, patterns=())
+    assert not report.fusions
+    reasons = [r.reason for r in report.rejections if r.reason.startswith("differs from every")]
+    assert reasons, report.summary()
+    number = r"(-?[0-9.e+-]+|-?inf|nan)"
+    found = re.search(rf"\): at a={number}, b={number} the graph gives {number}, at a={number}, b={number} {number}$",
+                      reasons[0])
+    assert found, reasons[0]
+    a0, b0, v0, a1, b1, v1 = (float(x) for x in found.groups())
+    feeds = {"a": np.array([a0, a1] * (N // 2), np.float32), "b": np.array([b0, b1] * (N // 2), np.float32)}
+    np.testing.assert_allclose(run_ort(model, feeds)[0][:2], [v0, v1], rtol=1e-6, atol=1e-6)
+    # the symmetry the reason names is broken by those values
+    same_sign = "alone" in reasons[0]
+    assert not np.isclose(v1, v0 if same_sign else -v0), reasons[0]

@@ -13,7 +13,7 @@ is, the report gets the most telling reason: a counterexample where one was foun
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,8 +36,9 @@ from .region import (
     forward_cone,
     is_threshold_kink,
 )
+from .screen import screen, screen_joint
 
-SEED = 18  # probes are drawn from this seed and the difference's position: the same region, the same verdict
+SEED = 18  # probes are drawn from this seed and the candidate's position: the same region, the same verdict
 MAX_OUTPUTS = 10  # candidate outputs tried per difference
 FAMILIES = {"smooth_l1_grad": smooth_l1.propose, "proximal_gd": proximal.propose}
 
@@ -71,7 +72,7 @@ def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], Match],
     for d in sorted(differences, reverse=True):
         if d in alg.taken:
             continue
-        found, refusal = _around(alg, d, skip, closed, np.random.default_rng([SEED, d]), refused)
+        found, refusal = _around(alg, d, skip, closed, refused)
         if found is not None:
             matches.append(found)
             alg.taken |= found.interior
@@ -81,35 +82,44 @@ def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], Match],
 
 
 def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], Match],
-            rng: np.random.Generator, refused: frozenset[int] | set[int]) -> tuple[Match | None, Refusal | None]:
+            refused: frozenset[int] | set[int]) -> tuple[Match | None, Refusal | None]:
     index = alg.index
     best: Refusal | None = None
-    tried = 0
     covers = {d}
     walks = Walks(alg, Either(alg.taken, skip))  # a view: a union would copy every taken node per difference
     cone = forward_cone(walks, d)
     must_hold = refused.intersection(cone)
-    choices: list[tuple[str, tuple[str, str]]] | None = None  # the same for every output: taken is fixed here
-    for out in cone:
-        output = index.nodes[out].output[0]
-        if index.elem_type(output) not in FLOAT_TYPES:
-            continue
-        tried += 1
-        if tried > MAX_OUTPUTS:
-            break
-        if choices is None:
-            choices = _choices(alg, d)
-        for family, tensors in choices:
+    outputs = [i for i in cone if index.elem_type(index.nodes[i].output[0]) in FLOAT_TYPES][:MAX_OUTPUTS]
+    if not outputs:
+        return None, None
+    choices = _choices(alg, d)  # the same for every output: taken is fixed here
+    names = [index.nodes[i].output[0] for i in outputs]
+    screened = [screen_joint(walks, names, tensors, family, open_scalars=family == "proximal_gd")
+                for family, tensors in choices]
+    for out, output in zip(outputs, names):
+        for k, (family, tensors) in enumerate(choices):
+            known = screened[k].get(output)
             try:
+                if known is not None:
+                    covers.update(known.nodes)
+                    if not must_hold <= known.nodes or not _has_kink(index, known.nodes):
+                        continue
+                    if known.broken is not None:
+                        rank = (0, -out, 1 << 20)
+                        if best is None or rank < best.rank:
+                            best = Refusal(out, family, known.broken(), rank)
+                        continue
                 region = build(walks, output, tensors, open_scalars=family == "proximal_gd")
                 if family == "smooth_l1_grad" and len(region.scalars) + len(region.others) > 1:
                     region = build(walks, output, tensors, open_all=True)
                 covers.update(region.nodes)
-                if not must_hold <= set(region.nodes):
+                if not must_hold <= set(region.nodes) or not _has_kink(index, region.nodes):
                     continue
-                if not any(index.nodes[i].op_type in KINKS for i in region.nodes):
-                    continue  # not piecewise: no fused op (a bare var - alpha * delta is plain SGD)
-                decided = _decide(alg, family, region, out, closed, rng)
+                broken = None if known is not None else screen(index, region, family)
+                if broken is not None:
+                    raise Counterexample(broken)
+                # probes are drawn per candidate: a verdict does not depend on the candidates before
+                decided = _decide(alg, family, region, out, closed, np.random.default_rng([SEED, d, out, k]))
             except Counterexample as exc:
                 decided = Refusal(out, family, str(exc), (0, -out, 1 << 20))
             except (NoMatch, RegionRefused) as exc:
@@ -123,6 +133,12 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], Matc
     if best is not None:
         best.covers = covers
     return None, best
+
+
+def _has_kink(index: GraphIndex, nodes: Iterable[int]) -> bool:
+    """Whether a region holds a kink op: without one it is not piecewise, so no fused op (a bare
+    var - alpha * delta is plain SGD)."""
+    return any(index.nodes[i].op_type in KINKS for i in nodes)
 
 
 def _choices(alg: Algebra, d: int) -> list[tuple[str, tuple[str, str]]]:

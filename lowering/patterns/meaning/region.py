@@ -88,14 +88,24 @@ def build(walks: Walks, output: str, tensors: tuple[str, ...], open_scalars: boo
     too (independent), down to the runtime scalars it reads: the proximal binding then finds
     alpha, l1 and l2 among them or the values computed from them. With `open_all`, every such
     elementwise value is: a cotangent read twice (-ct and ct * c) is then one leaf."""
+    return build_joint(walks, [output], tensors, open_scalars, open_all)
+
+
+def build_joint(walks: Walks, outputs: list[str], tensors: tuple[str, ...], open_scalars: bool = False,
+                open_all: bool = False, max_nodes: int = MAX_NODES, max_leaves: int = MAX_RUNTIME_LEAVES) -> Region:
+    """One region computing every one of `outputs` (the first is its output): each node is
+    decided as in build, whichever output reaches it, so the joint region evaluates every output
+    as its own region would."""
     alg, taken = walks.alg, walks.taken
     index = alg.index
+    output = outputs[0]
+    ends = set(outputs)
     region = Region(output, [], tensors)
     depends = walks.depends(tensors)
     constant_valued = walks.constant(tensors[0])
     nodes: set[int] = set()
     seen: set[str] = set()
-    stack = [output]
+    stack = list(outputs)
     while stack:
         value = stack.pop()
         if value in seen or value in tensors or not value:
@@ -107,10 +117,10 @@ def build(walks: Walks, output: str, tensors: tuple[str, ...], open_scalars: boo
             continue
         i = index.producer.get(value)
         if i is None or i in taken:
-            _read_at_runtime(index, region, value)
+            _read_at_runtime(index, region, value, max_leaves)
             continue
         node = index.nodes[i]
-        if node.op_type in _NUMEL_OPS and value != output:
+        if node.op_type in _NUMEL_OPS and value not in ends:
             numel = alg.numel_of(value)
             if numel is not None:
                 region.numels[value] = numel[0]
@@ -124,26 +134,26 @@ def build(walks: Walks, output: str, tensors: tuple[str, ...], open_scalars: boo
                 region.boundary |= filled[1]
                 continue
         if node.op_type not in ELEMENTWISE or node.domain not in ("", "ai.onnx"):
-            _read_at_runtime(index, region, value)
+            _read_at_runtime(index, region, value, max_leaves)
             continue
-        if value != output and not depends(value):
+        if value not in ends and not depends(value):
             if not open_all and not (open_scalars and index.numel(value) == 1) and not constant_valued(value):
                 (region.scalars if index.numel(value) == 1 else region.others).append(value)
                 continue
             region.independent.add(i)
         nodes.add(i)
-        if len(nodes) > MAX_NODES:
-            raise RegionRefused(f"the elementwise region is larger than {MAX_NODES} nodes")
+        if len(nodes) > max_nodes:
+            raise RegionRefused(f"the elementwise region is larger than {max_nodes} nodes")
         stack.extend(node.input)
     region.nodes = sorted(nodes)
     return region
 
 
-def _read_at_runtime(index: GraphIndex, region: Region, value: str) -> None:
+def _read_at_runtime(index: GraphIndex, region: Region, value: str, limit: int) -> None:
     """`value` becomes a leaf the region reads at runtime: a scalar or another tensor."""
     (region.scalars if index.numel(value) == 1 else region.others).append(value)
-    if len(region.scalars) + len(region.others) > MAX_RUNTIME_LEAVES:
-        raise RegionRefused(f"reads more than {MAX_RUNTIME_LEAVES} runtime values")
+    if len(region.scalars) + len(region.others) > limit:
+        raise RegionRefused(f"reads more than {limit} runtime values")
 
 
 def _uniform(index: GraphIndex, const: np.ndarray, name: str, like: str) -> np.ndarray:
@@ -228,7 +238,7 @@ class _Dependence:
     def __init__(self, index: GraphIndex, tensors: set[str], taken: set[int] | Either) -> None:
         reached = set(tensors)
         frontier = list(tensors)
-        visited = 0
+        budget = 3 * MAX_NODES
         for _ in range(16):
             after = []
             for name in frontier:
@@ -240,10 +250,11 @@ class _Dependence:
                         if out not in reached:
                             reached.add(out)
                             after.append(out)
-                    visited += 1
+                    budget -= 1
+                    if budget < 0:
+                        self.reached = reached
+                        return
             frontier = after
-            if visited > 3 * MAX_NODES:
-                break
         self.reached = reached
 
     def __call__(self, value: str) -> bool:
