@@ -39,6 +39,34 @@ def _local(model: onnx.ModelProto) -> dict[Key, onnx.FunctionProto]:
     return {(f.domain, f.name): f for f in model.functions if f.domain != DOMAIN}
 
 
+def check_not_recursive(model: onnx.ModelProto) -> None:
+    """LoweringError when a local function calls itself, directly or not: ONNX forbids it, and
+    the checker lets it through."""
+    calls = {key: _calls(f.node, _local(model)) for key, f in _local(model).items()}
+    done: set[Key] = set()
+    for start in sorted(calls):
+        path: list[Key] = []
+        on_path: set[Key] = set()
+        stack: list[tuple[Key, bool]] = [(start, False)]
+        while stack:
+            key, leaving = stack.pop()
+            if leaving:
+                path.pop()
+                on_path.discard(key)
+                done.add(key)
+                continue
+            if key in on_path:
+                cycle = path[path.index(key):] + [key]
+                raise LoweringError("the model is invalid: its local functions call themselves ("
+                                    + " -> ".join(f"{d}.{n}" for d, n in cycle) + ")")
+            if key in done:
+                continue
+            path.append(key)
+            on_path.add(key)
+            stack.append((key, True))
+            stack.extend((callee, False) for callee in sorted(calls[key]))
+
+
 def candidates(model: onnx.ModelProto) -> list[Key]:
     """The local functions, reachable from the main graph, whose calls must be inlined to show a
     pattern: those with a seed op in their body or in a function they call."""
@@ -133,6 +161,7 @@ def fuse_through_functions(model: onnx.ModelProto, run: Run) -> tuple[onnx.Model
        than step 1 did (it cannot, short of a fusion that needed a function step 1 took for no
        node), step 1's result without its marks is the result.
     """
+    check_not_recursive(model)
     keys = candidates(model)
     tagged = _inline(model, keys, tagged=True) if keys else None
     if tagged is None:

@@ -11,10 +11,17 @@ from collections import defaultdict
 import ml_dtypes
 import numpy as np
 import onnx
-from google.protobuf.message import EncodeError
 from onnx import numpy_helper
 
-from .errors import LoweringError
+from .local_types import LocalTypes
+from .onnx_values import Dim as Dim
+from .onnx_values import Shape as Shape
+from .onnx_values import ValueType as ValueType
+from .onnx_values import attr as attr
+from .onnx_values import constant_node_value as constant_node_value
+from .onnx_values import tensor_value as tensor_value
+from .onnx_values import type_of_type_proto as type_of_type_proto
+from .onnx_values import value_type_of as value_type_of
 
 FLOAT_TYPES: set[int] = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 # widening casts that lose nothing (a cast back undoes them exactly)
@@ -38,39 +45,6 @@ def dtype_name(t: int | None) -> str:
     return DTYPE_NAMES.get(t, str(t)) if t is not None else str(t)
 
 
-Dim = int | str | None  # a number, a symbolic name, or unknown
-Shape = tuple[Dim, ...] | None  # None: rank unknown
-
-
-class ValueType:
-    """Element type and shape of a value; numel is None unless every dimension is a number."""
-
-    __slots__ = ("elem_type", "shape", "numel")
-
-    def __init__(self, elem_type: int, shape: Shape) -> None:
-        self.elem_type = elem_type
-        self.shape = shape
-        dims = [d for d in shape if type(d) is int] if shape is not None else []
-        self.numel = math.prod(dims) if shape is not None and len(dims) == len(shape) else None
-
-    def __repr__(self) -> str:
-        return f"ValueType(elem_type={self.elem_type}, shape={self.shape})"
-
-
-def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
-    if not vi.type.HasField("tensor_type"):
-        return None
-    tt = vi.type.tensor_type
-    shape: Shape = None
-    if tt.HasField("shape"):
-        dims: list[Dim] = []
-        for d in tt.shape.dim:
-            kind = d.WhichOneof("value")
-            dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind == "dim_param" else None)
-        shape = tuple(dims)
-    return ValueType(tt.elem_type, shape)
-
-
 _ELEM_TYPES: dict[np.dtype, int] = {
     np.dtype(np.float32): onnx.TensorProto.FLOAT,
     np.dtype(np.float16): onnx.TensorProto.FLOAT16,
@@ -79,42 +53,6 @@ _ELEM_TYPES: dict[np.dtype, int] = {
     np.dtype(np.int32): onnx.TensorProto.INT32,
 }
 _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-_FAST_DTYPES: dict[int, np.dtype] = {
-    onnx.TensorProto.FLOAT: np.dtype(np.float32),
-    onnx.TensorProto.FLOAT16: np.dtype(np.float16),
-    onnx.TensorProto.DOUBLE: np.dtype(np.float64),
-    onnx.TensorProto.INT64: np.dtype(np.int64),
-    onnx.TensorProto.INT32: np.dtype(np.int32),
-}
-
-
-def tensor_value(t: onnx.TensorProto) -> np.ndarray:
-    """numpy_helper.to_array with a fast path for the common raw-data layouts (it is the
-    largest single cost of reading constants in big graphs). The ONNX checker passes tensors
-    whose data does not fit their dims or whose data type is unknown: those are bad input."""
-    try:
-        return _tensor_value(t)
-    except (ValueError, KeyError, TypeError) as exc:
-        what = f"tensor {t.name!r}" if t.name else "a constant tensor"
-        first_line = str(exc).splitlines()[0] if str(exc) else ""
-        raise LoweringError(f"{what} cannot be read ({type(exc).__name__}: {first_line}): "
-                            f"its data does not match its data type {t.data_type} and dims {list(t.dims)}") from None
-
-
-def _tensor_value(t: onnx.TensorProto) -> np.ndarray:
-    dtype = _FAST_DTYPES.get(t.data_type)
-    if dtype is not None and t.HasField("raw_data") and t.data_location != onnx.TensorProto.EXTERNAL:
-        return np.frombuffer(t.raw_data, dtype=dtype.newbyteorder("<")).astype(dtype).reshape(tuple(t.dims))
-    if t.data_type == onnx.TensorProto.FLOAT and t.float_data:
-        data, dims = t.float_data, t.dims
-        if len(data) == 1 and not dims:  # a scalar: numpy converts a protobuf container element by element
-            return np.array(data[0], np.float32)
-        return np.array(data, np.float32).reshape(tuple(dims))
-    if t.data_type == onnx.TensorProto.INT64 and t.int64_data:
-        return np.array(t.int64_data, np.int64).reshape(tuple(t.dims))
-    return numpy_helper.to_array(t)
-
-
 _SCALAR_LAYOUTS: dict[int, tuple[str, str, int]] = {
     onnx.TensorProto.FLOAT: ("float_data", "<f", 4),
     onnx.TensorProto.DOUBLE: ("double_data", "<d", 8),
@@ -156,22 +94,6 @@ def tensor_key(t: onnx.TensorProto) -> tuple:
         if scalar is not None:  # its dims are [] or [1]
             return (native[0], (1,) if len(t.dims) else (), struct.pack(native[1], scalar))
     return array_key(tensor_value(t))
-
-
-def constant_node_value(node: Node | onnx.NodeProto) -> np.ndarray | None:
-    """The value of a Constant node, for every attribute form a Constant can carry."""
-    for attr in node.attribute:
-        if attr.name == "value":
-            return tensor_value(attr.t)
-        if attr.name == "value_float":
-            return np.array(attr.f, np.float32)
-        if attr.name == "value_floats":
-            return np.array(list(attr.floats), np.float32)
-        if attr.name == "value_int":
-            return np.array(attr.i, np.int64)
-        if attr.name == "value_ints":
-            return np.array(list(attr.ints), np.int64)
-    return None
 
 
 def model_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -261,9 +183,10 @@ def _complete(vt: ValueType | None) -> bool:
 
 
 class ValueTypes:
-    """Types of the values of one model, from its value_info; shape inference runs only when a
-    value the pass asks about has no type or an incomplete one (exporters usually write them
-    all, and inference on a big graph costs as much as the rest of the pass)."""
+    """Types of the values of one model, from its value_info; a value the model types only in
+    part, or not at all, is inferred from its producers (lowering.local_types), as far up the
+    graph as that value needs: exporters usually write every type, and inference over a whole
+    big model costs as much as the rest of the pass."""
 
     def __init__(self, model: onnx.ModelProto, initializers: dict[str, onnx.TensorProto]) -> None:
         self._model = model
@@ -271,33 +194,55 @@ class ValueTypes:
         infos = graph.value_info[:]  # a list iterates faster than the repeated field
         self.declared = dict(zip([vi.name for vi in infos], infos))  # the graph's own value_info
         self._signature = {vi.name: vi for field in (graph.output, graph.input) for vi in field}
-        self._inferred: dict[str, onnx.ValueInfoProto] = {}  # where inference knows more
         self._initializers = initializers
         self._cache: dict[str, ValueType | None] = {}
         self._parsed: dict[bytes, ValueType | None] = {}
-        self.inferred = False
+        self._local: LocalTypes | None = None
+        self._producers: dict[str, onnx.NodeProto] | None = None
+        self.inferred: set[str] = set()  # values whose type came from inference
+
+    def attach(self, nodes: list[Node]) -> None:
+        """The model's nodes, decoded: inference then finds producers without reading the protos."""
+        self._producers = {name: node.proto for node in nodes for name in node.output}
 
     def get(self, name: str) -> ValueType | None:
         if name in self._cache:
             return self._cache[name]
         vt = self._lookup(name)
-        if not _complete(vt) and not self.inferred:
-            self._infer()
-            vt = self._lookup(name)
+        if not _complete(vt):
+            found = self._locally().get(name)
+            if found is not None and (vt is None or _known_dims(found) > _known_dims(vt)):
+                vt = found
+                self.inferred.add(name)
         self._cache[name] = vt
         return vt
 
     def value_info(self, name: str) -> onnx.ValueInfoProto | None:
-        """The ValueInfoProto behind get(name), when the type came from one."""
-        self.get(name)
-        return self._inferred.get(name) or self._given(name)
+        """The ValueInfoProto behind get(name): the model's own, or one made from the inferred type."""
+        vt = self.get(name)
+        if name in self.inferred and vt is not None:
+            return onnx.helper.make_tensor_value_info(name, vt.elem_type, None if vt.shape is None else list(vt.shape))
+        return self._given(name)
+
+    def _locally(self) -> LocalTypes:
+        if self._local is None:
+            producers = self._producers
+            if producers is None:
+                producers = {name: node for node in self._model.graph.node for name in node.output}
+            overridable = {vi.name for vi in self._model.graph.input}
+            opsets = {o.domain: o.version for o in self._model.opset_import}
+            functions = {(f.domain, f.name): f for f in self._model.functions}
+            self._local = LocalTypes(producers, self._lookup,
+                                     {k: t for k, t in self._initializers.items() if k not in overridable}, opsets,
+                                     functions)
+        return self._local
 
     def _given(self, name: str) -> onnx.ValueInfoProto | None:
         """The model's own type for a value: graph inputs and outputs first, then value_info."""
         return self._signature.get(name) or self.declared.get(name)
 
     def _lookup(self, name: str) -> ValueType | None:
-        vi = self._inferred.get(name) or self._given(name)
+        vi = self._given(name)
         vt = None
         if vi is not None:
             # most values of a model share a few types; their bytes are cheaper than a parse
@@ -310,24 +255,10 @@ class ValueTypes:
             vt = ValueType(t.data_type, tuple(t.dims))
         return vt
 
-    def _infer(self) -> None:
-        self.inferred = True
-        try:
-            # data propagation follows Shape -> Slice/Concat -> Reshape/Expand chains, which
-            # exporters write for views and ones_like when they leave value_info out
-            inferred = onnx.shape_inference.infer_shapes(self._model, data_prop=True)
-        except onnx.checker.ValidationError as exc:  # what the checker lets through: recursive functions
-            raise LoweringError(f"the model is invalid: {str(exc).strip().splitlines()[0][:300]}") from None
-        except (onnx.shape_inference.InferenceError, ValueError, EncodeError):
-            # shapes stay unknown (also for a model over protobuf's 2 GB, which inference would
-            # have to serialize); shape-dependent matches are refused with a reason
-            return
-        for field in (inferred.graph.value_info, inferred.graph.output):
-            for vi in field:
-                known = self._given(vi.name)
-                if known is None or not _complete(value_type_of(known)):
-                    self._inferred[vi.name] = vi
-        self._cache = {k: v for k, v in self._cache.items() if _complete(v)}
+
+def _known_dims(vt: ValueType) -> int:
+    """How much of a shape is known: the rank counts, then each known dim."""
+    return -1 if vt.shape is None else 1 + sum(d is not None for d in vt.shape)
 
 
 class GraphInfo:
@@ -521,10 +452,3 @@ def outer_names_used(graph: onnx.GraphProto) -> set[str]:
         if vi.name not in defined:
             used.add(vi.name)
     return used
-
-
-def attr(node: Node | onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default

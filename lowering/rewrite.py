@@ -71,6 +71,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
     decoded = decode_nodes(model.graph)
+    info.types.attach(decoded)
     if not validated:
         verify.check_input_order(decoded, info.graph_inputs | info.initializers.keys())
     normalized = normalize(decoded, info)

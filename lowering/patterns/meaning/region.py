@@ -71,7 +71,7 @@ class Walks:
     def depends(self, tensors: tuple[str, ...]) -> _Dependence:
         found = self._depends.get(tensors)
         if found is None:
-            found = self._depends[tensors] = _Dependence(self.alg.index, set(tensors), self.taken)
+            found = self._depends[tensors] = _Dependence(self.alg.index, tensors, self.taken)
         return found
 
     def constant(self, like: str) -> _ConstantValued:
@@ -235,9 +235,9 @@ class _Dependence:
     values reached forward from them, 16 nodes deep and at most 3 * MAX_NODES nodes (a value past
     that counts as independent, a leaf the proof draws freely, which is sound)."""
 
-    def __init__(self, index: GraphIndex, tensors: set[str], taken: set[int] | Either) -> None:
+    def __init__(self, index: GraphIndex, tensors: tuple[str, ...], taken: set[int] | Either) -> None:
         reached = set(tensors)
-        frontier = list(tensors)
+        frontier = list(tensors)  # in order: where the budget runs out depends on it
         budget = 3 * MAX_NODES
         for _ in range(16):
             after = []

@@ -1,0 +1,335 @@
+"""Types of values the model does not declare, worked out from their producers on demand.
+
+The pass asks for the types of the few values around its candidates. Where the exporter left a
+value's type out, it is inferred here from the node that computes it, and that node's inputs in
+turn, as far up as needed and no further: never by shape inference over the whole model, whose
+cost (and, with data propagation, memory for every constant it evaluates) grows with the model
+rather than with what the pass asks.
+
+Per node: elementwise ops, comparisons, Where, Cast and the like by their broadcasting rule here;
+Reshape, Expand and ConstantOfShape from the value of their shape input, which may hold symbolic
+dims (Shape -> Gather/Slice/Concat chains of a dynamic batch); every other standard op through
+ONNX's own inference for one node (onnx.shape_inference.infer_node_outputs), given the values of
+the small integer inputs it reads (Slice starts, Unsqueeze axes). A value produced by an op
+without a schema (a custom domain) stays unknown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from .onnx_values import Dim, ValueType, attr, constant_node_value, tensor_value, type_of_type_proto
+
+# a shape tensor's value: one entry per element, a number, a dim's symbolic name, or unknown
+ShapeValue = tuple[Dim, ...]
+
+_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Mod", "PRelu", "BitShift",
+                        "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+_COMPARE = frozenset({"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "And", "Or", "Xor"})
+_SAME = frozenset({"Identity", "Neg", "Abs", "Sign", "Relu", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sigmoid",
+                   "Floor", "Ceil", "Round", "Erf", "Sin", "Cos", "Softplus", "Softsign", "LeakyRelu", "Elu", "Selu",
+                   "HardSigmoid", "HardSwish", "Gelu", "Shrink", "Clip", "Softmax", "LogSoftmax", "Dropout",
+                   "BitwiseNot"})
+_MAX_VALUE = 64  # integer tensors up to this many elements are evaluated (shapes, axes, indices)
+_MAX_DEPTH = 32  # function calls within calls
+_MAX_VISITS = 1 << 20  # nodes a single question may visit: a bound, not a budget that a model reaches
+
+Lookup = Callable[[str], ValueType | None]
+
+
+class LocalTypes:
+    """Infers the type of a value from its producer, recursively, with each answer kept."""
+
+    def __init__(self, producers: dict[str, onnx.NodeProto], declared: Lookup,
+                 initializers: dict[str, TensorProto], opsets: dict[str, int],
+                 functions: dict[tuple[str, str], onnx.FunctionProto], depth: int = 0) -> None:
+        self._producers = producers
+        self._declared = declared  # the model's own types (complete or not), initializers included
+        self._initializers = initializers  # those the user cannot override
+        self._opsets = opsets
+        self._functions = functions  # the model's local functions, by (domain, name)
+        self._depth = depth  # how many function calls deep this body is
+        self._types: dict[str, ValueType | None] = {}
+        self._values: dict[str, ShapeValue | None] = {}
+
+    def get(self, name: str) -> ValueType | None:
+        if name in self._types:
+            return self._types[name]
+        self._resolve(name)
+        return self._types.get(name)
+
+    def _resolve(self, name: str) -> None:
+        """Infers `name` after every input of its producer, depth first without recursion (an
+        undeclared chain can be as long as the model)."""
+        stack = [name]
+        visits = 0
+        while stack and visits < _MAX_VISITS:
+            value = stack[-1]
+            if value in self._types:
+                stack.pop()
+                continue
+            node = self._producers.get(value)
+            if node is None:
+                self._types[value] = None
+                stack.pop()
+                continue
+            missing = [v for v in node.input if v and v not in self._types and v in self._producers
+                       and not _complete(self._declared(v))]
+            if missing:
+                stack.extend(missing)
+                visits += len(missing)
+                continue
+            stack.pop()
+            for out, vt in zip(node.output, self._node_types(node)):
+                self._types.setdefault(out, vt)
+            for out in node.output:
+                self._types.setdefault(out, None)
+
+    def _type(self, name: str) -> ValueType | None:
+        """A complete declared type, else the inferred one, else what was declared."""
+        if not name:
+            return None
+        vt = self._declared(name)
+        if _complete(vt):
+            return vt
+        inferred = self._types.get(name)
+        return inferred if inferred is not None else vt
+
+    def _node_types(self, node: onnx.NodeProto) -> list[ValueType | None]:
+        function = self._functions.get((node.domain, node.op_type))
+        if function is not None:
+            return self._call_types(node, function)
+        if node.domain not in ("", "ai.onnx"):
+            return []
+        op = node.op_type
+        inputs = [self._type(v) for v in node.input]
+        first = inputs[0] if inputs else None
+        if op in _BROADCAST or op in _COMPARE or op == "Where":
+            shapes = [t.shape if t is not None else None for t in inputs]
+            typed = inputs[1] if op == "Where" else first
+            if typed is None or any(s is None for s in shapes):
+                return [None]
+            elem = TensorProto.BOOL if op in _COMPARE else typed.elem_type
+            shape = broadcast([s for s in shapes if s is not None])
+            return [None if shape is None else ValueType(elem, shape)]
+        if op in _SAME:
+            return [first]
+        if op == "Cast":
+            to = attr(node, "to")
+            return [None if first is None or to is None else ValueType(int(to), first.shape)]
+        if op == "CastLike":
+            target = inputs[1] if len(inputs) > 1 else None
+            return [None if first is None or target is None else ValueType(target.elem_type, first.shape)]
+        if op == "Constant":
+            value = constant_node_value(node)
+            return [None if value is None else ValueType(onnx.helper.np_dtype_to_tensor_dtype(value.dtype),
+                                                         tuple(value.shape))]
+        if op in ("Reshape", "Expand", "ConstantOfShape"):
+            return [self._shaped(node, inputs)]
+        if op == "Shape":
+            return [None if first is None or first.shape is None else
+                    ValueType(TensorProto.INT64, (len(self._shape_of(node) or ()),))]
+        if op == "Size":
+            return [ValueType(TensorProto.INT64, ())]
+        return self._by_schema(node, inputs)
+
+    def _call_types(self, node: onnx.NodeProto, function: onnx.FunctionProto) -> list[ValueType | None]:
+        """A call of a model-local function: its body inferred with the call's input types."""
+        if self._depth >= _MAX_DEPTH:  # only a recursive function, which no valid model has, goes deeper
+            return []
+        given = {formal: self._type(actual) for formal, actual in zip(function.input, node.input)}
+        opsets = {**self._opsets, **{o.domain: o.version for o in function.opset_import}}
+        body = LocalTypes({name: n for n in function.node for name in n.output}, given.get, {}, opsets,
+                          self._functions, self._depth + 1)
+        return [body.get(name) for name in function.output]
+
+    def _shaped(self, node: onnx.NodeProto, inputs: Sequence[ValueType | None]) -> ValueType | None:
+        """Reshape, Expand and ConstantOfShape: the output shape from the shape input's value."""
+        target = self.value(node.input[-1]) if node.input else None
+        if target is None:
+            return None
+        if node.op_type == "ConstantOfShape":
+            tensor = attr(node, "value")
+            elem = tensor.data_type if isinstance(tensor, TensorProto) else TensorProto.FLOAT
+            return ValueType(elem, target)
+        source = inputs[0]
+        if source is None or source.shape is None:
+            return None
+        if node.op_type == "Expand":
+            shape = broadcast([source.shape, target])
+            return None if shape is None else ValueType(source.elem_type, shape)
+        return ValueType(source.elem_type, reshaped(source.shape, target, bool(attr(node, "allowzero", 0))))
+
+    def _by_schema(self, node: onnx.NodeProto, inputs: Sequence[ValueType | None]) -> list[ValueType | None]:
+        """ONNX's inference for this one node, with the values of its small integer inputs."""
+        try:
+            schema = onnx.defs.get_schema(node.op_type, self._opsets.get(node.domain or "", 1), node.domain or "")
+        except onnx.defs.SchemaError:
+            return []
+        types: dict[str, onnx.TypeProto] = {}
+        data: dict[str, TensorProto] = {}
+        for name, vt in zip(node.input, inputs):
+            if not name:
+                continue
+            if vt is None:
+                return []
+            types[name] = type_proto(vt)
+            if vt.elem_type in (TensorProto.INT64, TensorProto.INT32) and vt.numel is not None:
+                value = self.value(name)
+                if value is not None and len(value) == vt.numel and all(type(d) is int for d in value):
+                    array = np.asarray(value, onnx.helper.tensor_dtype_to_np_dtype(vt.elem_type))
+                    data[name] = onnx.numpy_helper.from_array(array.reshape(vt.shape or ()), name)
+        try:
+            found = onnx.shape_inference.infer_node_outputs(
+                schema, node, types, data,
+                opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in self._opsets.items()])
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, KeyError):
+            return []
+        return [type_of_type_proto(found[out]) if out in found else None for out in node.output]
+
+    def _shape_of(self, node: onnx.NodeProto) -> ShapeValue | None:
+        """Shape(x) with its start and end, as a shape value."""
+        vt = self._type(node.input[0])
+        if vt is None or vt.shape is None:
+            return None
+        rank = len(vt.shape)
+        start, end = int(attr(node, "start", 0)), attr(node, "end", None)
+        stop = rank if end is None else int(end)
+        return tuple(vt.shape[slice(max(start + rank, 0) if start < 0 else start,
+                                    max(stop + rank, 0) if stop < 0 else stop)])
+
+    def value(self, name: str) -> ShapeValue | None:
+        """The flattened value of a small integer tensor: a constant, or computed from shapes by
+        the ops exporters use to build one; None where any step is not known."""
+        if name in self._values:
+            return self._values[name]
+        self._values[name] = None  # a cycle (which a valid model has not) ends here
+        found = self._value(name)
+        self._values[name] = found
+        return found
+
+    def _value(self, name: str) -> ShapeValue | None:
+        node = self._producers.get(name)
+        init = self._initializers.get(name)
+        if init is not None:
+            return _small_integers(tensor_value(init) if _is_small_integer(init) else None)
+        if node is None or node.domain not in ("", "ai.onnx"):
+            return None
+        op = node.op_type
+        if op == "Constant":
+            return _small_integers(constant_node_value(node))
+        if op == "Shape":
+            return self._shape_of(node)
+        if op == "Size":
+            vt = self._type(node.input[0])
+            return None if vt is None or vt.numel is None else (vt.numel,)
+        if op in ("Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten"):
+            return self.value(node.input[0])
+        if op == "Cast":
+            to = attr(node, "to")
+            return self.value(node.input[0]) if to in (TensorProto.INT64, TensorProto.INT32) else None
+        args = [self.value(v) for v in node.input]
+        if op == "Concat":
+            return None if any(a is None for a in args) else tuple(d for a in args if a is not None for d in a)
+        if op == "Gather" and len(args) == 2 and args[0] is not None and args[1] is not None:
+            source, indices = args[0], args[1]
+            if int(attr(node, "axis", 0)) != 0 or any(type(i) is not int for i in indices):
+                return None
+            picked = [int(i) for i in indices if type(i) is int]
+            if any(not -len(source) <= i < len(source) for i in picked):
+                return None
+            return tuple(source[i] for i in picked)
+        if op == "Slice" and len(args) >= 3 and all(a is not None for a in args):
+            return _sliced(args)
+        if op in ("Add", "Sub", "Mul", "Div", "Max", "Min") and len(args) == 2:
+            a, b = args
+            return None if a is None or b is None else _arithmetic(op, a, b)
+        return None
+
+
+def _sliced(args: list[ShapeValue | None]) -> ShapeValue | None:
+    source, starts, ends = args[0], args[1], args[2]
+    axes = args[3] if len(args) > 3 else (0,)
+    steps = args[4] if len(args) > 4 else (1,)
+    if source is None or starts is None or ends is None or axes is None or steps is None:
+        return None
+    numbers = (starts, ends, axes, steps)
+    if any(len(a) != 1 or type(a[0]) is not int for a in numbers) or axes[0] not in (0, -1):
+        return None
+    start, end, step = int(starts[0]), int(ends[0]), int(steps[0])  # type: ignore[arg-type]
+    return None if step == 0 else tuple(source[slice(*slice(start, end, step).indices(len(source)))])
+
+
+def _arithmetic(op: str, a: ShapeValue, b: ShapeValue) -> ShapeValue | None:
+    if len(a) != len(b) and 1 not in (len(a), len(b)):
+        return None
+    n = max(len(a), len(b))
+    out: list[Dim] = []
+    for x, y in zip(a * n if len(a) == 1 else a, b * n if len(b) == 1 else b):
+        if type(x) is not int or type(y) is not int or (op == "Div" and y == 0):
+            out.append(None)
+            continue
+        out.append({"Add": x + y, "Sub": x - y, "Mul": x * y, "Div": int(x / y) if (x < 0) != (y < 0) else x // y,
+                    "Max": max(x, y), "Min": min(x, y)}[op])
+    return tuple(out)
+
+
+def broadcast(shapes: Sequence[tuple[Dim, ...]]) -> tuple[Dim, ...] | None:
+    """numpy broadcasting of shapes that may hold symbolic or unknown dims; None when two known
+    dims cannot broadcast (the node then has no type here, as ONNX gives it none)."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for k in range(rank):
+        dims = {s[k - rank + len(s)] for s in shapes if k - rank + len(s) >= 0}
+        dims.discard(1)
+        numbers = {d for d in dims if type(d) is int}
+        if len(numbers) > 1:
+            return None
+        if numbers:
+            out.append(numbers.pop())
+        elif not dims:
+            out.append(1)
+        elif len(dims) == 1:
+            out.append(dims.pop())
+        else:
+            out.append(None)  # two symbols or an unknown dim: equal at run time, but which is not known
+    return tuple(out)
+
+
+def reshaped(source: tuple[Dim, ...], target: ShapeValue, allowzero: bool) -> tuple[Dim, ...]:
+    """Reshape's output shape: 0 copies the input's dim (unless allowzero), -1 takes what is left."""
+    dims: list[Dim] = [source[k] if d == 0 and not allowzero and k < len(source) else d for k, d in enumerate(target)]
+    if -1 in dims:
+        known = [d for d in dims if d != -1]
+        total = math.prod(d for d in source if type(d) is int) if all(type(d) is int for d in source) else None
+        rest = math.prod(d for d in known if type(d) is int) if all(type(d) is int for d in known) else None
+        dims[dims.index(-1)] = total // rest if total is not None and rest else None
+    return tuple(None if type(d) is int and d < 0 else d for d in dims)
+
+
+def type_proto(vt: ValueType) -> onnx.TypeProto:
+    return onnx.helper.make_tensor_type_proto(vt.elem_type, None if vt.shape is None else list(vt.shape))
+
+
+def value_info(name: str, vt: ValueType) -> onnx.ValueInfoProto:
+    return onnx.helper.make_tensor_value_info(name, vt.elem_type, None if vt.shape is None else list(vt.shape))
+
+
+def _is_small_integer(t: TensorProto) -> bool:
+    """Checked on the proto, so that no weight is converted to learn it is not a shape."""
+    return t.data_type in (TensorProto.INT64, TensorProto.INT32) and math.prod(t.dims) <= _MAX_VALUE
+
+
+def _small_integers(value: np.ndarray | None) -> ShapeValue | None:
+    if value is None or value.dtype.kind not in "iu" or value.size > _MAX_VALUE:
+        return None
+    return tuple(int(v) for v in value.reshape(-1))
+
+
+def _complete(vt: ValueType | None) -> bool:
+    return vt is not None and vt.shape is not None and None not in vt.shape
