@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .local_types import LocalTypes
+from .local_types import LocalTypes, NodeLike
 from .onnx_values import Dim as Dim
 from .onnx_values import Shape as Shape
 from .onnx_values import ValueType as ValueType
@@ -198,12 +198,12 @@ class ValueTypes:
         self._cache: dict[str, ValueType | None] = {}
         self._parsed: dict[bytes, ValueType | None] = {}
         self._local: LocalTypes | None = None
-        self._producers: dict[str, onnx.NodeProto] | None = None
+        self._producers: dict[str, NodeLike] | None = None
         self.inferred: set[str] = set()  # values whose type came from inference
 
     def attach(self, nodes: list[Node]) -> None:
         """The model's nodes, decoded: inference then finds producers without reading the protos."""
-        self._producers = {name: node.proto for node in nodes for name in node.output}
+        self._producers = {name: node for node in nodes for name in node.output}
 
     def get(self, name: str) -> ValueType | None:
         if name in self._cache:
@@ -211,7 +211,7 @@ class ValueTypes:
         vt = self._lookup(name)
         if not _complete(vt):
             found = self._locally().get(name)
-            if found is not None and (vt is None or _known_dims(found) > _known_dims(vt)):
+            if found is not None and found is not vt:
                 vt = found
                 self.inferred.add(name)
         self._cache[name] = vt
@@ -254,11 +254,6 @@ class ValueTypes:
             t = self._initializers[name]
             vt = ValueType(t.data_type, tuple(t.dims))
         return vt
-
-
-def _known_dims(vt: ValueType) -> int:
-    """How much of a shape is known: the rank counts, then each known dim."""
-    return -1 if vt.shape is None else 1 + sum(d is not None for d in vt.shape)
 
 
 class GraphInfo:

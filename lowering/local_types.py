@@ -17,7 +17,8 @@ without a schema (a custom domain) stays unknown.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import onnx
@@ -37,15 +38,34 @@ _SAME = frozenset({"Identity", "Neg", "Abs", "Sign", "Relu", "Exp", "Log", "Sqrt
                    "BitwiseNot"})
 _MAX_VALUE = 64  # integer tensors up to this many elements are evaluated (shapes, axes, indices)
 _MAX_DEPTH = 32  # function calls within calls
-_MAX_VISITS = 1 << 20  # nodes a single question may visit: a bound, not a budget that a model reaches
 
 Lookup = Callable[[str], ValueType | None]
+
+
+class NodeLike(Protocol):
+    """A NodeProto, or the pass's decoded node (lowering.graph.Node, whose fields read faster and
+    which carries its NodeProto as `proto`)."""
+
+    @property
+    def op_type(self) -> str: ...
+
+    @property
+    def domain(self) -> str: ...
+
+    @property
+    def input(self) -> Sequence[str]: ...
+
+    @property
+    def output(self) -> Sequence[str]: ...
+
+    @property
+    def attribute(self) -> Any: ...
 
 
 class LocalTypes:
     """Infers the type of a value from its producer, recursively, with each answer kept."""
 
-    def __init__(self, producers: dict[str, onnx.NodeProto], declared: Lookup,
+    def __init__(self, producers: Mapping[str, NodeLike], declared: Lookup,
                  initializers: dict[str, TensorProto], opsets: dict[str, int],
                  functions: dict[tuple[str, str], onnx.FunctionProto], depth: int = 0) -> None:
         self._producers = producers
@@ -65,42 +85,36 @@ class LocalTypes:
 
     def _resolve(self, name: str) -> None:
         """Infers `name` after every input of its producer, depth first without recursion (an
-        undeclared chain can be as long as the model)."""
+        undeclared chain can be as long as the model). A complete declared type is taken as it is."""
+        types, producers = self._types, self._producers
         stack = [name]
-        visits = 0
-        while stack and visits < _MAX_VISITS:
+        while stack:
             value = stack[-1]
-            if value in self._types:
+            if value in types:
                 stack.pop()
                 continue
-            node = self._producers.get(value)
-            if node is None:
-                self._types[value] = None
+            declared = self._declared(value)
+            node = producers.get(value)
+            if node is None or _complete(declared):
+                types[value] = declared
                 stack.pop()
                 continue
-            missing = [v for v in node.input if v and v not in self._types and v in self._producers
-                       and not _complete(self._declared(v))]
+            missing = [v for v in node.input if v and v not in types]
             if missing:
                 stack.extend(missing)
-                visits += len(missing)
                 continue
             stack.pop()
-            for out, vt in zip(node.output, self._node_types(node)):
-                self._types.setdefault(out, vt)
-            for out in node.output:
-                self._types.setdefault(out, None)
+            found = self._node_types(node)
+            for k, out in enumerate(node.output):
+                vt = found[k] if k < len(found) else None
+                given = declared if out == value else self._declared(out)
+                types[out] = vt if vt is not None and (given is None or _known_dims(vt) > _known_dims(given)) \
+                    else given
 
     def _type(self, name: str) -> ValueType | None:
-        """A complete declared type, else the inferred one, else what was declared."""
-        if not name:
-            return None
-        vt = self._declared(name)
-        if _complete(vt):
-            return vt
-        inferred = self._types.get(name)
-        return inferred if inferred is not None else vt
+        return self.get(name) if name else None
 
-    def _node_types(self, node: onnx.NodeProto) -> list[ValueType | None]:
+    def _node_types(self, node: NodeLike) -> list[ValueType | None]:
         function = self._functions.get((node.domain, node.op_type))
         if function is not None:
             return self._call_types(node, function)
@@ -138,7 +152,7 @@ class LocalTypes:
             return [ValueType(TensorProto.INT64, ())]
         return self._by_schema(node, inputs)
 
-    def _call_types(self, node: onnx.NodeProto, function: onnx.FunctionProto) -> list[ValueType | None]:
+    def _call_types(self, node: NodeLike, function: onnx.FunctionProto) -> list[ValueType | None]:
         """A call of a model-local function: its body inferred with the call's input types."""
         if self._depth >= _MAX_DEPTH:  # only a recursive function, which no valid model has, goes deeper
             return []
@@ -148,7 +162,7 @@ class LocalTypes:
                           self._functions, self._depth + 1)
         return [body.get(name) for name in function.output]
 
-    def _shaped(self, node: onnx.NodeProto, inputs: Sequence[ValueType | None]) -> ValueType | None:
+    def _shaped(self, node: NodeLike, inputs: Sequence[ValueType | None]) -> ValueType | None:
         """Reshape, Expand and ConstantOfShape: the output shape from the shape input's value."""
         target = self.value(node.input[-1]) if node.input else None
         if target is None:
@@ -165,7 +179,7 @@ class LocalTypes:
             return None if shape is None else ValueType(source.elem_type, shape)
         return ValueType(source.elem_type, reshaped(source.shape, target, bool(attr(node, "allowzero", 0))))
 
-    def _by_schema(self, node: onnx.NodeProto, inputs: Sequence[ValueType | None]) -> list[ValueType | None]:
+    def _by_schema(self, node: NodeLike, inputs: Sequence[ValueType | None]) -> list[ValueType | None]:
         """ONNX's inference for this one node, with the values of its small integer inputs."""
         try:
             schema = onnx.defs.get_schema(node.op_type, self._opsets.get(node.domain or "", 1), node.domain or "")
@@ -186,13 +200,13 @@ class LocalTypes:
                     data[name] = onnx.numpy_helper.from_array(array.reshape(vt.shape or ()), name)
         try:
             found = onnx.shape_inference.infer_node_outputs(
-                schema, node, types, data,
+                schema, _proto(node), types, data,
                 opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in self._opsets.items()])
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, KeyError):
             return []
         return [type_of_type_proto(found[out]) if out in found else None for out in node.output]
 
-    def _shape_of(self, node: onnx.NodeProto) -> ShapeValue | None:
+    def _shape_of(self, node: NodeLike) -> ShapeValue | None:
         """Shape(x) with its start and end, as a shape value."""
         vt = self._type(node.input[0])
         if vt is None or vt.shape is None:
@@ -252,6 +266,12 @@ class LocalTypes:
         return None
 
 
+def _proto(node: NodeLike) -> onnx.NodeProto:
+    proto = getattr(node, "proto", node)
+    assert isinstance(proto, onnx.NodeProto)
+    return proto
+
+
 def _sliced(args: list[ShapeValue | None]) -> ShapeValue | None:
     source, starts, ends = args[0], args[1], args[2]
     axes = args[3] if len(args) > 3 else (0,)
@@ -282,6 +302,8 @@ def _arithmetic(op: str, a: ShapeValue, b: ShapeValue) -> ShapeValue | None:
 def broadcast(shapes: Sequence[tuple[Dim, ...]]) -> tuple[Dim, ...] | None:
     """numpy broadcasting of shapes that may hold symbolic or unknown dims; None when two known
     dims cannot broadcast (the node then has no type here, as ONNX gives it none)."""
+    if all(s == shapes[0] for s in shapes):
+        return tuple(shapes[0]) if shapes else ()
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = []
     for k in range(rank):
@@ -333,3 +355,8 @@ def _small_integers(value: np.ndarray | None) -> ShapeValue | None:
 
 def _complete(vt: ValueType | None) -> bool:
     return vt is not None and vt.shape is not None and None not in vt.shape
+
+
+def _known_dims(vt: ValueType) -> int:
+    """How much of a shape is known: the rank counts, then each known dim."""
+    return -1 if vt.shape is None else 1 + sum(d is not None for d in vt.shape)
