@@ -1,22 +1,10 @@
 """SmoothL1-loss backward:  grad = K * dout * (x/beta if |x| < beta else sign(x)),  x = predict - label.
 
-Forms accepted (each written once; operand order, grouping and Cast wrappers come for free from
-the algebraic views):
-  select    Where(|x| <  beta, K/beta * x * dout, K * sign(x) * dout)       PyTorch decomposition
-            Where(|x| <= beta, ...)   both branches agree at |x| == beta
-            Where(|x| >= beta, sign branch, x branch), Where(Not(c), ...)
-            arithmetic selects Add(Mul(Cast(c), a), Mul(b, mask')) with mask' = Cast(Not(c)) (tf2onnx),
-            the Cast of the complementary comparison or 1 - Cast(c) (masks written by hand), also as the
-            Keras Huber gradient (two zero-padded selects summed)
-            a select without dout scaled afterwards: select(...) * dout [/ n]
-  nested    Where(x < -beta, -K*dout, Where(x > beta, K*dout, K/beta * x * dout))   Huber style
-  clip      Clip(x/beta, -1, 1) * K * dout, also Min(Max(.)) or Max(Min(.)) with bounds -1 and 1,
-            and Clip(x, -delta, delta) * K * dout, the Huber gradient (beta = delta, scale delta)
-  ratio     sign(x) * min(|x|/beta, 1) * K * dout   the magnitude capped at 1
-  capped    sign(x) * (w + select(|x| <= d, n*c*min(|x|, d) - w, 0))   tf.compat.v1.losses.huber_loss
 K is norm * scale: 1/numel(predict) for mean (a constant equal to it, or Size/ReduceProd(Shape)
-computed at runtime), 1 for sum/none, and Huber's delta where the graph is huber_loss_backward.
-A missing Div (beta = 1) or Mul (K = 1) is simply a coefficient of 1.
+computed at runtime), 1 for sum/none, and Huber's delta where the graph is a Huber gradient. A
+missing Div (beta = 1) or Mul (K = 1) is simply a coefficient of 1; operand order, grouping and
+Cast wrappers come for free from the algebraic views. The forms are the records in FORMS, tried in
+that order: the select forms at a Where or a sum, the product forms at a Mul or Div.
 """
 
 from __future__ import annotations
@@ -49,8 +37,19 @@ from .base import (
     single_factor,
     zero_branch,
 )
+from .forms import Form
 
 FAMILY = "smooth_l1_grad"
+# what a fusion's report can note, where the unfused graph and the kernel differ on purpose
+ARITHMETIC_SELECT_CAVEAT = (
+    "arithmetic select (float masks as tf2onnx writes them, or autograd's sum of Wheres against 0 times the "
+    "branches' factors): where the branch not taken is inf/NaN the unfused graph gives NaN, the kernel gives "
+    "the selected branch")
+HALF_SIGN_CAVEAT = "native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN"
+INF_OVER_INF_CAVEAT = ("x / max(|x|, beta): where x is +-inf the graph computes inf/inf = NaN, the kernel gives "
+                       "the gradient's +-1")
+BROADCAST_LABEL_CAVEAT = ("label ({label}) is broadcast to predict's shape by an Expand before the fused node "
+                          "(the kernel takes a label of predict's shape)")
 # relative rounding of a constant stored in each compute dtype
 _EPS: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10,
                           onnx.TensorProto.BFLOAT16: 2.0**-7}
@@ -73,33 +72,43 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type in ("Mul", "Div"):
-        found = None
-        if alg.reaches(out, _CLAMP_END):
-            mono = alg.monomial(out)  # both forms are a product with the clamp as one factor
-            found = _match_clip(alg, out, mono) or _match_capped_ratio(alg, out, mono)
-        if found is None and alg.reaches(out, _HUBER_MIN):
-            found = _match_capped(alg, out)
-        if found is None and alg.reaches(out, _FLOORED_ABS):
-            found = _match_over_floored_abs(alg, out, alg.monomial(out))
-        return found
-    if node.op_type == "Where":
-        # every select form compares |x| or x = predict - label itself
-        cmp = alg.compare(node.input[0])
-        lhs = None if cmp is None else alg.widened(cmp.lhs)
-        if lhs is None or (alg.unary(lhs, "Abs") is None and alg.producer(lhs, "Sub") is None):
-            if cmp is not None:
-                refuse_rounded_abs(alg, cmp.lhs)
-            return None
+        for product_form in PRODUCT_FORMS:
+            found = product_form.matcher(alg, out)
+            if found is not None:
+                return found
+        return None
+    if node.op_type == "Where" and not _compares_x_or_abs_x(alg, node.input[0]):
+        return None
     if node.op_type in ("Add", "Sum") and out not in alg.reached(_SELECT_SUM_ENDS):
         return None
     sel = alg.select(out)
-    if sel is None:
+    cmp = None if sel is None else alg.compare(sel.cond)
+    if sel is None or cmp is None:
         return None
-    cmp = alg.compare(sel.cond)
-    if cmp is None:
-        return None
+    for select_form in SELECT_FORMS:
+        found = select_form.matcher(alg, out, sel, cmp)
+        if found is not None:
+            return found
+    return None
+
+
+def _compares_x_or_abs_x(alg: Algebra, cond: str) -> bool:
+    """Whether cond compares |x| or a difference x (every select form does); NoMatch for |x|
+    rounded to float16 and back (base.refuse_rounded_abs)."""
+    cmp = alg.compare(cond)
+    lhs = None if cmp is None else alg.widened(cmp.lhs)
+    if lhs is None or (alg.unary(lhs, "Abs") is None and alg.producer(lhs, "Sub") is None):
+        if cmp is not None:
+            refuse_rounded_abs(alg, cmp.lhs)
+        return False
+    return True
+
+
+def _select_on_abs_x(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+    """select(|x| < beta, K/beta * x * dout, K * sign(x) * dout), grown over the products that
+    scale it afterwards where the select itself lacks sign(x) or dout."""
     if alg.unary(alg.widened(cmp.lhs), "Abs") is None:
-        return _match_nested(alg, out, sel, cmp)
+        return None
     found = _match_abs_select(alg, out, sel, cmp)
     if found is None:  # the sign(x) (or dout) may come in by the products that follow
         return _with_outer_scaling(alg, out, sel, cmp)
@@ -219,8 +228,12 @@ def _side(alg: Algebra, cmp: Comparison) -> tuple[str, float] | None:
     return ("low", -b) if cmp.relation in ("<", "<=") else ("high", b)
 
 
-def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+def _nested_select_on_x(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+    """select(x < -beta, -K*dout, select(x > beta, K*dout, K/beta * x * dout)), either side
+    outermost: the Huber gradient as two selects on x itself."""
     x = alg.widened(cmp.lhs)
+    if alg.unary(x, "Abs") is not None:  # a select on |x|: _select_on_abs_x
+        return None
     outer = _side(alg, cmp)
     inner_value = single_factor(sel.when_false)
     if outer is None or inner_value is None:
@@ -303,10 +316,13 @@ def _symmetric_clamp(alg: Algebra, value: str) -> tuple[str, float, set[int]] | 
     return (y, hi, nodes) if hi is not None and hi > 0 and lo == -hi else None
 
 
-def _match_clip(alg: Algebra, out: str, mono: Monomial) -> Match | None:
-    """mono (out's product view) = K * dout * clamp(s*x, -c, c), which is K*c * dout *
-    clamp(x/beta, -1, 1) with beta = c/s: the SmoothL1 gradient as clamp(x/beta, -1, 1), and the
-    Huber gradient as clamp(x, -delta, delta)."""
+def _clamped_ratio(alg: Algebra, out: str) -> Match | None:
+    """out = K * dout * clamp(s*x, -c, c), which is K*c * dout * clamp(x/beta, -1, 1) with beta =
+    c/s: the SmoothL1 gradient as clamp(x/beta, -1, 1), and the Huber gradient as clamp(x, -delta,
+    delta)."""
+    if not alg.reaches(out, _CLAMP_END):
+        return None
+    mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         found = _symmetric_clamp(alg, name) if exp == 1 else None
         if found is None:
@@ -326,11 +342,13 @@ def _match_clip(alg: Algebra, out: str, mono: Monomial) -> Match | None:
     return None
 
 
-def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
-    """mono (out's product view) = K * dout * sign(x) * min(|x|/beta, 1): the gradient's magnitude
-    capped at 1. It is x/beta inside (|x|/beta*sign(x) is x/beta exactly) and sign(x) outside, inf
-    and NaN included (Min keeps NaN); beta must be a constant > 0, since with beta = 0 it is 0/0 =
-    NaN at x = 0."""
+def _sign_times_capped_ratio(alg: Algebra, out: str) -> Match | None:
+    """out = K * dout * sign(x) * min(|x|/beta, 1): the gradient's magnitude capped at 1. It is
+    x/beta inside (|x|/beta*sign(x) is x/beta exactly) and sign(x) outside, inf and NaN included
+    (Min keeps NaN); beta must be a constant > 0, since with beta = 0 it is 0/0 = NaN at x = 0."""
+    if not alg.reaches(out, _CLAMP_END):
+        return None
+    mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         found = alg.producer(name, "Min", "Clip", "Cast") if exp == 1 else None
         cast = None
@@ -381,11 +399,13 @@ def _floors_abs(index: GraphIndex, node: Node) -> bool:
     return bound is not None and index.scalar(bound) is not None
 
 
-def _match_over_floored_abs(alg: Algebra, out: str, mono: Monomial) -> Match | None:
-    """mono (out's product view) = K * dout * x / max(|x|, beta): x/beta where |x| < beta and
-    x/|x| = sign(x) elsewhere, exactly, for a constant beta > 0 (torch.clamp(|x|, min=beta) as Clip
-    too). NaN stays NaN; an inf x gives inf/inf = NaN in the graph where the kernel gives +-1 (the
-    report's caveat)."""
+def _x_over_floored_abs(alg: Algebra, out: str) -> Match | None:
+    """out = K * dout * x / max(|x|, beta): x/beta where |x| < beta and x/|x| = sign(x) elsewhere,
+    exactly, for a constant beta > 0 (torch.clamp(|x|, min=beta) as Clip too). NaN stays NaN; an
+    inf x gives inf/inf = NaN in the graph where the kernel gives +-1 (the report's caveat)."""
+    if not alg.reaches(out, _FLOORED_ABS):
+        return None
+    mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         found = alg.producer(name, "Max", "Clip") if exp == -1 else None
         if found is None or len(found[1].input) < 2:
@@ -408,8 +428,7 @@ def _match_over_floored_abs(alg: Algebra, out: str, mono: Monomial) -> Match | N
         rest = mono.dividing_out(name).dividing_out(x)  # exponents -1 and 1
         match = _finish(alg, f"{FAMILY}/over-floored-abs", out, x, rest, beta, mono.nodes | {i, absx[1]},
                         arithmetic=False)
-        match.caveats.append("x / max(|x|, beta): where x is +-inf the graph computes inf/inf = NaN, the kernel "
-                             "gives the gradient's +-1")
+        match.caveats.append(INF_OVER_INF_CAVEAT)
         return match
     return None
 
@@ -425,12 +444,14 @@ def _caps_abs(index: GraphIndex, node: Node) -> bool:
     return producer is not None and producer.op_type == "Abs" and index.scalar(node.input[1]) is not None
 
 
-def _match_capped(alg: Algebra, out: str) -> Match | None:
+def _huber_loss_v1_gradient(alg: Algebra, out: str) -> Match | None:
     """The gradient of tf.compat.v1.losses.huber_loss, 0.5*q^2 + delta*(|x| - q), q = min(|x|, delta):
         sign(x) * (w + select(|x| <= delta, n*c*min(|x|, delta) - w, 0))
     which is w*sign(x) outside and n*c*|x|*sign(x) = n*c*x inside, a SmoothL1 gradient with beta =
     delta when n*c = w/delta. Exact everywhere: the Min keeps the branch not taken finite, and NaN
     in x gives NaN through the select's 0 mask."""
+    if not alg.reaches(out, _HUBER_MIN):
+        return None
     mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         sign = alg.unary_narrowed(name, "Sign") if exp == 1 else None
@@ -664,15 +685,12 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         inputs[2] = _const_like(dout, dtype)
     caveats = []
     if arithmetic:
-        caveats.append("arithmetic select (float masks as tf2onnx writes them, or autograd's sum of Wheres against 0 "
-                       "times the branches' factors): where the branch not taken is inf/NaN "
-                       "the unfused graph gives NaN, the kernel gives the selected branch")
+        caveats.append(ARITHMETIC_SELECT_CAVEAT)
     if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
            for i in interior):
-        caveats.append("native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN")
+        caveats.append(HALF_SIGN_CAVEAT)
     if expand_label:
-        caveats.append(f"label ({shape_text(index, label)}) is broadcast to predict's shape by an Expand before "
-                       "the fused node (the kernel takes a label of predict's shape)")
+        caveats.append(BROADCAST_LABEL_CAVEAT.format(label=shape_text(index, label)))
     return Match(form, SMOOTH_L1_GRAD, out, target if wrapped is not None else dtype, inputs,
                  {"sigma": float(beta), "reduction": reduction, "scale": factor},
                  interior=interior - boundary, boundary=boundary, caveats=caveats,
@@ -712,6 +730,120 @@ _HUBER_MIN = Reach(_MIN_OPS, _TO_MIN | {"Max"}, 10, _caps_abs)
 _FLOORED_ABS = Reach(frozenset({"Max", "Clip"}), _PRODUCT_OPS | {"Cast"}, 4, _floors_abs)
 _MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
 _SELECT_SUM_ENDS = (_MASK_END, Reach(_WHERE_OPS, _TO_MASK, 6, _selects_against_zero))
+_EVERY_FORM = (BROADCAST_LABEL_CAVEAT,)
+
+SELECT_ON_ABS_X = Form(
+    FAMILY, "select",
+    formula="where(|x| < beta, K/beta * x * dout, K * sign(x) * dout)",
+    spellings=(
+        "`Where(|x| < beta, g*x/beta, g*sign(x))` (PyTorch's decomposition, `g = K * dout`), also with `<=` "
+        "(both branches agree at `|x| == beta`), and with `>=` or a `Not` and the branches swapped",
+        "the arithmetic select `m*A + m'*B` with float masks: `m' = Cast(Not(c))` as tf2onnx writes it or, "
+        "written by hand, `(|x| >= beta).float()` beside `(|x| < beta).float()`, or `1 - m`",
+        "the gradient of `tf.keras.losses.Huber`, two zero-padded selects summed (every reduction, with or "
+        "without `output_gradients`)",
+        "the gradient autograd takes of a loss written with `torch.where`, as torchvision, fvcore and mmdet "
+        "write SmoothL1 (`0.5*n**2/beta` or `0.5*n*n/beta` inside, `n - 0.5*beta` outside; also YOLO's Huber): "
+        "a sum of terms, each a product with `Where(c, g, 0)` or `Where(c, 0, g)`, read as one select whose "
+        "sides add up the terms with equal runtime factors (terms that would cancel are refused), and "
+        "`|x| * sign(x)` read as x",
+        "TensorFlow's gradient of a loss written with `0.5*x*x`, which sums one term per operand of the "
+        "product, `Sum(a, b, a)` (in float16 the two copies multiplied in different orders): the addends with "
+        "the same runtime factors add up, since at most one half of a select is nonzero at any element",
+        "a select without dout scaled afterwards, `tf.where(|x| < beta, x/beta, sign(x)) * dout [/ n]`, whose "
+        "products join the fusion (when they cannot, the select is fused alone)",
+        "branches scaled by different full tensors of one number each (tf-faster-rcnn's `_smooth_l1_loss` with "
+        "`sigma^2 = 2`): those numbers are read as the branches' coefficients",
+        "in float16/bfloat16, a divisor that is the compared beta rounded to that dtype is the same beta",
+        "beta = 0 (the gradient is `sign(x) * g`) with `<` in a Where; refused with `<=` or an arithmetic "
+        "select, which compute 0/0 or 0*inf there",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "tf2onnx", "onnxruntime-training", "jax2onnx",
+               "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_select_on_abs_x,
+    caveats=(ARITHMETIC_SELECT_CAVEAT, HALF_SIGN_CAVEAT, *_EVERY_FORM),
+    reported_as=("where", "arithmetic-select"),
+)
+NESTED_SELECT_ON_X = Form(
+    FAMILY, "nested",
+    formula="where(x < -beta, -K*dout, where(x > beta, K*dout, K/beta * x * dout))",
+    spellings=(
+        "`Where(x < -b, -g*b, Where(x > b, g*b, g*x))`, either side outermost: the Huber gradient "
+        "(`scale = delta`)",
+        "`-g*b` and `g*b` folded into full tensors of one number beside a tensor of ones for g, as dynamo's "
+        "optimizer writes the gradient of a `reduction='none'` Huber loss, and with the tensor of ones dropped, "
+        "as onnxsim, onnxslim and onnxoptimizer leave it",
+        "either select an arithmetic select with float masks",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "onnxsim", "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_nested_select_on_x,
+    caveats=(ARITHMETIC_SELECT_CAVEAT, *_EVERY_FORM),
+    reported_as=("nested-where", "nested-arithmetic-select"),
+)
+CLAMPED_RATIO = Form(
+    FAMILY, "clip",
+    formula="K * dout * clamp(x/beta, -1, 1)",
+    spellings=(
+        "`Clip(x/beta, -1, 1) * g`, `Min(Max(x/beta, -1), 1) * g` (dynamo before its optimizer) or "
+        "`Max(Min(x/beta, 1), -1) * g` (`tf.clip_by_value`), also run in float32 between Casts",
+        "the Huber gradient `clamp(x, -delta, delta) * g` in the same spellings (beta = delta, scale delta)",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "tf2onnx", "paddle2onnx",
+               "onnxconverter-common float16", "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_clamped_ratio,
+    caveats=_EVERY_FORM,
+)
+SIGN_TIMES_CAPPED_RATIO = Form(
+    FAMILY, "capped-ratio",
+    formula="K * dout * sign(x) * min(|x|/beta, 1)",
+    spellings=(
+        "`sign(x) * min(|x|/beta, 1) * g`, the magnitude capped at 1 (beta > 0), also as `Clip(|x|/beta, "
+        "max=1)` from `torch.clamp(., max=1)`, and with the min run in float32 and cast back",
+        "the 1 a full tensor of ones, as `torch.ones_like` exports it, or `Expand(1, Shape(x))` or "
+        "`ConstantOfShape` before dynamo's optimizer",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "tf2onnx", "onnxconverter-common float16",
+               "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_sign_times_capped_ratio,
+    caveats=(HALF_SIGN_CAVEAT, *_EVERY_FORM),
+)
+HUBER_LOSS_V1_GRADIENT = Form(
+    FAMILY, "capped",
+    formula="K * dout * sign(x) * (w + where(|x| <= delta, 2c*min(|x|, delta) - w, 0)),  2c = w/delta",
+    spellings=(
+        "the gradient of `tf.compat.v1.losses.huber_loss` (the TF object detection API's box-regression loss), "
+        "`w/delta * x` inside because `sign(x)*|x| = x`; refused when its constants do not cancel or do not "
+        "scale x by `w/delta`",
+        "the same loss written by hand with `q*q`, or with `q = tf.clip_by_value(|x|, 0, delta)`, whose gradient "
+        "adds a select on `q >= 0` that holds for every x but NaN",
+    ),
+    seen_from=("tf2onnx", "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_huber_loss_v1_gradient,
+    caveats=(HALF_SIGN_CAVEAT, *_EVERY_FORM),
+)
+X_OVER_FLOORED_ABS = Form(
+    FAMILY, "over-floored-abs",
+    formula="K * dout * x / max(|x|, beta)",
+    spellings=(
+        "`x / max(|x|, beta) * g`, also with `Clip(|x|, min=beta)` (`torch.clamp`), for a constant beta > 0: "
+        "x/beta inside and x/|x| = sign(x) outside, exactly",
+    ),
+    seen_from=("tf2onnx", "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_x_over_floored_abs,
+    caveats=(INF_OVER_INF_CAVEAT, *_EVERY_FORM),
+)
+# tried at a Where or a sum, on its select view, in this order
+SELECT_FORMS = (SELECT_ON_ABS_X, NESTED_SELECT_ON_X)
+# tried at a Mul or a Div, in this order
+PRODUCT_FORMS = (CLAMPED_RATIO, SIGN_TIMES_CAPPED_RATIO, HUBER_LOSS_V1_GRADIENT, X_OVER_FLOORED_ABS)
+FORMS = SELECT_FORMS + PRODUCT_FORMS
+
 PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match,
                   prefilter={"Mul": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
                              "Div": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
