@@ -1,13 +1,8 @@
 """Proximal gradient descent:  out = sign(p) * max(|p| - t, 0) / k,  p = var - alpha * delta.
 
-t is alpha*l1 and k is 1 + alpha*l2 (TensorFlow ApplyProximalGradientDescent). Forms accepted:
-  clamp     Max(|p| - t, 0) | Relu(|p| - t) | Clip(|p| - t, min=0) (input or, before opset 11, attribute)
-            | Where(d <= 0, 0, d) (F.threshold) | min(max(d, 0), dtype max) (tf.clip_by_value)
-  shrink    sign(p) * clamp (sign(p) also computed in float32 for a float16 p),
-            softshrink Where(|p| > t, p - sign(p)*t, p*0) (0 for p*0 under tf2onnx's arithmetic
-            select) or (p - t*sign(p)) * Cast(|p| > t) (a float mask),
-            relu(p - t) - relu(-p - t) (LISTA) with a constant t >= 0,
-            the clamp residual p - clip(p, -t, t) (ISTA) with a constant t >= 0
+t is alpha*l1 and k is 1 + alpha*l2 (TensorFlow ApplyProximalGradientDescent). The shrink's forms
+are the records in FORMS: a factor of the update that computes the shrink whole, a float mask times
+the shifted value, or sign(p) times a magnitude; around any of them
   scaling   / k,  * (1/k) as a runtime reciprocal,  * constant,  or none (l2 = 0 folded away)
   update    var - alpha*delta,  var + delta*(-alpha),  Sub(var, Mul(delta, lr)) in any operand order
   scalars   constants (already folded into t and k), runtime alpha/l1/l2 visible as alpha*l1 and
@@ -18,6 +13,7 @@ A bare var - alpha*delta, or p / k without the shrink, is plain (or L2-only) SGD
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -46,8 +42,11 @@ from .base import (
     zero_branch,
     zero_nodes,
 )
+from .forms import Form
 
 FAMILY = "proximal_gd"
+MASKED_INF_CAVEAT = ("arithmetic select (tf2onnx): where p is +-inf a branch not taken is not finite, and the "
+                     "unfused graph gives 0*inf = NaN through its mask where the kernel gives +-inf")
 _SIGN_OPS, _WHERE_OPS = frozenset({"Sign"}), frozenset({"Where"})
 # the scaling ops between the shrink and the anchor, and the Cast back from a float32 Sign
 _TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast"})
@@ -73,7 +72,10 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     shrink = _find_shrink(alg, mono)
     if shrink is None:
         return None
-    p, t, rest, nodes, form, clipped = shrink
+    p, t, nodes, form, clipped = shrink.p, shrink.t, shrink.nodes, shrink.form, shrink.clipped
+    rest = mono
+    for factor in shrink.factors:
+        rest = rest.dividing_out(factor)
     update = _update(alg, p)
     require(update is not None, "p is not var - alpha * delta with a scalar alpha")
     var, delta, alpha, update_nodes = update
@@ -116,8 +118,7 @@ def _masked_inf_caveat(index: GraphIndex, nodes: set[int], p: str, nested: bool)
     if not nested and not any(n.op_type == "Mul" and p in n.input and any(index.scalar(v) == 0.0 for v in n.input)
                               for n in matched):
         return []
-    return ["arithmetic select (tf2onnx): where p is +-inf a branch not taken is not finite, and the unfused "
-            "graph gives 0*inf = NaN through its mask where the kernel gives +-inf"]
+    return [MASKED_INF_CAVEAT]
 
 
 def _may_be_softshrink(index: GraphIndex, node: Node) -> bool:
@@ -155,69 +156,99 @@ def _select_part(index: GraphIndex, node: Node) -> bool:
     return len(node.input) == 3 and index.scalar(node.input[2]) == 0.0
 
 
-def _find_shrink(alg: Algebra, mono: Monomial):
-    """(p, threshold, remaining monomial, nodes, form, clipped) for sign(p)*max(|p|-t, 0) or
-    softshrink; clipped is the value whose dtype's largest finite value a Clip without max caps
-    the shrink at (None when nothing caps it)."""
+@dataclass(frozen=True)
+class Shrink:
+    """sign(p) * max(|p| - t, 0) found among the factors of a product: `factors` are the ones it
+    takes (each of exponent 1), `form` the name the report gives it, and `clipped` the value whose
+    dtype's largest finite value a Clip without max caps the shrink at (None when nothing caps it)."""
+
+    p: str
     t: Input
+    nodes: set[int]
+    form: str
+    factors: tuple[str, ...]
+    clipped: str | None = None
+
+
+@dataclass(frozen=True)
+class SignOf:
+    """A factor of a product that is sign(p): Sign itself, or a Where that is +-1 (not 0) at p = 0
+    (not exact)."""
+
+    factor: str
+    p: str
+    nodes: set[int]
+    exact: bool
+
+
+def _find_shrink(alg: Algebra, mono: Monomial) -> Shrink | None:
+    """The shrink among mono's factors: one factor that computes it whole (WHOLE_FACTOR_FORMS), a
+    float mask times the shifted value, or sign(p) times a magnitude (MAGNITUDE_FORMS)."""
     for name, exp in mono.factors.items():
         if exp != 1:
             continue
         _refuse_two_where_shrink(alg, name)
-        soft = _softshrink(alg, name)
-        if soft is not None:
-            p, t, nodes = soft
-            return p, t, mono.dividing_out(name), nodes, "softshrink", None
-        nested = _nested_softshrink(alg, name)
-        if nested is not None:
-            p, t, nodes = nested
-            return p, t, mono.dividing_out(name), nodes, "nested-softshrink", None
-        residual = _clamp_residual(alg, name)
-        if residual is not None:
-            p, t, nodes = residual
-            return p, t, mono.dividing_out(name), nodes, "clamp-residual", None
-        residual = _min_residual(alg, name)
-        if residual is not None:
-            p, t, nodes = residual
-            return p, t, mono.dividing_out(name), nodes, "min-residual", None
-        difference = _relu_difference(alg, name)
-        if difference is not None:
-            p, t, nodes, clipped = difference
-            return p, t, mono.dividing_out(name), nodes, "relu-difference", p if clipped else None
-        masked = _masked_softshrink(alg, mono, name)
-        if masked is not None:
-            p, t, shifted, nodes = masked
-            rest = mono.dividing_out(name)
-            for factor in shifted:  # factors of exponent 1 (_masked_softshrink)
-                rest = rest.dividing_out(factor)
-            return p, t, rest, nodes, "masked-softshrink", None
-        sign = alg.unary_narrowed(name, "Sign")
-        signed_zero = sign is None  # a sign written as Where(p >= 0, 1, -1) is +-1 at 0 and for NaN
-        if sign is None:
-            sign = _sign_as_where(alg, name)
-        if sign is None:
-            continue
-        p = sign[0]
-        for other, exp2 in mono.factors.items():
-            capped = _abs_minus_min(alg, other, p) if exp2 == 1 and other != name and not signed_zero else None
-            if capped is not None:
-                t, nodes = capped
-                return p, t, mono.dividing_out(name).dividing_out(other), nodes | sign[1], "abs-minus-min", None
-            clamp = _clamp(alg, other) if exp2 == 1 and other != name else None
-            if clamp is None:
-                continue
-            d, clamp_nodes, form = clamp
-            split = _abs_minus_t(alg, d, p)
-            if split is None:
-                continue
-            t, nodes = split
-            if signed_zero:
-                t_value = alg.scalar(t) if isinstance(t, str) else float(t)
-                require(t_value is not None and t_value >= 0,
-                        "sign(p) written as a Where that is +-1 at p = 0 is the shrink only for a constant t >= 0")
-            rest = mono.dividing_out(name).dividing_out(other)
-            return p, t, rest, nodes | sign[1] | clamp_nodes, form, d if form == "clip" else None
+        for whole in WHOLE_FACTOR_FORMS:
+            found = whole.matcher(alg, name)
+            if found is not None:
+                return found
+        found = MASKED_SOFTSHRINK.matcher(alg, mono, name) or _sign_times_magnitude(alg, mono, name)
+        if found is not None:
+            return found
     return None
+
+
+def _sign_times_magnitude(alg: Algebra, mono: Monomial, name: str) -> Shrink | None:
+    """sign(p) * m, name the sign and m another factor of mono that one of MAGNITUDE_FORMS reads as
+    max(|p| - t, 0)."""
+    sign = _sign_of(alg, name)
+    if sign is None:
+        return None
+    for other, exp in mono.factors.items():
+        if exp != 1 or other == name:
+            continue
+        for magnitude in MAGNITUDE_FORMS:
+            found = magnitude.matcher(alg, sign, other)
+            if found is not None:
+                return found
+    return None
+
+
+def _sign_of(alg: Algebra, value: str) -> SignOf | None:
+    sign = alg.unary_narrowed(value, "Sign")
+    if sign is not None:
+        return SignOf(value, sign[0], sign[1], exact=True)
+    written = _sign_as_where(alg, value)
+    return None if written is None else SignOf(value, written[0], written[1], exact=False)
+
+
+def _clamped_abs_minus_t(alg: Algebra, sign: SignOf, value: str) -> Shrink | None:
+    """value = max(|p| - t, 0) in any of _clamp's spellings (the report names the form by the
+    spelling). Beside a sign that is +-1 at p = 0 it is the shrink only for a constant t >= 0,
+    where the clamp is 0 at p = 0."""
+    clamp = _clamp(alg, value)
+    if clamp is None:
+        return None
+    d, clamp_nodes, form = clamp
+    split = _abs_minus_t(alg, d, sign.p)
+    if split is None:
+        return None
+    t, nodes = split
+    if not sign.exact:
+        t_value = alg.scalar(t) if isinstance(t, str) else float(t)
+        require(t_value is not None and t_value >= 0,
+                "sign(p) written as a Where that is +-1 at p = 0 is the shrink only for a constant t >= 0")
+    return Shrink(sign.p, t, nodes | sign.nodes | clamp_nodes, form, (sign.factor, value),
+                  d if form == "clip" else None)
+
+
+def _abs_minus_capped_abs(alg: Algebra, sign: SignOf, value: str) -> Shrink | None:
+    """value = |p| - min(|p|, t) beside the exact Sign (_abs_minus_min)."""
+    capped = _abs_minus_min(alg, value, sign.p) if sign.exact else None
+    if capped is None:
+        return None
+    t, nodes = capped
+    return Shrink(sign.p, t, nodes | sign.nodes, "abs-minus-min", (sign.factor, value))
 
 
 def _sign_as_where(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
@@ -345,8 +376,8 @@ def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[in
     return None
 
 
-def _softshrink(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | None:
-    """Where(|p| > t, p - sign(p)*t, p*0) -> (p, t, nodes)."""
+def _softshrink(alg: Algebra, value: str) -> Shrink | None:
+    """value = Where(|p| > t, p - sign(p)*t, p*0)."""
     where = alg.producer(value, "Where")
     if where is not None:  # the condition decides before the branches are walked
         cmp = alg.compare(where[1].input[0])
@@ -384,7 +415,7 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | None:
         return None
     nodes = (sel.nodes | cmp.nodes | {absp[1]} | inside.nodes | outside.nodes | shifted[0]
              | alg.widening_casts(cmp.lhs) | alg.widening_casts(cmp.rhs) | zeros)
-    return p, shifted[1], nodes
+    return Shrink(p, shifted[1], nodes, "softshrink", (value,))
 
 
 def _side_branch(alg: Algebra, cmp: Comparison, branch: Monomial) -> tuple[str, float, int] | None:
@@ -409,8 +440,8 @@ def _side_branch(alg: Algebra, cmp: Comparison, branch: Monomial) -> tuple[str, 
     return cmp.lhs, side * c, side
 
 
-def _nested_softshrink(alg: Algebra, value: str) -> tuple[str, np.ndarray, set[int]] | None:
-    """where(p > t, p - t, where(p < -t, p + t, p*0)) (either side first) -> (p, t, nodes): soft
+def _nested_softshrink(alg: Algebra, value: str) -> Shrink | None:
+    """value = where(p > t, p - t, where(p < -t, p + t, p*0)) (either side first): soft
     thresholding as TensorFlow code writes it with two selects. It is the shrink for a constant
     t >= 0 (at p = +-t the shifted branch is 0 too): NaN fails both comparisons and ends in p*0,
     which is NaN. Under tf2onnx's arithmetic selects an inf p makes the branches not taken NaN
@@ -454,7 +485,7 @@ def _nested_softshrink(alg: Algebra, value: str) -> tuple[str, np.ndarray, set[i
     nodes = (outer.nodes | inner.nodes | outer_cmp.nodes | inner_cmp.nodes | outer.when_true.nodes
              | inner.when_true.nodes | outer.when_false.nodes | rest.nodes | zeros
              | alg.terms(high_moved)[1] | alg.terms(low_moved)[1])
-    return p, np.array(t_high, np.float32), nodes
+    return Shrink(p, np.array(t_high, np.float32), nodes, "nested-softshrink", (value,))
 
 
 def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str, strict: bool = True
@@ -506,8 +537,8 @@ def _shift_threshold(alg: Algebra, p: str, t: str, shift: str | float | np.ndarr
     return None
 
 
-def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, Input, list[str], set[int]] | None:
-    """(p, t, the shifted factors, nodes) when mono has the factors Cast(|p| > t) (or >=) and
+def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> Shrink | None:
+    """The shrink when mono has the factors mask = Cast(|p| > t) (or >=) and
     p - t*sign(p), or sign(p) and |p| - t: softshrink with a float mask. Equal to the shrink for
     every p and t: NaN in p fails the comparison and 0*NaN is NaN, inf passes it, and where the
     mask is 0 the other factors are finite; for t < 0 every p passes and p - t*sign(p) is
@@ -525,11 +556,11 @@ def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, In
     found = {cast[0], absp[1]} | cmp.nodes | alg.widening_casts(cmp.lhs) | alg.widening_casts(cmp.rhs)
     split = _sign_times_abs_minus_t(alg, mono, mask, p, t, strict)
     if split is not None:
-        return p, split[2], split[0], found | split[1]
+        return Shrink(p, split[2], found | split[1], "masked-softshrink", (mask, *split[0]))
     for other, exp in mono.factors.items():
         shifted = _shifted_by_sign(alg, other, p, t, strict) if exp == 1 and other != mask else None
         if shifted is not None:
-            return p, shifted[1], [other], found | shifted[0]
+            return Shrink(p, shifted[1], found | shifted[0], "masked-softshrink", (mask, other))
         widened = alg.widened(other) if exp == 1 else other
         if widened != other and _shifted_by_sign(alg, widened, p, alg.widened(t)) is not None:
             refuse_float32_finish(alg, p, "p - t*sign(p)")
@@ -583,8 +614,8 @@ def _may_end_relu_sum(index: GraphIndex, node: Node) -> bool:
     return bool(ops & {"Min", "Clip"}) and bool(ops & (_RELU_OPS | {"Clip"}))
 
 
-def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int]] | None:
-    """p - clip(p, -t, t) -> (p, t, nodes): the soft threshold as the residual of a clamp, as ISTA
+def _clamp_residual(alg: Algebra, value: str) -> Shrink | None:
+    """value = p - clip(p, -t, t): the soft threshold as the residual of a clamp, as ISTA
     code writes it. It is sign(p)*max(|p| - t, 0) for every p (NaN and inf included: the clamp is
     finite there, p is not) as long as t >= 0; with -t > t the clamp returns a bound instead, so t
     must be a constant that is known not to be negative."""
@@ -606,7 +637,7 @@ def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, se
     if lo_c != -hi_c:
         return None
     require(hi_c >= 0, f"p - clip(p, {lo_c:g}, {hi_c:g}): with a negative t the clamp returns a bound, not the shrink")
-    return p, (hi if isinstance(hi, str) else np.array(hi, np.float32)), nodes | {i}
+    return Shrink(p, hi if isinstance(hi, str) else np.array(hi, np.float32), nodes | {i}, "clamp-residual", (value,))
 
 
 def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[Input, set[int]] | None:
@@ -634,8 +665,8 @@ def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[Input, set[int]] | No
     return None
 
 
-def _min_residual(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | None:
-    """p - sign(p)*min(|p|, t) -> (p, t, nodes): the shrink as the kernel itself computes it. It
+def _min_residual(alg: Algebra, value: str) -> Shrink | None:
+    """value = p - sign(p)*min(|p|, t): the shrink as the kernel itself computes it. It
     is sign(p)*max(|p| - t, 0) for every p and every t: where |p| <= t it is p - p = 0, elsewhere
     p - sign(p)*t = sign(p)*(|p| - t) with the same rounding, also for a negative t; NaN stays NaN
     through the Min and inf - t is inf."""
@@ -652,7 +683,7 @@ def _min_residual(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | Non
         capped = None if sign is None or sign[0] != p else _capped_abs(alg, capped_name, p)
         if sign is not None and capped is not None:
             t, nodes = capped
-            return p, t, nodes | sign[1] | mono.nodes | {i}
+            return Shrink(p, t, nodes | sign[1] | mono.nodes | {i}, "min-residual", (value,))
     return None
 
 
@@ -671,15 +702,15 @@ def _abs_minus_min(alg: Algebra, value: str, p: str) -> tuple[Input, set[int]] |
     return t, nodes | {i, absp[1]}
 
 
-def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int], bool] | None:
-    """relu(p - t) - relu(-p - t) -> (p, t, nodes, clipped): soft thresholding as LISTA code writes
+def _relu_difference(alg: Algebra, value: str) -> Shrink | None:
+    """value = relu(p - t) - relu(-p - t): soft thresholding as LISTA code writes
     it (relu also as max(., 0), F.threshold or Clip(., 0)), or relu(p - t) + min(p + t, 0) (the
     second clamp as Min(., 0) or Clip(., max=0)), which is the same since min(e, 0) = -relu(-e).
     It is sign(p)*max(|p| - t, 0) for every p (onnxruntime's Relu, Max and Min keep NaN, and inf
     passes one side) as long as t >= 0; for t < 0 both sides are nonzero near 0 and the result is
     2p, so t must be a constant known not to be negative. Clip with a bound left out clamps at the
     dtype's largest finite value (clipped), which both sides must then do, so that +-inf map to
-    +-that value."""
+    +-that value (the Shrink's clipped)."""
     terms, nodes = alg.terms(value)
     signs = sorted(s for s, _ in terms)
     if signs == [-1, 1]:
@@ -715,7 +746,8 @@ def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, s
     if t_const is None:
         raise NoMatch("relu(p - t) - relu(-p - t) is the shrink only for t >= 0, and t is a runtime value")
     require(t_const >= 0, f"relu(p - t) - relu(-p - t) with t = {t_const:g}: for t < 0 it is 2p near 0, not the shrink")
-    return p, t, nodes | high[1] | low[1] | t_nodes | t2_nodes, clipped[0]
+    return Shrink(p, t, nodes | high[1] | low[1] | t_nodes | t2_nodes, "relu-difference", (value,),
+                  p if clipped[0] else None)
 
 
 def _negative_part(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
@@ -907,6 +939,128 @@ def _const_or_value(alg: Algebra, t: Input) -> Input:
             return np.asarray(c, np.float32).reshape(c.shape)
     return t
 
+
+SOFTSHRINK = Form(
+    FAMILY, "softshrink",
+    formula="where(|p| > t, p - sign(p)*t, p*0)",
+    spellings=(
+        "`Where(|p| > t, p - sign(p)*t, p*0)`, also with `|p|` widened to float32 in a float16 graph, and with "
+        "`0` for `p*0` under tf2onnx's arithmetic select, whose 0 mask keeps NaN in p",
+        "`Where(|p| <= t, 0, p - sign(p)*t)` with a plain 0 (NaN fails the comparison and takes the shift there, "
+        "as in the fused op)",
+        "in float16 or bfloat16, comparing `|p|` with the float32 t but shifting by t rounded to its dtype "
+        "(`F.softshrink` on a half tensor): the shrink at the rounded t when no value of the dtype lies between "
+        "the two, fused with that threshold",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_softshrink,
+    caveats=(MASKED_INF_CAVEAT,),
+)
+NESTED_SOFTSHRINK = Form(
+    FAMILY, "nested-softshrink",
+    formula="where(p > t, p - t, where(p < -t, p + t, p*0))",
+    spellings=(
+        "two nested selects, either side first, with a constant t >= 0 (NaN fails both comparisons and ends in "
+        "`p*0`); refused for a runtime or negative t, where the sides overlap",
+        "a plain 0 for `p*0` only where the inner select is tf2onnx's arithmetic select, whose 0 mask keeps NaN",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_nested_softshrink,
+    caveats=(MASKED_INF_CAVEAT,),
+)
+CLAMP_RESIDUAL = Form(
+    FAMILY, "clamp-residual",
+    formula="p - clip(p, -t, t)",
+    spellings=(
+        "ISTA's soft threshold as a clamp residual, with a constant t >= 0: `Clip` with inputs or, before opset "
+        "11, attributes, `Min(Max(p, -t), t)` or `Max(Min(p, t), -t)` as tf2onnx writes `tf.clip_by_value`; "
+        "equal to the shrink on every p, NaN and inf included",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "jax2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_clamp_residual,
+)
+MIN_RESIDUAL = Form(
+    FAMILY, "min-residual",
+    formula="p - sign(p)*min(|p|, t)",
+    spellings=(
+        "the kernel's own formula, the min also as `Clip(|p|, max=t)` (`torch.clamp(|p|, max=t)`): equal to "
+        "the shrink with the same rounding for every p and every t (a runtime or negative one too)",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_min_residual,
+)
+RELU_DIFFERENCE = Form(
+    FAMILY, "relu-difference",
+    formula="relu(p - t) - relu(-p - t)",
+    spellings=(
+        "LISTA's soft threshold with a constant t >= 0 (for t < 0 it is 2p near 0); relu also as `max(., 0)`, "
+        "`F.threshold` or `Clip(., 0)`, and `-p - t` also as `-(p + t)`",
+        "`clamp(p - t, min=0) + clamp(p + t, max=0)`, since `min(e, 0) = -relu(-e)`; the second clamp as "
+        "`Min(., 0)` or `Clip(., max=0)`",
+        "both sides as `Clip` with a bound left out keep its largest finite cap as `shrink_max`; a `Clip` beside "
+        "a `Max` is not fused",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_relu_difference,
+)
+MASKED_SOFTSHRINK = Form(
+    FAMILY, "masked-softshrink",
+    formula="(p - t*sign(p)) * (|p| > t)",
+    spellings=(
+        "`(p - t*sign(p)) * Cast(|p| > t)` (or `>=`), a float mask: equal to the shrink for every p and t",
+        "`sign(p) * (|p| - t) * Cast(|p| > t)`",
+        "a shift by a constant that the comparison cannot tell apart from t in p's dtype is the threshold",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_masked_softshrink,
+)
+ABS_MINUS_MIN = Form(
+    FAMILY, "abs-minus-min",
+    formula="sign(p) * (|p| - min(|p|, t))",
+    spellings=(
+        "the min also as `Clip(|p|, max=t)`: equal to the shrink with the same rounding for every p and every t; "
+        "with `Sign` itself (a sign written as a select is +-1 at p = 0)",
+    ),
+    seen_from=("dynamo-optimized", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_abs_minus_capped_abs,
+)
+SIGN_TIMES_CLAMP = Form(
+    FAMILY, "clamp",
+    formula="sign(p) * max(|p| - t, 0)",
+    spellings=(
+        "`Max(|p| - t, 0)` (reported as `max`), also against a zeros tensor, `ConstantOfShape` or `Expand(0, "
+        "Shape(p))` (zeros that would broadcast the update to a larger shape are refused), and `Clip(d, 0, inf)` "
+        "(`torch.clamp(d, 0, inf)`: inf stays inf there, as in `Max`)",
+        "`Relu(|p| - t)` (reported as `relu`)",
+        "`Clip(|p| - t, min=0)` (reported as `clip`; the bound an attribute before opset 11, an input after) and "
+        "the clamp capped at the dtype's largest value, `tf.clip_by_value(d, 0, float32.max)`: `Max(Min(d, M), "
+        "0)` in either nesting or `Clip(d, 0, M)`; that is `Clip` without max, whose cap the fused node keeps "
+        "as `shrink_max`",
+        "`Where(d <= 0, 0, d)` or `Where(d < 0, 0, d)` (reported as `where`; `F.threshold(d, 0, 0)` from the "
+        "dynamo exporter; NaN selects d there, as in `Max`)",
+        "a float16/bfloat16 clamp run in float32 and cast back (reported as `max` for the capped one: the "
+        "wider type's largest value rounds back to inf)",
+        "`sign(p)` also as `where(p >= 0, 1, -1)` (or `> 0`, or `< 0` with the branches swapped) with a "
+        "constant t >= 0, since it is +-1 at p = 0 where the clamp is 0 then",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "tf2onnx", "jax2onnx", "paddle2onnx",
+               "onnxconverter-common float16", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_clamped_abs_minus_t,
+    reported_as=("max", "relu", "clip", "where"),
+)
+# a factor of the update that computes the shrink whole, tried in this order before MASKED_SOFTSHRINK
+WHOLE_FACTOR_FORMS = (SOFTSHRINK, NESTED_SOFTSHRINK, CLAMP_RESIDUAL, MIN_RESIDUAL, RELU_DIFFERENCE)
+# a factor beside sign(p), tried in this order last
+MAGNITUDE_FORMS = (ABS_MINUS_MIN, SIGN_TIMES_CLAMP)
+FORMS = (*WHOLE_FACTOR_FORMS, MASKED_SOFTSHRINK, *MAGNITUDE_FORMS)
 
 # where a shrink ends, a few scaling ops below an anchor (here: the accept tests come first)
 _TWO_WHERE_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part)
