@@ -1075,4 +1075,5 @@ _SHRINK_ENDS = (Reach(_SIGN_OPS, _TO_SHRINK, 4), Reach(_WHERE_OPS, _TO_SHRINK, 4
 # without scaling (l2 = 0) is reported, Sub for an unscaled clamp residual or difference of ReLUs
 PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add", "Sub"}), match,
                   prefilter={"Add": (_SELECT_SUM, _RELU_SUM),
-                             **dict.fromkeys(("Mul", "Div", "Where", "Sub"), _SHRINK_ENDS)})
+                             **dict.fromkeys(("Mul", "Div", "Where", "Sub"), _SHRINK_ENDS)},
+                  forms=FORMS)

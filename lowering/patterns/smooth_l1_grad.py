@@ -847,4 +847,5 @@ FORMS = SELECT_FORMS + PRODUCT_FORMS
 PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match,
                   prefilter={"Mul": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
                              "Div": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
-                             "Add": _SELECT_SUM_ENDS, "Sum": _SELECT_SUM_ENDS})
+                             "Add": _SELECT_SUM_ENDS, "Sum": _SELECT_SUM_ENDS},
+                  forms=FORMS)
