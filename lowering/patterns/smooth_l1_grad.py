@@ -9,6 +9,8 @@ that order: the select forms at a Where or a sum, the product forms at a Mul or 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import onnx
 
@@ -463,48 +465,72 @@ def _huber_loss_v1_gradient(alg: Algebra, out: str) -> Match | None:
         x = sign[0]
         total = next(iter(rest.factors))
         shifted = _constant_plus(alg, total, x)  # w + select(...)
-        if shifted is None:
-            added = alg.producer(total, "Add", "Sum")
-            selects = [] if added is None or len(added[1].input) != 2 else [alg.select(v) for v in added[1].input]
-            found = [sel for sel in selects if sel is not None]
-            if len(found) == 1:
-                raise NoMatch("sign(x) * (w + select(|x| <= delta, ...)) with w not a constant: the gradient of "
-                              "tf.compat.v1.losses.huber_loss is read with a constant weight only (a runtime "
-                              "weights tensor or output_gradients scales it here)")
-            if len(found) == 2:
-                _refuse_overlapping_sides(alg, found, x)
+        if shifted is None or len(shifted.addends) != 1:
+            _refuse_huber_v1_lookalike(alg, total, x)
             continue
-        w, value, shift_nodes = shifted
-        sel = alg.select(value)
-        if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 \
-                or len(sel.when_true.factors) != 1:
+        w = shifted.constant
+        inside = _capped_inside(alg, shifted.addends[0], x)
+        if inside is None:
             continue
-        branch, guard_nodes = _unguarded(alg, next(iter(sel.when_true.factors)), x)
-        inner = _constant_plus(alg, branch, x, repeated=True)  # n*M - w
-        cmp = alg.compare(sel.cond)
-        if inner is None or cmp is None or cmp.relation not in ("<", "<="):
-            continue
-        minus_w, cap, inner_nodes = inner  # cap: n * c * Min(|x|, delta)
-        inner_nodes = inner_nodes | guard_nodes
-        floored = _floored_at_zero(alg, next(iter(cap.factors))) if len(cap.factors) == 1 else None
-        if floored is not None:  # tf.clip_by_value(|x|, 0, delta): Max(Min(|x|, delta), 0)
-            cap = Monomial(cap.coef, {floored[0]: 1}, cap.nodes | floored[1])
-        capped = alg.producer(next(iter(cap.factors)), "Min") if len(cap.factors) == 1 else None
-        abs_x = None if capped is None else alg.unary(capped[1].input[0], "Abs")
-        if capped is None or abs_x is None or abs_x[0] != x:
-            continue
-        delta = alg.scalar(capped[1].input[1])
-        if delta is None or cmp.lhs != capped[1].input[0] or alg.scalar(cmp.rhs) != delta:
-            continue
-        require(delta > 0, f"huber_loss with delta = {delta:g}")
-        require(close(minus_w, -w), "the gradient's constant terms do not cancel inside |x| <= delta")
-        require(_same_scale(alg, x, cap.coef, w / delta),
-                f"the |x| <= delta branch scales x by {cap.coef:g}, not by w/delta = {w / delta:g}")
-        nodes = (mono.nodes | sign[1] | shift_nodes | sel.nodes | sel.when_true.nodes | inner_nodes | cap.nodes
-                 | cmp.nodes | {capped[0], abs_x[1]})
-        return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), delta, nodes,
+        require(inside.delta > 0, f"huber_loss with delta = {inside.delta:g}")
+        require(close(inside.constant, -w), "the gradient's constant terms do not cancel inside |x| <= delta")
+        require(_same_scale(alg, x, inside.scale, w / inside.delta),
+                f"the |x| <= delta branch scales x by {inside.scale:g}, not by w/delta = {w / inside.delta:g}")
+        nodes = mono.nodes | sign[1] | shifted.nodes | inside.nodes
+        return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), inside.delta, nodes,
                        arithmetic=False)
     return None
+
+
+class CappedInside(NamedTuple):
+    """select(|x| <= delta, scale*min(|x|, delta) + constant, 0): the inside of huber_loss's gradient."""
+
+    delta: float
+    scale: float
+    constant: float
+    nodes: set[int]
+
+
+def _capped_inside(alg: Algebra, value: str, x: str) -> CappedInside | None:
+    """value = select(|x| <= delta, n*c*min(|x|, delta) - w, 0) with a constant delta, the min also
+    floored at 0 (tf.clip_by_value(|x|, 0, delta)) and guarded by its select on min >= 0."""
+    sel = alg.select(value)
+    if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 \
+            or len(sel.when_true.factors) != 1:
+        return None
+    branch, guard_nodes = _unguarded(alg, next(iter(sel.when_true.factors)), x)
+    inner = _constant_plus(alg, branch, x)  # cap - w
+    cap = None if inner is None else _like_terms_sum(alg, inner.addends, x)  # n * c * Min(|x|, delta)
+    cmp = alg.compare(sel.cond)
+    if inner is None or cap is None or cmp is None or cmp.relation not in ("<", "<="):
+        return None
+    floored = _floored_at_zero(alg, next(iter(cap.factors))) if len(cap.factors) == 1 else None
+    if floored is not None:  # tf.clip_by_value(|x|, 0, delta): Max(Min(|x|, delta), 0)
+        cap = Monomial(cap.coef, {floored[0]: 1}, cap.nodes | floored[1])
+    capped = alg.producer(next(iter(cap.factors)), "Min") if len(cap.factors) == 1 else None
+    abs_x = None if capped is None else alg.unary(capped[1].input[0], "Abs")
+    if capped is None or abs_x is None or abs_x[0] != x:
+        return None
+    delta = alg.scalar(capped[1].input[1])
+    if delta is None or cmp.lhs != capped[1].input[0] or alg.scalar(cmp.rhs) != delta:
+        return None
+    nodes = (sel.nodes | sel.when_true.nodes | inner.nodes | guard_nodes | cap.nodes | cmp.nodes
+             | {capped[0], abs_x[1]})
+    return CappedInside(delta, cap.coef, inner.constant, nodes)
+
+
+def _refuse_huber_v1_lookalike(alg: Algebra, total: str, x: str) -> None:
+    """NoMatch for sign(x) * (a + b) where a or b is a select but the sum is not w + select with
+    a constant w: a weighted huber_loss, or two selects that overlap at |x| == delta."""
+    added = alg.producer(total, "Add", "Sum")
+    selects = [] if added is None or len(added[1].input) != 2 else [alg.select(v) for v in added[1].input]
+    found = [sel for sel in selects if sel is not None]
+    if len(found) == 1:
+        raise NoMatch("sign(x) * (w + select(|x| <= delta, ...)) with w not a constant: the gradient of "
+                      "tf.compat.v1.losses.huber_loss is read with a constant weight only (a runtime "
+                      "weights tensor or output_gradients scales it here)")
+    if len(found) == 2:
+        _refuse_overlapping_sides(alg, found, x)
 
 
 def _abs_threshold(alg: Algebra, cond: str, x: str) -> tuple[str, float] | None:
@@ -598,12 +624,17 @@ def _fold_uniform(alg: Algebra, mono: Monomial, like: str) -> Monomial:
     return Monomial(coef, factors, mono.nodes)
 
 
-def _constant_plus(alg: Algebra, value: str, like: str, repeated: bool = False):
-    """(w, v, nodes) when value = Add/Sum(uniform constant w, v); with `repeated`, (w, m, nodes)
-    when value = Sum(w, v1, ..., vn), m the vi's product views (uniform constants folded) added
-    up, all with the same runtime factors: TensorFlow's gradient of q*q sums one term per operand,
-    the same value twice or two products that grappler wrote apart. w must leave `like`'s shape
-    as it is."""
+class ConstantPlus(NamedTuple):
+    """w + v1 + ... + vn: a uniform constant w and the other addends."""
+
+    constant: float
+    addends: list[str]
+    nodes: set[int]
+
+
+def _constant_plus(alg: Algebra, value: str, like: str) -> ConstantPlus | None:
+    """value = Add/Sum(w, v1, ..., vn) with one uniform constant w that leaves `like`'s shape as it
+    is, and n >= 1."""
     found = alg.producer(value, "Add", "Sum")
     if found is None:
         return None
@@ -611,13 +642,14 @@ def _constant_plus(alg: Algebra, value: str, like: str, repeated: bool = False):
     consts = [v for v in node.input if alg.index.const(v) is not None]
     others = [v for v in node.input if v not in consts]
     w = _uniform_value(alg, consts[0], like) if len(consts) == 1 and others else None
-    if w is None:
-        return None
-    if repeated:
-        terms = [_fold_uniform(alg, alg.monomial(v), like) for v in others]
-        total = sum_like(terms)
-        return None if total is None else (w, total, {i})
-    return (w, others[0], {i}) if len(others) == 1 else None
+    return None if w is None else ConstantPlus(w, others, {i})
+
+
+def _like_terms_sum(alg: Algebra, addends: list[str], like: str) -> Monomial | None:
+    """The addends' product views (uniform constants folded) added up, all with the same runtime
+    factors: TensorFlow's gradient of q*q sums one term per operand, the same value twice or two
+    products that grappler wrote apart."""
+    return sum_like([_fold_uniform(alg, alg.monomial(v), like) for v in addends])
 
 
 def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: float,
