@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -227,19 +228,16 @@ def _clamped_abs_minus_t(alg: Algebra, sign: SignOf, value: str) -> Shrink | Non
     spelling). Beside a sign that is +-1 at p = 0 it is the shrink only for a constant t >= 0,
     where the clamp is 0 at p = 0."""
     clamp = _clamp(alg, value)
-    if clamp is None:
-        return None
-    d, clamp_nodes, form = clamp
-    split = _abs_minus_t(alg, d, sign.p)
-    if split is None:
+    split = None if clamp is None else _abs_minus_t(alg, clamp.d, sign.p)
+    if clamp is None or split is None:
         return None
     t, nodes = split
     if not sign.exact:
         t_value = alg.scalar(t) if isinstance(t, str) else float(t)
         require(t_value is not None and t_value >= 0,
                 "sign(p) written as a Where that is +-1 at p = 0 is the shrink only for a constant t >= 0")
-    return Shrink(sign.p, t, nodes | sign.nodes | clamp_nodes, form, (sign.factor, value),
-                  d if form == "clip" else None)
+    return Shrink(sign.p, t, nodes | sign.nodes | clamp.nodes, clamp.form, (sign.factor, value),
+                  clamp.d if clamp.form == "clip" else None)
 
 
 def _abs_minus_capped_abs(alg: Algebra, sign: SignOf, value: str) -> Shrink | None:
@@ -278,8 +276,16 @@ def _finfo_max(elem_type: int | None) -> float:
     return float(np.finfo(np.float32).max)
 
 
-def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
-    """(d, nodes, form) when value = max(d, 0), or min(max(d, 0), the dtype's largest finite
+class Clamped(NamedTuple):
+    """max(d, 0) or min(d, 0) as a pattern spells it; form is the report's name for the spelling."""
+
+    d: str
+    nodes: set[int]
+    form: str
+
+
+def _clamp(alg: Algebra, value: str) -> Clamped | None:
+    """value = max(d, 0), or min(max(d, 0), the dtype's largest finite
     value) in any nesting (tf.clip_by_value(d, 0, dtype.max) through tf2onnx): that is Clip
     without max, form "clip", whose only difference from Max, inf -> largest finite, the fused
     node keeps as its shrink_max attribute."""
@@ -290,12 +296,12 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
     if node.op_type == "Cast":
         return _narrowed_clamp(alg, i, node)
     if node.op_type == "Relu":
-        return node.input[0], {i}, "relu"
+        return Clamped(node.input[0], {i}, "relu")
     if node.op_type == "Where":
         return _where_clamp(alg, i, node)
     if node.op_type == "Min":
         inner = _clamp(alg, node.input[0]) if _caps_at_finite_max(alg, node) else None
-        return None if inner is None or inner[2] != "max" else (inner[0], inner[1] | {i}, "clip")
+        return None if inner is None or inner.form != "max" else Clamped(inner.d, inner.nodes | {i}, "clip")
     if node.op_type == "Max":
         if len(node.input) != 2:
             return None
@@ -305,40 +311,40 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
                 continue
             capped = alg.producer(d, "Min")
             if capped is not None and _caps_at_finite_max(alg, capped[1]):
-                return capped[1].input[0], {i, capped[0]} | zero, "clip"
-            return d, {i} | zero, "max"
+                return Clamped(capped[1].input[0], {i, capped[0]} | zero, "clip")
+            return Clamped(d, {i} | zero, "max")
         return None
     lo, hi = clip_bounds(node)
     if alg.bound_value(lo) != 0.0:
         return None
     if hi is not None and alg.bound_value(hi) == math.inf:  # torch.clamp(d, 0, inf): inf stays inf, as in Max
-        return node.input[0], {i}, "max"
+        return Clamped(node.input[0], {i}, "max")
     if hi is not None and alg.bound_value(hi) != _finfo_max(alg.index.elem_type(node.input[0])):
         return None
-    return node.input[0], {i}, "clip"
+    return Clamped(node.input[0], {i}, "clip")
 
 
-def _narrowed_clamp(alg: Algebra, i: int, cast) -> tuple[str, set[int], str] | None:
+def _narrowed_clamp(alg: Algebra, i: int, cast: Node) -> Clamped | None:
     """Cast<T>(max(Cast<float32>(d: T), 0)): a float16/bfloat16 d clamped in float32 and cast back
     (F.threshold from the dynamo exporter), which is max(d, 0) exactly. So is the "clip" form
     there: the wider type's largest value, where it sends inf, rounds back to inf."""
     inner = _clamp(alg, cast.input[0])
     if inner is None:
         return None
-    narrow = alg.narrowed(inner[0], attr(cast, "to"))
+    narrow = alg.narrowed(inner.d, attr(cast, "to"))
     if narrow is None:
         return None
-    return narrow[0], inner[1] | {i} | narrow[1], "max" if inner[2] == "clip" else inner[2]
+    return Clamped(narrow[0], inner.nodes | {i} | narrow[1], "max" if inner.form == "clip" else inner.form)
 
 
-def _caps_at_finite_max(alg: Algebra, node) -> bool:
+def _caps_at_finite_max(alg: Algebra, node: Node) -> bool:
     """node is Min(y, M) with M its dtype's largest finite value (as a constant second operand,
     where normalization puts constants)."""
     return (len(node.input) == 2 and alg.index.const(node.input[1]) is not None
             and alg.scalar(node.input[1]) == _finfo_max(alg.index.elem_type(node.input[0])))
 
 
-def _where_clamp(alg: Algebra, i: int, node) -> tuple[str, set[int], str] | None:
+def _where_clamp(alg: Algebra, i: int, node: Node) -> Clamped | None:
     """Where(d <= 0, 0, d) or Where(d < 0, 0, d): F.threshold(d, 0, 0) as the dynamo exporter
     writes it. NaN fails the comparison and selects d, as in Max(d, 0); the mirrored
     Where(d > 0, d, 0) sends NaN to 0 instead, and is refused."""
@@ -353,7 +359,7 @@ def _where_clamp(alg: Algebra, i: int, node) -> tuple[str, set[int], str] | None
     if not low:
         raise NoMatch(f"max(d, 0) written as Where(d {cmp.relation} 0, d, 0): NaN in d gives 0 there "
                       "and NaN in the fused op")
-    return d, {i} | cmp.nodes | zeros, "where"
+    return Clamped(d, {i} | cmp.nodes | zeros, "where")
 
 
 def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[int]] | None:
@@ -718,7 +724,7 @@ def _relu_difference(alg: Algebra, value: str) -> Shrink | None:
         high, low = _clamp(alg, pos), _clamp(alg, neg)
         if high is None or low is None:
             return None
-        split_high, split_low = _signed_minus_t(alg, high[0]), _signed_minus_t(alg, low[0])
+        split_high, split_low = _signed_minus_t(alg, high.d), _signed_minus_t(alg, low.d)
     elif signs == [1, 1]:
         sides = None
         for (_, pos), (_, neg) in (terms, terms[::-1]):
@@ -730,28 +736,28 @@ def _relu_difference(alg: Algebra, value: str) -> Shrink | None:
         if sides is None:
             return None
         high, low = sides
-        split_high, split_low = _signed_minus_t(alg, high[0]), _negated_plus_t(alg, low[0])
+        split_high, split_low = _signed_minus_t(alg, high.d), _negated_plus_t(alg, low.d)
     else:
         return None
-    if split_high is None or split_low is None or split_high[0] != 1 or split_low[0] != -1 \
-            or split_high[1] != split_low[1]:
+    if split_high is None or split_low is None or split_high.sign != 1 or split_low.sign != -1 \
+            or split_high.p != split_low.p:
         return None
-    clipped = [side[2] == "clip" for side in (high, low)]
-    if clipped[0] != clipped[1]:
+    clipped = high.form == "clip"
+    if clipped != (low.form == "clip"):
         return None
-    (_, p, t, t_nodes), (_, _, t2, t2_nodes) = split_high, split_low
+    p, t, t2 = split_high.p, split_high.t, split_low.t
     t_const, t2_const = alg.scalar(t), alg.scalar(t2)
     if t != t2 and (t_const is None or t_const != t2_const):
         return None
     if t_const is None:
         raise NoMatch("relu(p - t) - relu(-p - t) is the shrink only for t >= 0, and t is a runtime value")
     require(t_const >= 0, f"relu(p - t) - relu(-p - t) with t = {t_const:g}: for t < 0 it is 2p near 0, not the shrink")
-    return Shrink(p, t, nodes | high[1] | low[1] | t_nodes | t2_nodes, "relu-difference", (value,),
-                  p if clipped[0] else None)
+    return Shrink(p, t, nodes | high.nodes | low.nodes | split_high.nodes | split_low.nodes, "relu-difference",
+                  (value,), p if clipped else None)
 
 
-def _negative_part(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
-    """(e, nodes, form) when value = min(e, 0): Min against zeros, or Clip(e, max=0) with its
+def _negative_part(alg: Algebra, value: str) -> Clamped | None:
+    """value = min(e, 0): Min against zeros, or Clip(e, max=0) with its
     lower bound left out (form "clip": it clamps -inf at the dtype's lowest finite value)."""
     found = alg.producer(value, "Min", "Clip")
     if found is None:
@@ -761,29 +767,38 @@ def _negative_part(alg: Algebra, value: str) -> tuple[str, set[int], str] | None
         lo, hi = clip_bounds(node)
         if lo is not None or hi is None or alg.bound_value(hi) != 0.0:
             return None
-        return node.input[0], {i}, "clip"
+        return Clamped(node.input[0], {i}, "clip")
     if len(node.input) != 2:
         return None
     for e, z in (node.input, node.input[::-1]):
         zero = zero_nodes(alg, z, like=e)
         if zero is not None:
-            return e, {i} | zero, "min"
+            return Clamped(e, {i} | zero, "min")
     return None
 
 
-def _negated_plus_t(alg: Algebra, e: str) -> tuple[int, str, str, set[int]] | None:
-    """(-1, p, t, nodes) when e = p + t, so that -e = -p - t as _signed_minus_t reads it."""
+class SignedMinusT(NamedTuple):
+    """sign*p - t with sign = +-1."""
+
+    sign: int
+    p: str
+    t: str
+    nodes: set[int]
+
+
+def _negated_plus_t(alg: Algebra, e: str) -> SignedMinusT | None:
+    """e = p + t, read as -e = -p - t."""
     terms, nodes = alg.terms(e)
     if sorted(s for s, _ in terms) != [1, 1]:
         return None
     (_, a), (_, t) = terms
     if alg.scalar(a) is not None:
         a, t = t, a
-    return -1, a, t, nodes
+    return SignedMinusT(-1, a, t, nodes)
 
 
-def _signed_minus_t(alg: Algebra, d: str) -> tuple[int, str, str, set[int]] | None:
-    """(s, p, t, nodes) when d = s*p - t with s = +-1: p - t, -p - t as Neg(p) - t or -(p + t)."""
+def _signed_minus_t(alg: Algebra, d: str) -> SignedMinusT | None:
+    """d = s*p - t with s = +-1: p - t, -p - t as Neg(p) - t or -(p + t)."""
     neg = alg.unary(d, "Neg")  # -(p + t)
     if neg is not None:
         terms, nodes = alg.terms(neg[0])
@@ -792,7 +807,7 @@ def _signed_minus_t(alg: Algebra, d: str) -> tuple[int, str, str, set[int]] | No
         (_, a), (_, t) = terms
         if alg.scalar(a) is not None:
             a, t = t, a
-        return -1, a, t, nodes | {neg[1]}
+        return SignedMinusT(-1, a, t, nodes | {neg[1]})
     terms, nodes = alg.terms(d)
     if len(terms) != 2:
         return None
@@ -801,8 +816,8 @@ def _signed_minus_t(alg: Algebra, d: str) -> tuple[int, str, str, set[int]] | No
             continue
         negated = alg.unary(a, "Neg")
         if s1 == 1 and negated is not None:
-            return -1, negated[0], t, nodes | {negated[1]}
-        return s1, a, t, nodes
+            return SignedMinusT(-1, negated[0], t, nodes | {negated[1]})
+        return SignedMinusT(s1, a, t, nodes)
     return None
 
 
