@@ -73,39 +73,38 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     shrink = _find_shrink(alg, mono)
     if shrink is None:
         return None
-    p, t, nodes, form, clipped = shrink.p, shrink.t, shrink.nodes, shrink.form, shrink.clipped
-    rest = mono
+    scaling = mono  # what is left of the product once the shrink's factors are divided out
     for factor in shrink.factors:
-        rest = rest.dividing_out(factor)
-    update = _update(alg, p)
-    require(update is not None, "p is not var - alpha * delta with a scalar alpha")
-    var, delta, alpha, update_nodes = update
+        scaling = scaling.dividing_out(factor)
+    update = _update(alg, shrink.p)
+    if update is None:
+        raise NoMatch("p is not var - alpha * delta with a scalar alpha")
+    var, delta, alpha = update.var, update.delta, update.alpha
     index = alg.index
     dtype = require_float(index, var, "var")
     require(require_float(index, delta, "delta") == dtype, "var and delta have different dtypes")
     require(same_shape(index, var, delta), shapes_differ(index, var, delta, "var and delta"))
-    scalar_form, l1, l2, scalar_nodes = _scalars(alg, alpha, t, rest)
-    for name, value in (("alpha", alpha), ("l1", l1), ("l2", l2)):
+    scalars = _scalars(alg, alpha, shrink.t, scaling)
+    for name, value in (("alpha", alpha), ("l1", scalars.l1), ("l2", scalars.l2)):
         if isinstance(value, str):
             require(is_single_element(index, value), f"{name} ({value}) is not known to hold one element")
             require(index.elem_type(value) in (onnx.TensorProto.FLOAT, dtype),
                     f"{name} ({value}) is neither float32 nor var's dtype")
-    interior = nodes | update_nodes | mono.nodes
-    boundary = set(scalar_nodes)
-    inputs = [var, alpha, l1, l2, delta]
+    interior = shrink.nodes | update.nodes | mono.nodes
+    boundary = set(scalars.nodes)
     wrapped = absorb_casts(alg, out, [var, delta])
     if wrapped is not None:
         out, (var, delta), out_cast, in_casts, dtype = wrapped
-        inputs = [var, alpha, l1, l2, delta]
         interior |= out_cast
         boundary |= in_casts
-    attrs: dict[str, object] = {"scalar_form": scalar_form}
-    if clipped is not None:
+    inputs: list[Input] = [var, alpha, scalars.l1, scalars.l2, delta]
+    attrs: dict[str, object] = {"scalar_form": scalars.form}
+    if shrink.clipped is not None:
         # Clip without max clamps at its dtype's largest finite value (ONNX spec), so inf maps there
-        attrs["shrink_max"] = float(_finfo_max(index.elem_type(clipped)))
-    return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, dtype, inputs, attrs,
+        attrs["shrink_max"] = float(_finfo_max(index.elem_type(shrink.clipped)))
+    return Match(f"{FAMILY}/{shrink.form}", PROXIMAL_GD, out, dtype, inputs, attrs,
                  interior=interior - boundary, boundary=boundary,
-                 caveats=_masked_inf_caveat(index, nodes, p, form == "nested-softshrink"))
+                 caveats=_masked_inf_caveat(index, shrink.nodes, shrink.p, shrink.form == "nested-softshrink"))
 
 
 def _masked_inf_caveat(index: GraphIndex, nodes: set[int], p: str, nested: bool) -> list[str]:
@@ -845,8 +844,17 @@ def _two_where_shrink(alg: Algebra, value: str) -> bool:
     return len(compared) == 2 and compared[">"] == compared["<"]
 
 
-def _update(alg: Algebra, p: str):
-    """(var, delta, alpha, nodes) for p = var - alpha*delta; alpha is a name or a constant array."""
+class Update(NamedTuple):
+    """p = var - alpha*delta; alpha is a name or a constant array."""
+
+    var: str
+    delta: str
+    alpha: Input
+    nodes: set[int]
+
+
+def _update(alg: Algebra, p: str) -> Update | None:
+    """p = var - alpha*delta in the spellings of the module docstring."""
     index = alg.index
     terms, nodes = alg.terms(p)
     if len(terms) != 2:
@@ -882,14 +890,14 @@ def _update(alg: Algebra, p: str):
             continue
         others = {v: e for v, e in mono.factors.items() if v != delta}
         if not others:
-            return var, delta, np.array(coef, np.float32), nodes | mono.nodes
+            return Update(var, delta, np.array(coef, np.float32), nodes | mono.nodes)
         if len(others) == 1 and list(others.values()) == [1] and coef == 1.0:
-            return var, delta, next(iter(others)), nodes | mono.nodes
+            return Update(var, delta, next(iter(others)), nodes | mono.nodes)
         # the runtime scalar scales the gradient, the constant is the step (clip_grad_norm's
         # coefficient times grad, then times lr): delta is the product the graph computes upstream
         scaled = alg.regroup(mono, {delta: 1, **others})
         if scaled is not None and same_shape(index, scaled[0], var):
-            return var, scaled[0], np.array(coef / scaled[2], np.float32), nodes | (mono.nodes - scaled[1])
+            return Update(var, scaled[0], np.array(coef / scaled[2], np.float32), nodes | (mono.nodes - scaled[1]))
         raise NoMatch("alpha is a runtime value times a constant, and no value computed before the update is "
                       "delta times that runtime value")
     if unequal is not None:
@@ -897,26 +905,36 @@ def _update(alg: Algebra, p: str):
     return None
 
 
-def _scalars(alg: Algebra, alpha, t, rest: Monomial):
-    """(scalar_form, l1, l2, nodes of the scalar math kept outside) from t and the leftover scaling."""
-    require(rest is not None, "the shrink is used twice in the product")
+class Scalars(NamedTuple):
+    """The fused node's l1 and l2 inputs and its scalar_form attribute; nodes is the scalar math
+    the fusion keeps outside (it may be shared)."""
+
+    form: str
+    l1: Input
+    l2: Input
+    nodes: set[int]
+
+
+def _scalars(alg: Algebra, alpha: Input, t: Input, rest: Monomial) -> Scalars:
+    """The scalars from t and the update's scaling `rest`: a constant 1/k, a runtime factor 1/k, or
+    a runtime k it divides by (raw where t and k read as alpha*l1 and 1 + alpha*l2)."""
     factors = dict(rest.factors)
     if not factors:
         require(rest.coef != 0 and np.isfinite(rest.coef), "the update is scaled by zero or a non-finite constant")
-        return "folded_reciprocal", _const_or_value(alg, t), np.array(rest.coef, np.float32), set()
+        return Scalars("folded_reciprocal", _const_or_value(alg, t), np.array(rest.coef, np.float32), set())
     require(len(factors) == 1 and rest.coef == 1.0, "the update is scaled by more than one value")
     (k, exp), = factors.items()
     require(exp in (1, -1), "the update is scaled by a power of a value")
     if exp == 1:
-        return "folded_reciprocal", _const_or_value(alg, t), k, set()
+        return Scalars("folded_reciprocal", _const_or_value(alg, t), k, set())
     raw = _raw_scalars(alg, alpha, t, k)
     if raw is not None:
         return raw
-    return "folded", _const_or_value(alg, t), k, set()
+    return Scalars("folded", _const_or_value(alg, t), k, set())
 
 
-def _raw_scalars(alg: Algebra, alpha, t, k: str):
-    """('raw', l1, l2, nodes) when t = alpha*l1 and k = 1 + alpha*l2 with the update's own alpha."""
+def _raw_scalars(alg: Algebra, alpha: Input, t: Input, k: str) -> Scalars | None:
+    """The "raw" scalars when t = alpha*l1 and k = 1 + alpha*l2 with the update's own alpha."""
     if not isinstance(t, str):
         return None
     l1 = _times_alpha(alg, alpha, t)
@@ -927,11 +945,11 @@ def _raw_scalars(alg: Algebra, alpha, t, k: str):
         if s1 == 1 and s2 == 1 and alg.scalar(one) == 1.0:
             l2 = _times_alpha(alg, alpha, prod)
             if l2 is not None:
-                return "raw", l1[0], l2[0], l1[1] | l2[1] | knodes
+                return Scalars("raw", l1[0], l2[0], l1[1] | l2[1] | knodes)
     return None
 
 
-def _times_alpha(alg: Algebra, alpha, value: str) -> tuple[str, set[int]] | None:
+def _times_alpha(alg: Algebra, alpha: Input, value: str) -> tuple[str, set[int]] | None:
     """(l, nodes) when value = alpha * l for a runtime l."""
     mono = alg.monomial(value)
     if isinstance(alpha, str):
