@@ -170,6 +170,8 @@ def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, set[int]] |
 
 
 def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+    """sel = select(|x| < beta, inside, outside) with inside = K/beta * x * dout and outside =
+    K * sign(x) * dout, the comparison in any direction."""
     absx = alg.unary(alg.widened(cmp.lhs), "Abs")
     if absx is None:  # the caller compares |x|
         return None
@@ -187,16 +189,7 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
                 refuse_float32_finish(alg, x, "x = predict - label")
         return None
     form = "arithmetic-select" if sel.arithmetic else "where"
-    beta = alg.scalar(cmp.rhs)
-    if beta is None:
-        overridable = alg.index.is_overridable_initializer(cmp.rhs)
-        raise NoMatch("beta is an initializer that is also a graph input (the user may override it)"
-                      if overridable else "beta (the threshold |x| is compared with) is not a constant")
-    require(beta >= 0, f"beta = {beta:g} is negative")
-    inclusive = cmp.relation in ("<=", ">")  # the x/beta branch is taken at |x| == beta
-    if beta == 0:
-        require(not inclusive, "with beta = 0 the graph divides 0 by 0 at x == 0 (NaN), unlike sign(x)")
-        require(not sel.arithmetic, "with beta = 0 the arithmetic select multiplies the inf branch by 0 (NaN)")
+    beta = _threshold(alg, cmp, sel.arithmetic)
     rest = outside.dividing_out(sign[0])  # a factor of exponent 1 (_sign_factor)
     within = inside.without(x)
     if within is None:
@@ -210,6 +203,23 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
                 f"the |x| < beta branch scales x by {within.coef:g}, not by K/beta = {rest.coef / beta:g}")
     nodes = sel.nodes | cmp.nodes | {abs_node} | sign[1] | inside.nodes | outside.nodes | alg.widening_casts(cmp.lhs)
     return _finish(alg, f"{FAMILY}/{form}", out, x, rest, beta, nodes, arithmetic=sel.arithmetic)
+
+
+def _threshold(alg: Algebra, cmp: Comparison, arithmetic: bool) -> float:
+    """The beta |x| is compared with: a constant >= 0 (NoMatch otherwise). beta = 0 is refused
+    where the select would give NaN at x = 0 or for an inf x: the x/beta branch taken at |x| ==
+    beta divides 0 by 0, and an arithmetic select multiplies the inf branch by its 0 mask."""
+    beta = alg.scalar(cmp.rhs)
+    if beta is None:
+        overridable = alg.index.is_overridable_initializer(cmp.rhs)
+        raise NoMatch("beta is an initializer that is also a graph input (the user may override it)"
+                      if overridable else "beta (the threshold |x| is compared with) is not a constant")
+    require(beta >= 0, f"beta = {beta:g} is negative")
+    inclusive = cmp.relation in ("<=", ">")  # the x/beta branch is taken at |x| == beta
+    if beta == 0:
+        require(not inclusive, "with beta = 0 the graph divides 0 by 0 at x == 0 (NaN), unlike sign(x)")
+        require(not arithmetic, "with beta = 0 the arithmetic select multiplies the inf branch by 0 (NaN)")
+    return beta
 
 
 def _same_scale(alg: Algebra, x: str, branch: float, expected: float) -> bool:
