@@ -7,7 +7,7 @@ lowering.patterns.forms_doc), so what the document says is matched is what the c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -50,3 +50,17 @@ class Form(Generic[MatcherT]):
         """The pattern names a fusion of this form carries in the report."""
         return tuple(f"{self.family}/{name}" for name in (self.reported_as or (self.name,)))
 
+
+
+FoundT = TypeVar("FoundT")
+
+
+def first_found(forms: Iterable[Form[Callable[..., FoundT | None]]], *args: object) -> FoundT | None:
+    """What the first of the forms' matchers that finds something returns, each given args in
+    the order of forms; None when none does. A matcher's NoMatch ends the search: the near miss is
+    that form's."""
+    for form in forms:
+        found = form.matcher(*args)
+        if found is not None:
+            return found
+    return None

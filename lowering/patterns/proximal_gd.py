@@ -43,7 +43,7 @@ from .base import (
     zero_branch,
     zero_nodes,
 )
-from .forms import Form
+from .forms import Form, first_found
 
 FAMILY = "proximal_gd"
 MASKED_INF_CAVEAT = ("arithmetic select (tf2onnx): where p is +-inf a branch not taken is not finite, and the "
@@ -188,11 +188,8 @@ def _find_shrink(alg: Algebra, mono: Monomial) -> Shrink | None:
         if exp != 1:
             continue
         _refuse_two_where_shrink(alg, name)
-        for whole in WHOLE_FACTOR_FORMS:
-            found = whole.matcher(alg, name)
-            if found is not None:
-                return found
-        found = MASKED_SOFTSHRINK.matcher(alg, mono, name) or _sign_times_magnitude(alg, mono, name)
+        found = (first_found(WHOLE_FACTOR_FORMS, alg, name) or MASKED_SOFTSHRINK.matcher(alg, mono, name)
+                 or _sign_times_magnitude(alg, mono, name))
         if found is not None:
             return found
     return None
@@ -207,10 +204,9 @@ def _sign_times_magnitude(alg: Algebra, mono: Monomial, name: str) -> Shrink | N
     for other, exp in mono.factors.items():
         if exp != 1 or other == name:
             continue
-        for magnitude in MAGNITUDE_FORMS:
-            found = magnitude.matcher(alg, sign, other)
-            if found is not None:
-                return found
+        found = first_found(MAGNITUDE_FORMS, alg, sign, other)
+        if found is not None:
+            return found
     return None
 
 

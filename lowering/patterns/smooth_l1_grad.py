@@ -39,7 +39,7 @@ from .base import (
     single_factor,
     zero_branch,
 )
-from .forms import Form
+from .forms import Form, first_found
 
 FAMILY = "smooth_l1_grad"
 # what a fusion's report can note, where the unfused graph and the kernel differ on purpose
@@ -74,11 +74,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type in ("Mul", "Div"):
-        for product_form in PRODUCT_FORMS:
-            found = product_form.matcher(alg, out)
-            if found is not None:
-                return found
-        return None
+        return first_found(PRODUCT_FORMS, alg, out)
     if node.op_type == "Where" and not _compares_x_or_abs_x(alg, node.input[0]):
         return None
     if node.op_type in ("Add", "Sum") and out not in alg.reached(_SELECT_SUM_ENDS):
@@ -87,11 +83,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     cmp = None if sel is None else alg.compare(sel.cond)
     if sel is None or cmp is None:
         return None
-    for select_form in SELECT_FORMS:
-        found = select_form.matcher(alg, out, sel, cmp)
-        if found is not None:
-            return found
-    return None
+    return first_found(SELECT_FORMS, alg, out, sel, cmp)
 
 
 def _compares_x_or_abs_x(alg: Algebra, cond: str) -> bool:
