@@ -51,7 +51,6 @@ class Form(Generic[MatcherT]):
         return tuple(f"{self.family}/{name}" for name in (self.reported_as or (self.name,)))
 
 
-
 FoundT = TypeVar("FoundT")
 
 

@@ -211,6 +211,7 @@ def _sign_times_magnitude(alg: Algebra, mono: Monomial, name: str) -> Shrink | N
 
 
 def _sign_of(alg: Algebra, value: str) -> SignOf | None:
+    """value = sign(p): Sign (also run in float32 for a float16/bfloat16 p), or _sign_as_where."""
     sign = alg.unary_narrowed(value, "Sign")
     if sign is not None:
         return SignOf(value, sign[0], sign[1], exact=True)
@@ -236,12 +237,19 @@ def _clamped_abs_minus_t(alg: Algebra, sign: SignOf, value: str) -> Shrink | Non
 
 
 def _abs_minus_capped_abs(alg: Algebra, sign: SignOf, value: str) -> Shrink | None:
-    """value = |p| - min(|p|, t) beside the exact Sign (_abs_minus_min)."""
-    capped = _abs_minus_min(alg, value, sign.p) if sign.exact else None
-    if capped is None:
+    """value = |p| - min(|p|, t), which is max(|p| - t, 0) with the same rounding for every p and t
+    (0 where |p| <= t, |p| - t elsewhere; NaN stays NaN, inf stays inf), beside the exact Sign only
+    (a sign written as a select is +-1 at p = 0)."""
+    found = alg.producer(value, "Sub") if sign.exact else None
+    if found is None or len(found[1].input) != 2:
+        return None
+    i, node = found
+    absp = alg.unary(node.input[0], "Abs")
+    capped = None if absp is None or absp[0] != sign.p else _capped_abs(alg, node.input[1], sign.p)
+    if absp is None or capped is None:
         return None
     t, nodes = capped
-    return Shrink(sign.p, t, nodes | sign.nodes, "abs-minus-min", (sign.factor, value))
+    return Shrink(sign.p, t, nodes | {i, absp[1]} | sign.nodes, "abs-minus-min", (sign.factor, value))
 
 
 def _sign_as_where(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
@@ -686,21 +694,6 @@ def _min_residual(alg: Algebra, value: str) -> Shrink | None:
             t, nodes = capped
             return Shrink(p, t, nodes | sign[1] | mono.nodes | {i}, "min-residual", (value,))
     return None
-
-
-def _abs_minus_min(alg: Algebra, value: str, p: str) -> tuple[Input, set[int]] | None:
-    """(t, nodes) when value = |p| - min(|p|, t), which is max(|p| - t, 0) with the same rounding
-    for every p and t (0 where |p| <= t, |p| - t elsewhere; NaN stays NaN, inf stays inf)."""
-    found = alg.producer(value, "Sub")
-    if found is None or len(found[1].input) != 2:
-        return None
-    i, node = found
-    absp = alg.unary(node.input[0], "Abs")
-    capped = None if absp is None or absp[0] != p else _capped_abs(alg, node.input[1], p)
-    if absp is None or capped is None:
-        return None
-    t, nodes = capped
-    return t, nodes | {i, absp[1]}
 
 
 def _relu_difference(alg: Algebra, value: str) -> Shrink | None:

@@ -780,7 +780,7 @@ SELECT_ON_ABS_X = Form(
         "write SmoothL1 (`0.5*n**2/beta` or `0.5*n*n/beta` inside, `n - 0.5*beta` outside; also YOLO's Huber): "
         "a sum of terms, each a product with `Where(c, g, 0)` or `Where(c, 0, g)`, read as one select whose "
         "sides add up the terms with equal runtime factors (terms that would cancel are refused), and "
-        "`|x| * sign(x)` read as x",
+        "`|x| * sign(x)` read as x (`Pow(n, 1)` is dropped by normalization)",
         "TensorFlow's gradient of a loss written with `0.5*x*x`, which sums one term per operand of the "
         "product, `Sum(a, b, a)` (in float16 the two copies multiplied in different orders): the addends with "
         "the same runtime factors add up, since at most one half of a select is nonzero at any element",
