@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -12,6 +13,7 @@ import onnx
 
 from ..algebra import Algebra, Bound, Monomial, Reach, clip_bounds, is_zero
 from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, Node, attr, dtype_name, tensor_value
+from .forms import Form
 
 Input = str | np.ndarray  # an existing value, or a new constant the fusion must create
 
@@ -48,6 +50,8 @@ class Pattern:
     # per anchor op, the pre-check its match starts with: the pass offers an anchor only when one
     # of them holds, which spares a call per anchor for the many that fail it
     prefilter: Mapping[str, tuple[Reach, ...]] = field(default_factory=dict, hash=False, compare=False)
+    # the records of the forms the match tries (lowering/patterns/forms.py), for the documentation
+    forms: tuple[Form[Any], ...] = field(default=(), hash=False, compare=False)
 
 
 def refuse_float32_finish(alg: Algebra, x: str, what: str) -> None:

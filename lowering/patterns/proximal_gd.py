@@ -1,13 +1,8 @@
 """Proximal gradient descent:  out = sign(p) * max(|p| - t, 0) / k,  p = var - alpha * delta.
 
-t is alpha*l1 and k is 1 + alpha*l2 (TensorFlow ApplyProximalGradientDescent). Forms accepted:
-  clamp     Max(|p| - t, 0) | Relu(|p| - t) | Clip(|p| - t, min=0) (input or, before opset 11, attribute)
-            | Where(d <= 0, 0, d) (F.threshold) | min(max(d, 0), dtype max) (tf.clip_by_value)
-  shrink    sign(p) * clamp (sign(p) also computed in float32 for a float16 p),
-            softshrink Where(|p| > t, p - sign(p)*t, p*0) (0 for p*0 under tf2onnx's arithmetic
-            select) or (p - t*sign(p)) * Cast(|p| > t) (a float mask),
-            relu(p - t) - relu(-p - t) (LISTA) with a constant t >= 0,
-            the clamp residual p - clip(p, -t, t) (ISTA) with a constant t >= 0
+t is alpha*l1 and k is 1 + alpha*l2 (TensorFlow ApplyProximalGradientDescent). The shrink's forms
+are the records in FORMS: a factor of the update that computes the shrink whole, a float mask times
+the shifted value, or sign(p) times a magnitude; around any of them
   scaling   / k,  * (1/k) as a runtime reciprocal,  * constant,  or none (l2 = 0 folded away)
   update    var - alpha*delta,  var + delta*(-alpha),  Sub(var, Mul(delta, lr)) in any operand order
   scalars   constants (already folded into t and k), runtime alpha/l1/l2 visible as alpha*l1 and
@@ -18,6 +13,8 @@ A bare var - alpha*delta, or p / k without the shrink, is plain (or L2-only) SGD
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -46,8 +43,11 @@ from .base import (
     zero_branch,
     zero_nodes,
 )
+from .forms import Form, first_found
 
 FAMILY = "proximal_gd"
+MASKED_INF_CAVEAT = ("arithmetic select (tf2onnx): where p is +-inf a branch not taken is not finite, and the "
+                     "unfused graph gives 0*inf = NaN through its mask where the kernel gives +-inf")
 _SIGN_OPS, _WHERE_OPS = frozenset({"Sign"}), frozenset({"Where"})
 # the scaling ops between the shrink and the anchor, and the Cast back from a float32 Sign
 _TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast"})
@@ -73,36 +73,38 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     shrink = _find_shrink(alg, mono)
     if shrink is None:
         return None
-    p, t, rest, nodes, form, clipped = shrink
-    update = _update(alg, p)
-    require(update is not None, "p is not var - alpha * delta with a scalar alpha")
-    var, delta, alpha, update_nodes = update
+    scaling = mono  # what is left of the product once the shrink's factors are divided out
+    for factor in shrink.factors:
+        scaling = scaling.dividing_out(factor)
+    update = _update(alg, shrink.p)
+    if update is None:
+        raise NoMatch("p is not var - alpha * delta with a scalar alpha")
+    var, delta, alpha = update.var, update.delta, update.alpha
     index = alg.index
     dtype = require_float(index, var, "var")
     require(require_float(index, delta, "delta") == dtype, "var and delta have different dtypes")
     require(same_shape(index, var, delta), shapes_differ(index, var, delta, "var and delta"))
-    scalar_form, l1, l2, scalar_nodes = _scalars(alg, alpha, t, rest)
-    for name, value in (("alpha", alpha), ("l1", l1), ("l2", l2)):
+    scalars = _scalars(alg, alpha, shrink.t, scaling)
+    for name, value in (("alpha", alpha), ("l1", scalars.l1), ("l2", scalars.l2)):
         if isinstance(value, str):
             require(is_single_element(index, value), f"{name} ({value}) is not known to hold one element")
             require(index.elem_type(value) in (onnx.TensorProto.FLOAT, dtype),
                     f"{name} ({value}) is neither float32 nor var's dtype")
-    interior = nodes | update_nodes | mono.nodes
-    boundary = set(scalar_nodes)
-    inputs = [var, alpha, l1, l2, delta]
+    interior = shrink.nodes | update.nodes | mono.nodes
+    boundary = set(scalars.nodes)
     wrapped = absorb_casts(alg, out, [var, delta])
     if wrapped is not None:
         out, (var, delta), out_cast, in_casts, dtype = wrapped
-        inputs = [var, alpha, l1, l2, delta]
         interior |= out_cast
         boundary |= in_casts
-    attrs: dict[str, object] = {"scalar_form": scalar_form}
-    if clipped is not None:
+    inputs: list[Input] = [var, alpha, scalars.l1, scalars.l2, delta]
+    attrs: dict[str, object] = {"scalar_form": scalars.form}
+    if shrink.clipped is not None:
         # Clip without max clamps at its dtype's largest finite value (ONNX spec), so inf maps there
-        attrs["shrink_max"] = float(_finfo_max(index.elem_type(clipped)))
-    return Match(f"{FAMILY}/{form}", PROXIMAL_GD, out, dtype, inputs, attrs,
+        attrs["shrink_max"] = float(_finfo_max(index.elem_type(shrink.clipped)))
+    return Match(f"{FAMILY}/{shrink.form}", PROXIMAL_GD, out, dtype, inputs, attrs,
                  interior=interior - boundary, boundary=boundary,
-                 caveats=_masked_inf_caveat(index, nodes, p, form == "nested-softshrink"))
+                 caveats=_masked_inf_caveat(index, shrink.nodes, shrink.p, shrink.form == "nested-softshrink"))
 
 
 def _masked_inf_caveat(index: GraphIndex, nodes: set[int], p: str, nested: bool) -> list[str]:
@@ -116,8 +118,7 @@ def _masked_inf_caveat(index: GraphIndex, nodes: set[int], p: str, nested: bool)
     if not nested and not any(n.op_type == "Mul" and p in n.input and any(index.scalar(v) == 0.0 for v in n.input)
                               for n in matched):
         return []
-    return ["arithmetic select (tf2onnx): where p is +-inf a branch not taken is not finite, and the unfused "
-            "graph gives 0*inf = NaN through its mask where the kernel gives +-inf"]
+    return [MASKED_INF_CAVEAT]
 
 
 def _may_be_softshrink(index: GraphIndex, node: Node) -> bool:
@@ -155,69 +156,100 @@ def _select_part(index: GraphIndex, node: Node) -> bool:
     return len(node.input) == 3 and index.scalar(node.input[2]) == 0.0
 
 
-def _find_shrink(alg: Algebra, mono: Monomial):
-    """(p, threshold, remaining monomial, nodes, form, clipped) for sign(p)*max(|p|-t, 0) or
-    softshrink; clipped is the value whose dtype's largest finite value a Clip without max caps
-    the shrink at (None when nothing caps it)."""
+@dataclass(frozen=True)
+class Shrink:
+    """sign(p) * max(|p| - t, 0) found among the factors of a product: `factors` are the ones it
+    takes (each of exponent 1), `form` the name the report gives it, and `clipped` the value whose
+    dtype's largest finite value a Clip without max caps the shrink at (None when nothing caps it)."""
+
+    p: str
     t: Input
+    nodes: set[int]
+    form: str
+    factors: tuple[str, ...]
+    clipped: str | None = None
+
+
+@dataclass(frozen=True)
+class SignOf:
+    """A factor of a product that is sign(p): Sign itself, or a Where that is +-1 (not 0) at p = 0
+    (not exact)."""
+
+    factor: str
+    p: str
+    nodes: set[int]
+    exact: bool
+
+
+def _find_shrink(alg: Algebra, mono: Monomial) -> Shrink | None:
+    """The shrink among mono's factors: one factor that computes it whole (WHOLE_FACTOR_FORMS), a
+    float mask times the shifted value, or sign(p) times a magnitude (MAGNITUDE_FORMS)."""
     for name, exp in mono.factors.items():
         if exp != 1:
             continue
         _refuse_two_where_shrink(alg, name)
-        soft = _softshrink(alg, name)
-        if soft is not None:
-            p, t, nodes = soft
-            return p, t, mono.dividing_out(name), nodes, "softshrink", None
-        nested = _nested_softshrink(alg, name)
-        if nested is not None:
-            p, t, nodes = nested
-            return p, t, mono.dividing_out(name), nodes, "nested-softshrink", None
-        residual = _clamp_residual(alg, name)
-        if residual is not None:
-            p, t, nodes = residual
-            return p, t, mono.dividing_out(name), nodes, "clamp-residual", None
-        residual = _min_residual(alg, name)
-        if residual is not None:
-            p, t, nodes = residual
-            return p, t, mono.dividing_out(name), nodes, "min-residual", None
-        difference = _relu_difference(alg, name)
-        if difference is not None:
-            p, t, nodes, clipped = difference
-            return p, t, mono.dividing_out(name), nodes, "relu-difference", p if clipped else None
-        masked = _masked_softshrink(alg, mono, name)
-        if masked is not None:
-            p, t, shifted, nodes = masked
-            rest = mono.dividing_out(name)
-            for factor in shifted:  # factors of exponent 1 (_masked_softshrink)
-                rest = rest.dividing_out(factor)
-            return p, t, rest, nodes, "masked-softshrink", None
-        sign = alg.unary_narrowed(name, "Sign")
-        signed_zero = sign is None  # a sign written as Where(p >= 0, 1, -1) is +-1 at 0 and for NaN
-        if sign is None:
-            sign = _sign_as_where(alg, name)
-        if sign is None:
-            continue
-        p = sign[0]
-        for other, exp2 in mono.factors.items():
-            capped = _abs_minus_min(alg, other, p) if exp2 == 1 and other != name and not signed_zero else None
-            if capped is not None:
-                t, nodes = capped
-                return p, t, mono.dividing_out(name).dividing_out(other), nodes | sign[1], "abs-minus-min", None
-            clamp = _clamp(alg, other) if exp2 == 1 and other != name else None
-            if clamp is None:
-                continue
-            d, clamp_nodes, form = clamp
-            split = _abs_minus_t(alg, d, p)
-            if split is None:
-                continue
-            t, nodes = split
-            if signed_zero:
-                t_value = alg.scalar(t) if isinstance(t, str) else float(t)
-                require(t_value is not None and t_value >= 0,
-                        "sign(p) written as a Where that is +-1 at p = 0 is the shrink only for a constant t >= 0")
-            rest = mono.dividing_out(name).dividing_out(other)
-            return p, t, rest, nodes | sign[1] | clamp_nodes, form, d if form == "clip" else None
+        found = (first_found(WHOLE_FACTOR_FORMS, alg, name) or MASKED_SOFTSHRINK.matcher(alg, mono, name)
+                 or _sign_times_magnitude(alg, mono, name))
+        if found is not None:
+            return found
     return None
+
+
+def _sign_times_magnitude(alg: Algebra, mono: Monomial, name: str) -> Shrink | None:
+    """sign(p) * m, name the sign and m another factor of mono that one of MAGNITUDE_FORMS reads as
+    max(|p| - t, 0)."""
+    sign = _sign_of(alg, name)
+    if sign is None:
+        return None
+    for other, exp in mono.factors.items():
+        if exp != 1 or other == name:
+            continue
+        found = first_found(MAGNITUDE_FORMS, alg, sign, other)
+        if found is not None:
+            return found
+    return None
+
+
+def _sign_of(alg: Algebra, value: str) -> SignOf | None:
+    """value = sign(p): Sign (also run in float32 for a float16/bfloat16 p), or _sign_as_where."""
+    sign = alg.unary_narrowed(value, "Sign")
+    if sign is not None:
+        return SignOf(value, sign[0], sign[1], exact=True)
+    written = _sign_as_where(alg, value)
+    return None if written is None else SignOf(value, written[0], written[1], exact=False)
+
+
+def _clamped_abs_minus_t(alg: Algebra, sign: SignOf, value: str) -> Shrink | None:
+    """value = max(|p| - t, 0) in any of _clamp's spellings (the report names the form by the
+    spelling). Beside a sign that is +-1 at p = 0 it is the shrink only for a constant t >= 0,
+    where the clamp is 0 at p = 0."""
+    clamp = _clamp(alg, value)
+    split = None if clamp is None else _abs_minus_t(alg, clamp.d, sign.p)
+    if clamp is None or split is None:
+        return None
+    t, nodes = split
+    if not sign.exact:
+        t_value = alg.scalar(t) if isinstance(t, str) else float(t)
+        require(t_value is not None and t_value >= 0,
+                "sign(p) written as a Where that is +-1 at p = 0 is the shrink only for a constant t >= 0")
+    return Shrink(sign.p, t, nodes | sign.nodes | clamp.nodes, clamp.form, (sign.factor, value),
+                  clamp.d if clamp.form == "clip" else None)
+
+
+def _abs_minus_capped_abs(alg: Algebra, sign: SignOf, value: str) -> Shrink | None:
+    """value = |p| - min(|p|, t), which is max(|p| - t, 0) with the same rounding for every p and t
+    (0 where |p| <= t, |p| - t elsewhere; NaN stays NaN, inf stays inf), beside the exact Sign only
+    (a sign written as a select is +-1 at p = 0)."""
+    found = alg.producer(value, "Sub") if sign.exact else None
+    if found is None or len(found[1].input) != 2:
+        return None
+    i, node = found
+    absp = alg.unary(node.input[0], "Abs")
+    capped = None if absp is None or absp[0] != sign.p else _capped_abs(alg, node.input[1], sign.p)
+    if absp is None or capped is None:
+        return None
+    t, nodes = capped
+    return Shrink(sign.p, t, nodes | {i, absp[1]} | sign.nodes, "abs-minus-min", (sign.factor, value))
 
 
 def _sign_as_where(alg: Algebra, value: str) -> tuple[str, set[int]] | None:
@@ -247,8 +279,16 @@ def _finfo_max(elem_type: int | None) -> float:
     return float(np.finfo(np.float32).max)
 
 
-def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
-    """(d, nodes, form) when value = max(d, 0), or min(max(d, 0), the dtype's largest finite
+class Clamped(NamedTuple):
+    """max(d, 0) or min(d, 0) as a pattern spells it; form is the report's name for the spelling."""
+
+    d: str
+    nodes: set[int]
+    form: str
+
+
+def _clamp(alg: Algebra, value: str) -> Clamped | None:
+    """value = max(d, 0), or min(max(d, 0), the dtype's largest finite
     value) in any nesting (tf.clip_by_value(d, 0, dtype.max) through tf2onnx): that is Clip
     without max, form "clip", whose only difference from Max, inf -> largest finite, the fused
     node keeps as its shrink_max attribute."""
@@ -259,12 +299,12 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
     if node.op_type == "Cast":
         return _narrowed_clamp(alg, i, node)
     if node.op_type == "Relu":
-        return node.input[0], {i}, "relu"
+        return Clamped(node.input[0], {i}, "relu")
     if node.op_type == "Where":
         return _where_clamp(alg, i, node)
     if node.op_type == "Min":
         inner = _clamp(alg, node.input[0]) if _caps_at_finite_max(alg, node) else None
-        return None if inner is None or inner[2] != "max" else (inner[0], inner[1] | {i}, "clip")
+        return None if inner is None or inner.form != "max" else Clamped(inner.d, inner.nodes | {i}, "clip")
     if node.op_type == "Max":
         if len(node.input) != 2:
             return None
@@ -274,40 +314,40 @@ def _clamp(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
                 continue
             capped = alg.producer(d, "Min")
             if capped is not None and _caps_at_finite_max(alg, capped[1]):
-                return capped[1].input[0], {i, capped[0]} | zero, "clip"
-            return d, {i} | zero, "max"
+                return Clamped(capped[1].input[0], {i, capped[0]} | zero, "clip")
+            return Clamped(d, {i} | zero, "max")
         return None
     lo, hi = clip_bounds(node)
     if alg.bound_value(lo) != 0.0:
         return None
     if hi is not None and alg.bound_value(hi) == math.inf:  # torch.clamp(d, 0, inf): inf stays inf, as in Max
-        return node.input[0], {i}, "max"
+        return Clamped(node.input[0], {i}, "max")
     if hi is not None and alg.bound_value(hi) != _finfo_max(alg.index.elem_type(node.input[0])):
         return None
-    return node.input[0], {i}, "clip"
+    return Clamped(node.input[0], {i}, "clip")
 
 
-def _narrowed_clamp(alg: Algebra, i: int, cast) -> tuple[str, set[int], str] | None:
+def _narrowed_clamp(alg: Algebra, i: int, cast: Node) -> Clamped | None:
     """Cast<T>(max(Cast<float32>(d: T), 0)): a float16/bfloat16 d clamped in float32 and cast back
     (F.threshold from the dynamo exporter), which is max(d, 0) exactly. So is the "clip" form
     there: the wider type's largest value, where it sends inf, rounds back to inf."""
     inner = _clamp(alg, cast.input[0])
     if inner is None:
         return None
-    narrow = alg.narrowed(inner[0], attr(cast, "to"))
+    narrow = alg.narrowed(inner.d, attr(cast, "to"))
     if narrow is None:
         return None
-    return narrow[0], inner[1] | {i} | narrow[1], "max" if inner[2] == "clip" else inner[2]
+    return Clamped(narrow[0], inner.nodes | {i} | narrow[1], "max" if inner.form == "clip" else inner.form)
 
 
-def _caps_at_finite_max(alg: Algebra, node) -> bool:
+def _caps_at_finite_max(alg: Algebra, node: Node) -> bool:
     """node is Min(y, M) with M its dtype's largest finite value (as a constant second operand,
     where normalization puts constants)."""
     return (len(node.input) == 2 and alg.index.const(node.input[1]) is not None
             and alg.scalar(node.input[1]) == _finfo_max(alg.index.elem_type(node.input[0])))
 
 
-def _where_clamp(alg: Algebra, i: int, node) -> tuple[str, set[int], str] | None:
+def _where_clamp(alg: Algebra, i: int, node: Node) -> Clamped | None:
     """Where(d <= 0, 0, d) or Where(d < 0, 0, d): F.threshold(d, 0, 0) as the dynamo exporter
     writes it. NaN fails the comparison and selects d, as in Max(d, 0); the mirrored
     Where(d > 0, d, 0) sends NaN to 0 instead, and is refused."""
@@ -322,7 +362,7 @@ def _where_clamp(alg: Algebra, i: int, node) -> tuple[str, set[int], str] | None
     if not low:
         raise NoMatch(f"max(d, 0) written as Where(d {cmp.relation} 0, d, 0): NaN in d gives 0 there "
                       "and NaN in the fused op")
-    return d, {i} | cmp.nodes | zeros, "where"
+    return Clamped(d, {i} | cmp.nodes | zeros, "where")
 
 
 def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[int]] | None:
@@ -345,8 +385,8 @@ def _abs_minus_t(alg: Algebra, d: str, p: str) -> tuple[str | np.ndarray, set[in
     return None
 
 
-def _softshrink(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | None:
-    """Where(|p| > t, p - sign(p)*t, p*0) -> (p, t, nodes)."""
+def _softshrink(alg: Algebra, value: str) -> Shrink | None:
+    """value = Where(|p| > t, p - sign(p)*t, p*0)."""
     where = alg.producer(value, "Where")
     if where is not None:  # the condition decides before the branches are walked
         cmp = alg.compare(where[1].input[0])
@@ -384,7 +424,7 @@ def _softshrink(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | None:
         return None
     nodes = (sel.nodes | cmp.nodes | {absp[1]} | inside.nodes | outside.nodes | shifted[0]
              | alg.widening_casts(cmp.lhs) | alg.widening_casts(cmp.rhs) | zeros)
-    return p, shifted[1], nodes
+    return Shrink(p, shifted[1], nodes, "softshrink", (value,))
 
 
 def _side_branch(alg: Algebra, cmp: Comparison, branch: Monomial) -> tuple[str, float, int] | None:
@@ -409,8 +449,8 @@ def _side_branch(alg: Algebra, cmp: Comparison, branch: Monomial) -> tuple[str, 
     return cmp.lhs, side * c, side
 
 
-def _nested_softshrink(alg: Algebra, value: str) -> tuple[str, np.ndarray, set[int]] | None:
-    """where(p > t, p - t, where(p < -t, p + t, p*0)) (either side first) -> (p, t, nodes): soft
+def _nested_softshrink(alg: Algebra, value: str) -> Shrink | None:
+    """value = where(p > t, p - t, where(p < -t, p + t, p*0)) (either side first): soft
     thresholding as TensorFlow code writes it with two selects. It is the shrink for a constant
     t >= 0 (at p = +-t the shifted branch is 0 too): NaN fails both comparisons and ends in p*0,
     which is NaN. Under tf2onnx's arithmetic selects an inf p makes the branches not taken NaN
@@ -454,7 +494,7 @@ def _nested_softshrink(alg: Algebra, value: str) -> tuple[str, np.ndarray, set[i
     nodes = (outer.nodes | inner.nodes | outer_cmp.nodes | inner_cmp.nodes | outer.when_true.nodes
              | inner.when_true.nodes | outer.when_false.nodes | rest.nodes | zeros
              | alg.terms(high_moved)[1] | alg.terms(low_moved)[1])
-    return p, np.array(t_high, np.float32), nodes
+    return Shrink(p, np.array(t_high, np.float32), nodes, "nested-softshrink", (value,))
 
 
 def _shifted_by_sign(alg: Algebra, moved: str, p: str, t: str, strict: bool = True
@@ -506,8 +546,8 @@ def _shift_threshold(alg: Algebra, p: str, t: str, shift: str | float | np.ndarr
     return None
 
 
-def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, Input, list[str], set[int]] | None:
-    """(p, t, the shifted factors, nodes) when mono has the factors Cast(|p| > t) (or >=) and
+def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> Shrink | None:
+    """The shrink when mono has the factors mask = Cast(|p| > t) (or >=) and
     p - t*sign(p), or sign(p) and |p| - t: softshrink with a float mask. Equal to the shrink for
     every p and t: NaN in p fails the comparison and 0*NaN is NaN, inf passes it, and where the
     mask is 0 the other factors are finite; for t < 0 every p passes and p - t*sign(p) is
@@ -525,11 +565,11 @@ def _masked_softshrink(alg: Algebra, mono: Monomial, mask: str) -> tuple[str, In
     found = {cast[0], absp[1]} | cmp.nodes | alg.widening_casts(cmp.lhs) | alg.widening_casts(cmp.rhs)
     split = _sign_times_abs_minus_t(alg, mono, mask, p, t, strict)
     if split is not None:
-        return p, split[2], split[0], found | split[1]
+        return Shrink(p, split[2], found | split[1], "masked-softshrink", (mask, *split[0]))
     for other, exp in mono.factors.items():
         shifted = _shifted_by_sign(alg, other, p, t, strict) if exp == 1 and other != mask else None
         if shifted is not None:
-            return p, shifted[1], [other], found | shifted[0]
+            return Shrink(p, shifted[1], found | shifted[0], "masked-softshrink", (mask, other))
         widened = alg.widened(other) if exp == 1 else other
         if widened != other and _shifted_by_sign(alg, widened, p, alg.widened(t)) is not None:
             refuse_float32_finish(alg, p, "p - t*sign(p)")
@@ -583,8 +623,8 @@ def _may_end_relu_sum(index: GraphIndex, node: Node) -> bool:
     return bool(ops & {"Min", "Clip"}) and bool(ops & (_RELU_OPS | {"Clip"}))
 
 
-def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int]] | None:
-    """p - clip(p, -t, t) -> (p, t, nodes): the soft threshold as the residual of a clamp, as ISTA
+def _clamp_residual(alg: Algebra, value: str) -> Shrink | None:
+    """value = p - clip(p, -t, t): the soft threshold as the residual of a clamp, as ISTA
     code writes it. It is sign(p)*max(|p| - t, 0) for every p (NaN and inf included: the clamp is
     finite there, p is not) as long as t >= 0; with -t > t the clamp returns a bound instead, so t
     must be a constant that is known not to be negative."""
@@ -606,7 +646,7 @@ def _clamp_residual(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, se
     if lo_c != -hi_c:
         return None
     require(hi_c >= 0, f"p - clip(p, {lo_c:g}, {hi_c:g}): with a negative t the clamp returns a bound, not the shrink")
-    return p, (hi if isinstance(hi, str) else np.array(hi, np.float32)), nodes | {i}
+    return Shrink(p, hi if isinstance(hi, str) else np.array(hi, np.float32), nodes | {i}, "clamp-residual", (value,))
 
 
 def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[Input, set[int]] | None:
@@ -634,8 +674,8 @@ def _capped_abs(alg: Algebra, value: str, p: str) -> tuple[Input, set[int]] | No
     return None
 
 
-def _min_residual(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | None:
-    """p - sign(p)*min(|p|, t) -> (p, t, nodes): the shrink as the kernel itself computes it. It
+def _min_residual(alg: Algebra, value: str) -> Shrink | None:
+    """value = p - sign(p)*min(|p|, t): the shrink as the kernel itself computes it. It
     is sign(p)*max(|p| - t, 0) for every p and every t: where |p| <= t it is p - p = 0, elsewhere
     p - sign(p)*t = sign(p)*(|p| - t) with the same rounding, also for a negative t; NaN stays NaN
     through the Min and inf - t is inf."""
@@ -652,34 +692,19 @@ def _min_residual(alg: Algebra, value: str) -> tuple[str, Input, set[int]] | Non
         capped = None if sign is None or sign[0] != p else _capped_abs(alg, capped_name, p)
         if sign is not None and capped is not None:
             t, nodes = capped
-            return p, t, nodes | sign[1] | mono.nodes | {i}
+            return Shrink(p, t, nodes | sign[1] | mono.nodes | {i}, "min-residual", (value,))
     return None
 
 
-def _abs_minus_min(alg: Algebra, value: str, p: str) -> tuple[Input, set[int]] | None:
-    """(t, nodes) when value = |p| - min(|p|, t), which is max(|p| - t, 0) with the same rounding
-    for every p and t (0 where |p| <= t, |p| - t elsewhere; NaN stays NaN, inf stays inf)."""
-    found = alg.producer(value, "Sub")
-    if found is None or len(found[1].input) != 2:
-        return None
-    i, node = found
-    absp = alg.unary(node.input[0], "Abs")
-    capped = None if absp is None or absp[0] != p else _capped_abs(alg, node.input[1], p)
-    if absp is None or capped is None:
-        return None
-    t, nodes = capped
-    return t, nodes | {i, absp[1]}
-
-
-def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, set[int], bool] | None:
-    """relu(p - t) - relu(-p - t) -> (p, t, nodes, clipped): soft thresholding as LISTA code writes
+def _relu_difference(alg: Algebra, value: str) -> Shrink | None:
+    """value = relu(p - t) - relu(-p - t): soft thresholding as LISTA code writes
     it (relu also as max(., 0), F.threshold or Clip(., 0)), or relu(p - t) + min(p + t, 0) (the
     second clamp as Min(., 0) or Clip(., max=0)), which is the same since min(e, 0) = -relu(-e).
     It is sign(p)*max(|p| - t, 0) for every p (onnxruntime's Relu, Max and Min keep NaN, and inf
     passes one side) as long as t >= 0; for t < 0 both sides are nonzero near 0 and the result is
     2p, so t must be a constant known not to be negative. Clip with a bound left out clamps at the
     dtype's largest finite value (clipped), which both sides must then do, so that +-inf map to
-    +-that value."""
+    +-that value (the Shrink's clipped)."""
     terms, nodes = alg.terms(value)
     signs = sorted(s for s, _ in terms)
     if signs == [-1, 1]:
@@ -687,7 +712,7 @@ def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, s
         high, low = _clamp(alg, pos), _clamp(alg, neg)
         if high is None or low is None:
             return None
-        split_high, split_low = _signed_minus_t(alg, high[0]), _signed_minus_t(alg, low[0])
+        split_high, split_low = _signed_minus_t(alg, high.d), _signed_minus_t(alg, low.d)
     elif signs == [1, 1]:
         sides = None
         for (_, pos), (_, neg) in (terms, terms[::-1]):
@@ -699,27 +724,28 @@ def _relu_difference(alg: Algebra, value: str) -> tuple[str, str | np.ndarray, s
         if sides is None:
             return None
         high, low = sides
-        split_high, split_low = _signed_minus_t(alg, high[0]), _negated_plus_t(alg, low[0])
+        split_high, split_low = _signed_minus_t(alg, high.d), _negated_plus_t(alg, low.d)
     else:
         return None
-    if split_high is None or split_low is None or split_high[0] != 1 or split_low[0] != -1 \
-            or split_high[1] != split_low[1]:
+    if split_high is None or split_low is None or split_high.sign != 1 or split_low.sign != -1 \
+            or split_high.p != split_low.p:
         return None
-    clipped = [side[2] == "clip" for side in (high, low)]
-    if clipped[0] != clipped[1]:
+    clipped = high.form == "clip"
+    if clipped != (low.form == "clip"):
         return None
-    (_, p, t, t_nodes), (_, _, t2, t2_nodes) = split_high, split_low
+    p, t, t2 = split_high.p, split_high.t, split_low.t
     t_const, t2_const = alg.scalar(t), alg.scalar(t2)
     if t != t2 and (t_const is None or t_const != t2_const):
         return None
     if t_const is None:
         raise NoMatch("relu(p - t) - relu(-p - t) is the shrink only for t >= 0, and t is a runtime value")
     require(t_const >= 0, f"relu(p - t) - relu(-p - t) with t = {t_const:g}: for t < 0 it is 2p near 0, not the shrink")
-    return p, t, nodes | high[1] | low[1] | t_nodes | t2_nodes, clipped[0]
+    return Shrink(p, t, nodes | high.nodes | low.nodes | split_high.nodes | split_low.nodes, "relu-difference",
+                  (value,), p if clipped else None)
 
 
-def _negative_part(alg: Algebra, value: str) -> tuple[str, set[int], str] | None:
-    """(e, nodes, form) when value = min(e, 0): Min against zeros, or Clip(e, max=0) with its
+def _negative_part(alg: Algebra, value: str) -> Clamped | None:
+    """value = min(e, 0): Min against zeros, or Clip(e, max=0) with its
     lower bound left out (form "clip": it clamps -inf at the dtype's lowest finite value)."""
     found = alg.producer(value, "Min", "Clip")
     if found is None:
@@ -729,29 +755,38 @@ def _negative_part(alg: Algebra, value: str) -> tuple[str, set[int], str] | None
         lo, hi = clip_bounds(node)
         if lo is not None or hi is None or alg.bound_value(hi) != 0.0:
             return None
-        return node.input[0], {i}, "clip"
+        return Clamped(node.input[0], {i}, "clip")
     if len(node.input) != 2:
         return None
     for e, z in (node.input, node.input[::-1]):
         zero = zero_nodes(alg, z, like=e)
         if zero is not None:
-            return e, {i} | zero, "min"
+            return Clamped(e, {i} | zero, "min")
     return None
 
 
-def _negated_plus_t(alg: Algebra, e: str) -> tuple[int, str, str, set[int]] | None:
-    """(-1, p, t, nodes) when e = p + t, so that -e = -p - t as _signed_minus_t reads it."""
+class SignedMinusT(NamedTuple):
+    """sign*p - t with sign = +-1."""
+
+    sign: int
+    p: str
+    t: str
+    nodes: set[int]
+
+
+def _negated_plus_t(alg: Algebra, e: str) -> SignedMinusT | None:
+    """e = p + t, read as -e = -p - t."""
     terms, nodes = alg.terms(e)
     if sorted(s for s, _ in terms) != [1, 1]:
         return None
     (_, a), (_, t) = terms
     if alg.scalar(a) is not None:
         a, t = t, a
-    return -1, a, t, nodes
+    return SignedMinusT(-1, a, t, nodes)
 
 
-def _signed_minus_t(alg: Algebra, d: str) -> tuple[int, str, str, set[int]] | None:
-    """(s, p, t, nodes) when d = s*p - t with s = +-1: p - t, -p - t as Neg(p) - t or -(p + t)."""
+def _signed_minus_t(alg: Algebra, d: str) -> SignedMinusT | None:
+    """d = s*p - t with s = +-1: p - t, -p - t as Neg(p) - t or -(p + t)."""
     neg = alg.unary(d, "Neg")  # -(p + t)
     if neg is not None:
         terms, nodes = alg.terms(neg[0])
@@ -760,7 +795,7 @@ def _signed_minus_t(alg: Algebra, d: str) -> tuple[int, str, str, set[int]] | No
         (_, a), (_, t) = terms
         if alg.scalar(a) is not None:
             a, t = t, a
-        return -1, a, t, nodes | {neg[1]}
+        return SignedMinusT(-1, a, t, nodes | {neg[1]})
     terms, nodes = alg.terms(d)
     if len(terms) != 2:
         return None
@@ -769,8 +804,8 @@ def _signed_minus_t(alg: Algebra, d: str) -> tuple[int, str, str, set[int]] | No
             continue
         negated = alg.unary(a, "Neg")
         if s1 == 1 and negated is not None:
-            return -1, negated[0], t, nodes | {negated[1]}
-        return s1, a, t, nodes
+            return SignedMinusT(-1, negated[0], t, nodes | {negated[1]})
+        return SignedMinusT(s1, a, t, nodes)
     return None
 
 
@@ -798,8 +833,17 @@ def _two_where_shrink(alg: Algebra, value: str) -> bool:
     return len(compared) == 2 and compared[">"] == compared["<"]
 
 
-def _update(alg: Algebra, p: str):
-    """(var, delta, alpha, nodes) for p = var - alpha*delta; alpha is a name or a constant array."""
+class Update(NamedTuple):
+    """p = var - alpha*delta; alpha is a name or a constant array."""
+
+    var: str
+    delta: str
+    alpha: Input
+    nodes: set[int]
+
+
+def _update(alg: Algebra, p: str) -> Update | None:
+    """p = var - alpha*delta in the spellings of the module docstring."""
     index = alg.index
     terms, nodes = alg.terms(p)
     if len(terms) != 2:
@@ -835,14 +879,14 @@ def _update(alg: Algebra, p: str):
             continue
         others = {v: e for v, e in mono.factors.items() if v != delta}
         if not others:
-            return var, delta, np.array(coef, np.float32), nodes | mono.nodes
+            return Update(var, delta, np.array(coef, np.float32), nodes | mono.nodes)
         if len(others) == 1 and list(others.values()) == [1] and coef == 1.0:
-            return var, delta, next(iter(others)), nodes | mono.nodes
+            return Update(var, delta, next(iter(others)), nodes | mono.nodes)
         # the runtime scalar scales the gradient, the constant is the step (clip_grad_norm's
         # coefficient times grad, then times lr): delta is the product the graph computes upstream
         scaled = alg.regroup(mono, {delta: 1, **others})
         if scaled is not None and same_shape(index, scaled[0], var):
-            return var, scaled[0], np.array(coef / scaled[2], np.float32), nodes | (mono.nodes - scaled[1])
+            return Update(var, scaled[0], np.array(coef / scaled[2], np.float32), nodes | (mono.nodes - scaled[1]))
         raise NoMatch("alpha is a runtime value times a constant, and no value computed before the update is "
                       "delta times that runtime value")
     if unequal is not None:
@@ -850,26 +894,36 @@ def _update(alg: Algebra, p: str):
     return None
 
 
-def _scalars(alg: Algebra, alpha, t, rest: Monomial):
-    """(scalar_form, l1, l2, nodes of the scalar math kept outside) from t and the leftover scaling."""
-    require(rest is not None, "the shrink is used twice in the product")
+class Scalars(NamedTuple):
+    """The fused node's l1 and l2 inputs and its scalar_form attribute; nodes is the scalar math
+    the fusion keeps outside (it may be shared)."""
+
+    form: str
+    l1: Input
+    l2: Input
+    nodes: set[int]
+
+
+def _scalars(alg: Algebra, alpha: Input, t: Input, rest: Monomial) -> Scalars:
+    """The scalars from t and the update's scaling `rest`: a constant 1/k, a runtime factor 1/k, or
+    a runtime k it divides by (raw where t and k read as alpha*l1 and 1 + alpha*l2)."""
     factors = dict(rest.factors)
     if not factors:
         require(rest.coef != 0 and np.isfinite(rest.coef), "the update is scaled by zero or a non-finite constant")
-        return "folded_reciprocal", _const_or_value(alg, t), np.array(rest.coef, np.float32), set()
+        return Scalars("folded_reciprocal", _const_or_value(alg, t), np.array(rest.coef, np.float32), set())
     require(len(factors) == 1 and rest.coef == 1.0, "the update is scaled by more than one value")
     (k, exp), = factors.items()
     require(exp in (1, -1), "the update is scaled by a power of a value")
     if exp == 1:
-        return "folded_reciprocal", _const_or_value(alg, t), k, set()
+        return Scalars("folded_reciprocal", _const_or_value(alg, t), k, set())
     raw = _raw_scalars(alg, alpha, t, k)
     if raw is not None:
         return raw
-    return "folded", _const_or_value(alg, t), k, set()
+    return Scalars("folded", _const_or_value(alg, t), k, set())
 
 
-def _raw_scalars(alg: Algebra, alpha, t, k: str):
-    """('raw', l1, l2, nodes) when t = alpha*l1 and k = 1 + alpha*l2 with the update's own alpha."""
+def _raw_scalars(alg: Algebra, alpha: Input, t: Input, k: str) -> Scalars | None:
+    """The "raw" scalars when t = alpha*l1 and k = 1 + alpha*l2 with the update's own alpha."""
     if not isinstance(t, str):
         return None
     l1 = _times_alpha(alg, alpha, t)
@@ -880,11 +934,11 @@ def _raw_scalars(alg: Algebra, alpha, t, k: str):
         if s1 == 1 and s2 == 1 and alg.scalar(one) == 1.0:
             l2 = _times_alpha(alg, alpha, prod)
             if l2 is not None:
-                return "raw", l1[0], l2[0], l1[1] | l2[1] | knodes
+                return Scalars("raw", l1[0], l2[0], l1[1] | l2[1] | knodes)
     return None
 
 
-def _times_alpha(alg: Algebra, alpha, value: str) -> tuple[str, set[int]] | None:
+def _times_alpha(alg: Algebra, alpha: Input, value: str) -> tuple[str, set[int]] | None:
     """(l, nodes) when value = alpha * l for a runtime l."""
     mono = alg.monomial(value)
     if isinstance(alpha, str):
@@ -908,6 +962,128 @@ def _const_or_value(alg: Algebra, t: Input) -> Input:
     return t
 
 
+SOFTSHRINK = Form(
+    FAMILY, "softshrink",
+    formula="where(|p| > t, p - sign(p)*t, p*0)",
+    spellings=(
+        "`Where(|p| > t, p - sign(p)*t, p*0)`, also with `|p|` widened to float32 in a float16 graph, and with "
+        "`0` for `p*0` under tf2onnx's arithmetic select, whose 0 mask keeps NaN in p",
+        "`Where(|p| <= t, 0, p - sign(p)*t)` with a plain 0 (NaN fails the comparison and takes the shift there, "
+        "as in the fused op)",
+        "in float16 or bfloat16, comparing `|p|` with the float32 t but shifting by t rounded to its dtype "
+        "(`F.softshrink` on a half tensor): the shrink at the rounded t when no value of the dtype lies between "
+        "the two, fused with that threshold",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_softshrink,
+    caveats=(MASKED_INF_CAVEAT,),
+)
+NESTED_SOFTSHRINK = Form(
+    FAMILY, "nested-softshrink",
+    formula="where(p > t, p - t, where(p < -t, p + t, p*0))",
+    spellings=(
+        "two nested selects, either side first, with a constant t >= 0 (NaN fails both comparisons and ends in "
+        "`p*0`); refused for a runtime or negative t, where the sides overlap",
+        "a plain 0 for `p*0` only where the inner select is tf2onnx's arithmetic select, whose 0 mask keeps NaN",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_nested_softshrink,
+    caveats=(MASKED_INF_CAVEAT,),
+)
+CLAMP_RESIDUAL = Form(
+    FAMILY, "clamp-residual",
+    formula="p - clip(p, -t, t)",
+    spellings=(
+        "ISTA's soft threshold as a clamp residual, with a constant t >= 0: `Clip` with inputs or, before opset "
+        "11, attributes, `Min(Max(p, -t), t)` or `Max(Min(p, t), -t)` as tf2onnx writes `tf.clip_by_value`; "
+        "equal to the shrink on every p, NaN and inf included",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "jax2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_clamp_residual,
+)
+MIN_RESIDUAL = Form(
+    FAMILY, "min-residual",
+    formula="p - sign(p)*min(|p|, t)",
+    spellings=(
+        "the kernel's own formula, the min also as `Clip(|p|, max=t)` (`torch.clamp(|p|, max=t)`): equal to "
+        "the shrink with the same rounding for every p and every t (a runtime or negative one too)",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_min_residual,
+)
+RELU_DIFFERENCE = Form(
+    FAMILY, "relu-difference",
+    formula="relu(p - t) - relu(-p - t)",
+    spellings=(
+        "LISTA's soft threshold with a constant t >= 0 (for t < 0 it is 2p near 0); relu also as `max(., 0)`, "
+        "`F.threshold` or `Clip(., 0)`, and `-p - t` also as `-(p + t)`",
+        "`clamp(p - t, min=0) + clamp(p + t, max=0)`, since `min(e, 0) = -relu(-e)`; the second clamp as "
+        "`Min(., 0)` or `Clip(., max=0)`",
+        "both sides as `Clip` with a bound left out keep its largest finite cap as `shrink_max`; a `Clip` beside "
+        "a `Max` is not fused",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_relu_difference,
+)
+MASKED_SOFTSHRINK = Form(
+    FAMILY, "masked-softshrink",
+    formula="(p - t*sign(p)) * (|p| > t)",
+    spellings=(
+        "`(p - t*sign(p)) * Cast(|p| > t)` (or `>=`), a float mask: equal to the shrink for every p and t",
+        "`sign(p) * (|p| - t) * Cast(|p| > t)`",
+        "a shift by a constant that the comparison cannot tell apart from t in p's dtype is the threshold",
+    ),
+    seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_masked_softshrink,
+)
+ABS_MINUS_MIN = Form(
+    FAMILY, "abs-minus-min",
+    formula="sign(p) * (|p| - min(|p|, t))",
+    spellings=(
+        "the min also as `Clip(|p|, max=t)`: equal to the shrink with the same rounding for every p and every t; "
+        "with `Sign` itself (a sign written as a select is +-1 at p = 0)",
+    ),
+    seen_from=("dynamo-optimized", "tf2onnx", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_abs_minus_capped_abs,
+)
+SIGN_TIMES_CLAMP = Form(
+    FAMILY, "clamp",
+    formula="sign(p) * max(|p| - t, 0)",
+    spellings=(
+        "`Max(|p| - t, 0)` (reported as `max`), also against a zeros tensor, `ConstantOfShape` or `Expand(0, "
+        "Shape(p))` (zeros that would broadcast the update to a larger shape are refused), and `Clip(d, 0, inf)` "
+        "(`torch.clamp(d, 0, inf)`: inf stays inf there, as in `Max`)",
+        "`Relu(|p| - t)` (reported as `relu`)",
+        "`Clip(|p| - t, min=0)` (reported as `clip`; the bound an attribute before opset 11, an input after) and "
+        "the clamp capped at the dtype's largest value, `tf.clip_by_value(d, 0, float32.max)`: `Max(Min(d, M), "
+        "0)` in either nesting or `Clip(d, 0, M)`; that is `Clip` without max, whose cap the fused node keeps "
+        "as `shrink_max`",
+        "`Where(d <= 0, 0, d)` or `Where(d < 0, 0, d)` (reported as `where`; `F.threshold(d, 0, 0)` from the "
+        "dynamo exporter; NaN selects d there, as in `Max`)",
+        "a float16/bfloat16 clamp run in float32 and cast back (reported as `max` for the capped one: the "
+        "wider type's largest value rounds back to inf)",
+        "`sign(p)` also as `where(p >= 0, 1, -1)` (or `> 0`, or `< 0` with the branches swapped) with a "
+        "constant t >= 0, since it is +-1 at p = 0 where the clamp is 0 then",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "tf2onnx", "jax2onnx", "paddle2onnx",
+               "onnxconverter-common float16", "hand-written"),
+    fused_op=PROXIMAL_GD,
+    matcher=_clamped_abs_minus_t,
+    reported_as=("max", "relu", "clip", "where"),
+)
+# a factor of the update that computes the shrink whole, tried in this order before MASKED_SOFTSHRINK
+WHOLE_FACTOR_FORMS = (SOFTSHRINK, NESTED_SOFTSHRINK, CLAMP_RESIDUAL, MIN_RESIDUAL, RELU_DIFFERENCE)
+# a factor beside sign(p), tried in this order last
+MAGNITUDE_FORMS = (ABS_MINUS_MIN, SIGN_TIMES_CLAMP)
+FORMS = (*WHOLE_FACTOR_FORMS, MASKED_SOFTSHRINK, *MAGNITUDE_FORMS)
+
 # where a shrink ends, a few scaling ops below an anchor (here: the accept tests come first)
 _TWO_WHERE_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 2, _select_part)
 _SELECT_SUM = Reach(_SUM_SHRINK_OPS, _TO_SUM_SHRINK, 3, _select_part)  # Add(Mul(Cast(c), a), Mul(b, Cast(Not(c))))
@@ -921,4 +1097,5 @@ _SHRINK_ENDS = (Reach(_SIGN_OPS, _TO_SHRINK, 4), Reach(_WHERE_OPS, _TO_SHRINK, 4
 # without scaling (l2 = 0) is reported, Sub for an unscaled clamp residual or difference of ReLUs
 PATTERN = Pattern(FAMILY, frozenset({"Mul", "Div", "Where", "Add", "Sub"}), match,
                   prefilter={"Add": (_SELECT_SUM, _RELU_SUM),
-                             **dict.fromkeys(("Mul", "Div", "Where", "Sub"), _SHRINK_ENDS)})
+                             **dict.fromkeys(("Mul", "Div", "Where", "Sub"), _SHRINK_ENDS)},
+                  forms=FORMS)

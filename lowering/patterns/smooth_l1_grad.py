@@ -1,25 +1,15 @@
 """SmoothL1-loss backward:  grad = K * dout * (x/beta if |x| < beta else sign(x)),  x = predict - label.
 
-Forms accepted (each written once; operand order, grouping and Cast wrappers come for free from
-the algebraic views):
-  select    Where(|x| <  beta, K/beta * x * dout, K * sign(x) * dout)       PyTorch decomposition
-            Where(|x| <= beta, ...)   both branches agree at |x| == beta
-            Where(|x| >= beta, sign branch, x branch), Where(Not(c), ...)
-            arithmetic selects Add(Mul(Cast(c), a), Mul(b, mask')) with mask' = Cast(Not(c)) (tf2onnx),
-            the Cast of the complementary comparison or 1 - Cast(c) (masks written by hand), also as the
-            Keras Huber gradient (two zero-padded selects summed)
-            a select without dout scaled afterwards: select(...) * dout [/ n]
-  nested    Where(x < -beta, -K*dout, Where(x > beta, K*dout, K/beta * x * dout))   Huber style
-  clip      Clip(x/beta, -1, 1) * K * dout, also Min(Max(.)) or Max(Min(.)) with bounds -1 and 1,
-            and Clip(x, -delta, delta) * K * dout, the Huber gradient (beta = delta, scale delta)
-  ratio     sign(x) * min(|x|/beta, 1) * K * dout   the magnitude capped at 1
-  capped    sign(x) * (w + select(|x| <= d, n*c*min(|x|, d) - w, 0))   tf.compat.v1.losses.huber_loss
 K is norm * scale: 1/numel(predict) for mean (a constant equal to it, or Size/ReduceProd(Shape)
-computed at runtime), 1 for sum/none, and Huber's delta where the graph is huber_loss_backward.
-A missing Div (beta = 1) or Mul (K = 1) is simply a coefficient of 1.
+computed at runtime), 1 for sum/none, and Huber's delta where the graph is a Huber gradient. A
+missing Div (beta = 1) or Mul (K = 1) is simply a coefficient of 1; operand order, grouping and
+Cast wrappers come for free from the algebraic views. The forms are the records in FORMS, tried in
+that order: the select forms at a Where or a sum, the product forms at a Mul or Div.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -49,8 +39,19 @@ from .base import (
     single_factor,
     zero_branch,
 )
+from .forms import Form, first_found
 
 FAMILY = "smooth_l1_grad"
+# what a fusion's report can note, where the unfused graph and the kernel differ on purpose
+ARITHMETIC_SELECT_CAVEAT = (
+    "arithmetic select (float masks as tf2onnx writes them, or autograd's sum of Wheres against 0 times the "
+    "branches' factors): where the branch not taken is inf/NaN the unfused graph gives NaN, the kernel gives "
+    "the selected branch")
+HALF_SIGN_CAVEAT = "native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN"
+INF_OVER_INF_CAVEAT = ("x / max(|x|, beta): where x is +-inf the graph computes inf/inf = NaN, the kernel gives "
+                       "the gradient's +-1")
+BROADCAST_LABEL_CAVEAT = ("label ({label}) is broadcast to predict's shape by an Expand before the fused node "
+                          "(the kernel takes a label of predict's shape)")
 # relative rounding of a constant stored in each compute dtype
 _EPS: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10,
                           onnx.TensorProto.BFLOAT16: 2.0**-7}
@@ -73,33 +74,35 @@ def match(alg: Algebra, anchor: int) -> Match | None:
     node = alg.index.nodes[anchor]
     out = node.output[0]
     if node.op_type in ("Mul", "Div"):
-        found = None
-        if alg.reaches(out, _CLAMP_END):
-            mono = alg.monomial(out)  # both forms are a product with the clamp as one factor
-            found = _match_clip(alg, out, mono) or _match_capped_ratio(alg, out, mono)
-        if found is None and alg.reaches(out, _HUBER_MIN):
-            found = _match_capped(alg, out)
-        if found is None and alg.reaches(out, _FLOORED_ABS):
-            found = _match_over_floored_abs(alg, out, alg.monomial(out))
-        return found
-    if node.op_type == "Where":
-        # every select form compares |x| or x = predict - label itself
-        cmp = alg.compare(node.input[0])
-        lhs = None if cmp is None else alg.widened(cmp.lhs)
-        if lhs is None or (alg.unary(lhs, "Abs") is None and alg.producer(lhs, "Sub") is None):
-            if cmp is not None:
-                refuse_rounded_abs(alg, cmp.lhs)
-            return None
+        return first_found(PRODUCT_FORMS, alg, out)
+    if node.op_type == "Where" and not _compares_x_or_abs_x(alg, node.input[0]):
+        return None
     if node.op_type in ("Add", "Sum") and out not in alg.reached(_SELECT_SUM_ENDS):
         return None
     sel = alg.select(out)
-    if sel is None:
+    cmp = None if sel is None else alg.compare(sel.cond)
+    if sel is None or cmp is None:
         return None
-    cmp = alg.compare(sel.cond)
-    if cmp is None:
-        return None
+    return first_found(SELECT_FORMS, alg, out, sel, cmp)
+
+
+def _compares_x_or_abs_x(alg: Algebra, cond: str) -> bool:
+    """Whether cond compares |x| or a difference x (every select form does); NoMatch for |x|
+    rounded to float16 and back (base.refuse_rounded_abs)."""
+    cmp = alg.compare(cond)
+    lhs = None if cmp is None else alg.widened(cmp.lhs)
+    if lhs is None or (alg.unary(lhs, "Abs") is None and alg.producer(lhs, "Sub") is None):
+        if cmp is not None:
+            refuse_rounded_abs(alg, cmp.lhs)
+        return False
+    return True
+
+
+def _select_on_abs_x(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+    """select(|x| < beta, K/beta * x * dout, K * sign(x) * dout), grown over the products that
+    scale it afterwards where the select itself lacks sign(x) or dout."""
     if alg.unary(alg.widened(cmp.lhs), "Abs") is None:
-        return _match_nested(alg, out, sel, cmp)
+        return None
     found = _match_abs_select(alg, out, sel, cmp)
     if found is None:  # the sign(x) (or dout) may come in by the products that follow
         return _with_outer_scaling(alg, out, sel, cmp)
@@ -159,6 +162,8 @@ def _sign_factor(alg: Algebra, mono: Monomial, x: str) -> tuple[str, set[int]] |
 
 
 def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+    """sel = select(|x| < beta, inside, outside) with inside = K/beta * x * dout and outside =
+    K * sign(x) * dout, the comparison in any direction."""
     absx = alg.unary(alg.widened(cmp.lhs), "Abs")
     if absx is None:  # the caller compares |x|
         return None
@@ -176,16 +181,7 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
                 refuse_float32_finish(alg, x, "x = predict - label")
         return None
     form = "arithmetic-select" if sel.arithmetic else "where"
-    beta = alg.scalar(cmp.rhs)
-    if beta is None:
-        overridable = alg.index.is_overridable_initializer(cmp.rhs)
-        raise NoMatch("beta is an initializer that is also a graph input (the user may override it)"
-                      if overridable else "beta (the threshold |x| is compared with) is not a constant")
-    require(beta >= 0, f"beta = {beta:g} is negative")
-    inclusive = cmp.relation in ("<=", ">")  # the x/beta branch is taken at |x| == beta
-    if beta == 0:
-        require(not inclusive, "with beta = 0 the graph divides 0 by 0 at x == 0 (NaN), unlike sign(x)")
-        require(not sel.arithmetic, "with beta = 0 the arithmetic select multiplies the inf branch by 0 (NaN)")
+    beta = _threshold(alg, cmp, sel.arithmetic)
     rest = outside.dividing_out(sign[0])  # a factor of exponent 1 (_sign_factor)
     within = inside.without(x)
     if within is None:
@@ -199,6 +195,23 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
                 f"the |x| < beta branch scales x by {within.coef:g}, not by K/beta = {rest.coef / beta:g}")
     nodes = sel.nodes | cmp.nodes | {abs_node} | sign[1] | inside.nodes | outside.nodes | alg.widening_casts(cmp.lhs)
     return _finish(alg, f"{FAMILY}/{form}", out, x, rest, beta, nodes, arithmetic=sel.arithmetic)
+
+
+def _threshold(alg: Algebra, cmp: Comparison, arithmetic: bool) -> float:
+    """The beta |x| is compared with: a constant >= 0 (NoMatch otherwise). beta = 0 is refused
+    where the select would give NaN at x = 0 or for an inf x: the x/beta branch taken at |x| ==
+    beta divides 0 by 0, and an arithmetic select multiplies the inf branch by its 0 mask."""
+    beta = alg.scalar(cmp.rhs)
+    if beta is None:
+        overridable = alg.index.is_overridable_initializer(cmp.rhs)
+        raise NoMatch("beta is an initializer that is also a graph input (the user may override it)"
+                      if overridable else "beta (the threshold |x| is compared with) is not a constant")
+    require(beta >= 0, f"beta = {beta:g} is negative")
+    inclusive = cmp.relation in ("<=", ">")  # the x/beta branch is taken at |x| == beta
+    if beta == 0:
+        require(not inclusive, "with beta = 0 the graph divides 0 by 0 at x == 0 (NaN), unlike sign(x)")
+        require(not arithmetic, "with beta = 0 the arithmetic select multiplies the inf branch by 0 (NaN)")
+    return beta
 
 
 def _same_scale(alg: Algebra, x: str, branch: float, expected: float) -> bool:
@@ -219,8 +232,12 @@ def _side(alg: Algebra, cmp: Comparison) -> tuple[str, float] | None:
     return ("low", -b) if cmp.relation in ("<", "<=") else ("high", b)
 
 
-def _match_nested(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+def _nested_select_on_x(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> Match | None:
+    """select(x < -beta, -K*dout, select(x > beta, K*dout, K/beta * x * dout)), either side
+    outermost: the Huber gradient as two selects on x itself."""
     x = alg.widened(cmp.lhs)
+    if alg.unary(x, "Abs") is not None:  # a select on |x|: _select_on_abs_x
+        return None
     outer = _side(alg, cmp)
     inner_value = single_factor(sel.when_false)
     if outer is None or inner_value is None:
@@ -303,10 +320,13 @@ def _symmetric_clamp(alg: Algebra, value: str) -> tuple[str, float, set[int]] | 
     return (y, hi, nodes) if hi is not None and hi > 0 and lo == -hi else None
 
 
-def _match_clip(alg: Algebra, out: str, mono: Monomial) -> Match | None:
-    """mono (out's product view) = K * dout * clamp(s*x, -c, c), which is K*c * dout *
-    clamp(x/beta, -1, 1) with beta = c/s: the SmoothL1 gradient as clamp(x/beta, -1, 1), and the
-    Huber gradient as clamp(x, -delta, delta)."""
+def _clamped_ratio(alg: Algebra, out: str) -> Match | None:
+    """out = K * dout * clamp(s*x, -c, c), which is K*c * dout * clamp(x/beta, -1, 1) with beta =
+    c/s: the SmoothL1 gradient as clamp(x/beta, -1, 1), and the Huber gradient as clamp(x, -delta,
+    delta)."""
+    if not alg.reaches(out, _CLAMP_END):
+        return None
+    mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         found = _symmetric_clamp(alg, name) if exp == 1 else None
         if found is None:
@@ -326,11 +346,13 @@ def _match_clip(alg: Algebra, out: str, mono: Monomial) -> Match | None:
     return None
 
 
-def _match_capped_ratio(alg: Algebra, out: str, mono: Monomial) -> Match | None:
-    """mono (out's product view) = K * dout * sign(x) * min(|x|/beta, 1): the gradient's magnitude
-    capped at 1. It is x/beta inside (|x|/beta*sign(x) is x/beta exactly) and sign(x) outside, inf
-    and NaN included (Min keeps NaN); beta must be a constant > 0, since with beta = 0 it is 0/0 =
-    NaN at x = 0."""
+def _sign_times_capped_ratio(alg: Algebra, out: str) -> Match | None:
+    """out = K * dout * sign(x) * min(|x|/beta, 1): the gradient's magnitude capped at 1. It is
+    x/beta inside (|x|/beta*sign(x) is x/beta exactly) and sign(x) outside, inf and NaN included
+    (Min keeps NaN); beta must be a constant > 0, since with beta = 0 it is 0/0 = NaN at x = 0."""
+    if not alg.reaches(out, _CLAMP_END):
+        return None
+    mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         found = alg.producer(name, "Min", "Clip", "Cast") if exp == 1 else None
         cast = None
@@ -381,11 +403,13 @@ def _floors_abs(index: GraphIndex, node: Node) -> bool:
     return bound is not None and index.scalar(bound) is not None
 
 
-def _match_over_floored_abs(alg: Algebra, out: str, mono: Monomial) -> Match | None:
-    """mono (out's product view) = K * dout * x / max(|x|, beta): x/beta where |x| < beta and
-    x/|x| = sign(x) elsewhere, exactly, for a constant beta > 0 (torch.clamp(|x|, min=beta) as Clip
-    too). NaN stays NaN; an inf x gives inf/inf = NaN in the graph where the kernel gives +-1 (the
-    report's caveat)."""
+def _x_over_floored_abs(alg: Algebra, out: str) -> Match | None:
+    """out = K * dout * x / max(|x|, beta): x/beta where |x| < beta and x/|x| = sign(x) elsewhere,
+    exactly, for a constant beta > 0 (torch.clamp(|x|, min=beta) as Clip too). NaN stays NaN; an
+    inf x gives inf/inf = NaN in the graph where the kernel gives +-1 (the report's caveat)."""
+    if not alg.reaches(out, _FLOORED_ABS):
+        return None
+    mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         found = alg.producer(name, "Max", "Clip") if exp == -1 else None
         if found is None or len(found[1].input) < 2:
@@ -408,8 +432,7 @@ def _match_over_floored_abs(alg: Algebra, out: str, mono: Monomial) -> Match | N
         rest = mono.dividing_out(name).dividing_out(x)  # exponents -1 and 1
         match = _finish(alg, f"{FAMILY}/over-floored-abs", out, x, rest, beta, mono.nodes | {i, absx[1]},
                         arithmetic=False)
-        match.caveats.append("x / max(|x|, beta): where x is +-inf the graph computes inf/inf = NaN, the kernel "
-                             "gives the gradient's +-1")
+        match.caveats.append(INF_OVER_INF_CAVEAT)
         return match
     return None
 
@@ -425,12 +448,14 @@ def _caps_abs(index: GraphIndex, node: Node) -> bool:
     return producer is not None and producer.op_type == "Abs" and index.scalar(node.input[1]) is not None
 
 
-def _match_capped(alg: Algebra, out: str) -> Match | None:
+def _huber_loss_v1_gradient(alg: Algebra, out: str) -> Match | None:
     """The gradient of tf.compat.v1.losses.huber_loss, 0.5*q^2 + delta*(|x| - q), q = min(|x|, delta):
         sign(x) * (w + select(|x| <= delta, n*c*min(|x|, delta) - w, 0))
     which is w*sign(x) outside and n*c*|x|*sign(x) = n*c*x inside, a SmoothL1 gradient with beta =
     delta when n*c = w/delta. Exact everywhere: the Min keeps the branch not taken finite, and NaN
     in x gives NaN through the select's 0 mask."""
+    if not alg.reaches(out, _HUBER_MIN):
+        return None
     mono = alg.monomial(out)
     for name, exp in mono.factors.items():
         sign = alg.unary_narrowed(name, "Sign") if exp == 1 else None
@@ -442,48 +467,72 @@ def _match_capped(alg: Algebra, out: str) -> Match | None:
         x = sign[0]
         total = next(iter(rest.factors))
         shifted = _constant_plus(alg, total, x)  # w + select(...)
-        if shifted is None:
-            added = alg.producer(total, "Add", "Sum")
-            selects = [] if added is None or len(added[1].input) != 2 else [alg.select(v) for v in added[1].input]
-            found = [sel for sel in selects if sel is not None]
-            if len(found) == 1:
-                raise NoMatch("sign(x) * (w + select(|x| <= delta, ...)) with w not a constant: the gradient of "
-                              "tf.compat.v1.losses.huber_loss is read with a constant weight only (a runtime "
-                              "weights tensor or output_gradients scales it here)")
-            if len(found) == 2:
-                _refuse_overlapping_sides(alg, found, x)
+        if shifted is None or len(shifted.addends) != 1:
+            _refuse_huber_v1_lookalike(alg, total, x)
             continue
-        w, value, shift_nodes = shifted
-        sel = alg.select(value)
-        if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 \
-                or len(sel.when_true.factors) != 1:
+        w = shifted.constant
+        inside = _capped_inside(alg, shifted.addends[0], x)
+        if inside is None:
             continue
-        branch, guard_nodes = _unguarded(alg, next(iter(sel.when_true.factors)), x)
-        inner = _constant_plus(alg, branch, x, repeated=True)  # n*M - w
-        cmp = alg.compare(sel.cond)
-        if inner is None or cmp is None or cmp.relation not in ("<", "<="):
-            continue
-        minus_w, cap, inner_nodes = inner  # cap: n * c * Min(|x|, delta)
-        inner_nodes = inner_nodes | guard_nodes
-        floored = _floored_at_zero(alg, next(iter(cap.factors))) if len(cap.factors) == 1 else None
-        if floored is not None:  # tf.clip_by_value(|x|, 0, delta): Max(Min(|x|, delta), 0)
-            cap = Monomial(cap.coef, {floored[0]: 1}, cap.nodes | floored[1])
-        capped = alg.producer(next(iter(cap.factors)), "Min") if len(cap.factors) == 1 else None
-        abs_x = None if capped is None else alg.unary(capped[1].input[0], "Abs")
-        if capped is None or abs_x is None or abs_x[0] != x:
-            continue
-        delta = alg.scalar(capped[1].input[1])
-        if delta is None or cmp.lhs != capped[1].input[0] or alg.scalar(cmp.rhs) != delta:
-            continue
-        require(delta > 0, f"huber_loss with delta = {delta:g}")
-        require(close(minus_w, -w), "the gradient's constant terms do not cancel inside |x| <= delta")
-        require(_same_scale(alg, x, cap.coef, w / delta),
-                f"the |x| <= delta branch scales x by {cap.coef:g}, not by w/delta = {w / delta:g}")
-        nodes = (mono.nodes | sign[1] | shift_nodes | sel.nodes | sel.when_true.nodes | inner_nodes | cap.nodes
-                 | cmp.nodes | {capped[0], abs_x[1]})
-        return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), delta, nodes,
+        require(inside.delta > 0, f"huber_loss with delta = {inside.delta:g}")
+        require(close(inside.constant, -w), "the gradient's constant terms do not cancel inside |x| <= delta")
+        require(_same_scale(alg, x, inside.scale, w / inside.delta),
+                f"the |x| <= delta branch scales x by {inside.scale:g}, not by w/delta = {w / inside.delta:g}")
+        nodes = mono.nodes | sign[1] | shifted.nodes | inside.nodes
+        return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), inside.delta, nodes,
                        arithmetic=False)
     return None
+
+
+class CappedInside(NamedTuple):
+    """select(|x| <= delta, scale*min(|x|, delta) + constant, 0): the inside of huber_loss's gradient."""
+
+    delta: float
+    scale: float
+    constant: float
+    nodes: set[int]
+
+
+def _capped_inside(alg: Algebra, value: str, x: str) -> CappedInside | None:
+    """value = select(|x| <= delta, n*c*min(|x|, delta) - w, 0) with a constant delta, the min also
+    floored at 0 (tf.clip_by_value(|x|, 0, delta)) and guarded by its select on min >= 0."""
+    sel = alg.select(value)
+    if sel is None or zero_branch(alg, sel.when_false) is None or sel.when_true.coef != 1.0 \
+            or len(sel.when_true.factors) != 1:
+        return None
+    branch, guard_nodes = _unguarded(alg, next(iter(sel.when_true.factors)), x)
+    inner = _constant_plus(alg, branch, x)  # cap - w
+    cap = None if inner is None else _like_terms_sum(alg, inner.addends, x)  # n * c * Min(|x|, delta)
+    cmp = alg.compare(sel.cond)
+    if inner is None or cap is None or cmp is None or cmp.relation not in ("<", "<="):
+        return None
+    floored = _floored_at_zero(alg, next(iter(cap.factors))) if len(cap.factors) == 1 else None
+    if floored is not None:  # tf.clip_by_value(|x|, 0, delta): Max(Min(|x|, delta), 0)
+        cap = Monomial(cap.coef, {floored[0]: 1}, cap.nodes | floored[1])
+    capped = alg.producer(next(iter(cap.factors)), "Min") if len(cap.factors) == 1 else None
+    abs_x = None if capped is None else alg.unary(capped[1].input[0], "Abs")
+    if capped is None or abs_x is None or abs_x[0] != x:
+        return None
+    delta = alg.scalar(capped[1].input[1])
+    if delta is None or cmp.lhs != capped[1].input[0] or alg.scalar(cmp.rhs) != delta:
+        return None
+    nodes = (sel.nodes | sel.when_true.nodes | inner.nodes | guard_nodes | cap.nodes | cmp.nodes
+             | {capped[0], abs_x[1]})
+    return CappedInside(delta, cap.coef, inner.constant, nodes)
+
+
+def _refuse_huber_v1_lookalike(alg: Algebra, total: str, x: str) -> None:
+    """NoMatch for sign(x) * (a + b) where a or b is a select but the sum is not w + select with
+    a constant w: a weighted huber_loss, or two selects that overlap at |x| == delta."""
+    added = alg.producer(total, "Add", "Sum")
+    selects = [] if added is None or len(added[1].input) != 2 else [alg.select(v) for v in added[1].input]
+    found = [sel for sel in selects if sel is not None]
+    if len(found) == 1:
+        raise NoMatch("sign(x) * (w + select(|x| <= delta, ...)) with w not a constant: the gradient of "
+                      "tf.compat.v1.losses.huber_loss is read with a constant weight only (a runtime "
+                      "weights tensor or output_gradients scales it here)")
+    if len(found) == 2:
+        _refuse_overlapping_sides(alg, found, x)
 
 
 def _abs_threshold(alg: Algebra, cond: str, x: str) -> tuple[str, float] | None:
@@ -577,12 +626,17 @@ def _fold_uniform(alg: Algebra, mono: Monomial, like: str) -> Monomial:
     return Monomial(coef, factors, mono.nodes)
 
 
-def _constant_plus(alg: Algebra, value: str, like: str, repeated: bool = False):
-    """(w, v, nodes) when value = Add/Sum(uniform constant w, v); with `repeated`, (w, m, nodes)
-    when value = Sum(w, v1, ..., vn), m the vi's product views (uniform constants folded) added
-    up, all with the same runtime factors: TensorFlow's gradient of q*q sums one term per operand,
-    the same value twice or two products that grappler wrote apart. w must leave `like`'s shape
-    as it is."""
+class ConstantPlus(NamedTuple):
+    """w + v1 + ... + vn: a uniform constant w and the other addends."""
+
+    constant: float
+    addends: list[str]
+    nodes: set[int]
+
+
+def _constant_plus(alg: Algebra, value: str, like: str) -> ConstantPlus | None:
+    """value = Add/Sum(w, v1, ..., vn) with one uniform constant w that leaves `like`'s shape as it
+    is, and n >= 1."""
     found = alg.producer(value, "Add", "Sum")
     if found is None:
         return None
@@ -590,13 +644,14 @@ def _constant_plus(alg: Algebra, value: str, like: str, repeated: bool = False):
     consts = [v for v in node.input if alg.index.const(v) is not None]
     others = [v for v in node.input if v not in consts]
     w = _uniform_value(alg, consts[0], like) if len(consts) == 1 and others else None
-    if w is None:
-        return None
-    if repeated:
-        terms = [_fold_uniform(alg, alg.monomial(v), like) for v in others]
-        total = sum_like(terms)
-        return None if total is None else (w, total, {i})
-    return (w, others[0], {i}) if len(others) == 1 else None
+    return None if w is None else ConstantPlus(w, others, {i})
+
+
+def _like_terms_sum(alg: Algebra, addends: list[str], like: str) -> Monomial | None:
+    """The addends' product views (uniform constants folded) added up, all with the same runtime
+    factors: TensorFlow's gradient of q*q sums one term per operand, the same value twice or two
+    products that grappler wrote apart."""
+    return sum_like([_fold_uniform(alg, alg.monomial(v), like) for v in addends])
 
 
 def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: float,
@@ -664,15 +719,12 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         inputs[2] = _const_like(dout, dtype)
     caveats = []
     if arithmetic:
-        caveats.append("arithmetic select (float masks as tf2onnx writes them, or autograd's sum of Wheres against 0 "
-                       "times the branches' factors): where the branch not taken is inf/NaN "
-                       "the unfused graph gives NaN, the kernel gives the selected branch")
+        caveats.append(ARITHMETIC_SELECT_CAVEAT)
     if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
            for i in interior):
-        caveats.append("native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN")
+        caveats.append(HALF_SIGN_CAVEAT)
     if expand_label:
-        caveats.append(f"label ({shape_text(index, label)}) is broadcast to predict's shape by an Expand before "
-                       "the fused node (the kernel takes a label of predict's shape)")
+        caveats.append(BROADCAST_LABEL_CAVEAT.format(label=shape_text(index, label)))
     return Match(form, SMOOTH_L1_GRAD, out, target if wrapped is not None else dtype, inputs,
                  {"sigma": float(beta), "reduction": reduction, "scale": factor},
                  interior=interior - boundary, boundary=boundary, caveats=caveats,
@@ -712,7 +764,122 @@ _HUBER_MIN = Reach(_MIN_OPS, _TO_MIN | {"Max"}, 10, _caps_abs)
 _FLOORED_ABS = Reach(frozenset({"Max", "Clip"}), _PRODUCT_OPS | {"Cast"}, 4, _floors_abs)
 _MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
 _SELECT_SUM_ENDS = (_MASK_END, Reach(_WHERE_OPS, _TO_MASK, 6, _selects_against_zero))
+_EVERY_FORM = (BROADCAST_LABEL_CAVEAT,)
+
+SELECT_ON_ABS_X = Form(
+    FAMILY, "select",
+    formula="where(|x| < beta, K/beta * x * dout, K * sign(x) * dout)",
+    spellings=(
+        "`Where(|x| < beta, g*x/beta, g*sign(x))` (PyTorch's decomposition, `g = K * dout`), also with `<=` "
+        "(both branches agree at `|x| == beta`), and with `>=` or a `Not` and the branches swapped",
+        "the arithmetic select `m*A + m'*B` with float masks: `m' = Cast(Not(c))` as tf2onnx writes it or, "
+        "written by hand, `(|x| >= beta).float()` beside `(|x| < beta).float()`, or `1 - m`",
+        "the gradient of `tf.keras.losses.Huber`, two zero-padded selects summed (every reduction, with or "
+        "without `output_gradients`)",
+        "the gradient autograd takes of a loss written with `torch.where`, as torchvision, fvcore and mmdet "
+        "write SmoothL1 (`0.5*n**2/beta` or `0.5*n*n/beta` inside, `n - 0.5*beta` outside; also YOLO's Huber): "
+        "a sum of terms, each a product with `Where(c, g, 0)` or `Where(c, 0, g)`, read as one select whose "
+        "sides add up the terms with equal runtime factors (terms that would cancel are refused), and "
+        "`|x| * sign(x)` read as x (`Pow(n, 1)` is dropped by normalization)",
+        "TensorFlow's gradient of a loss written with `0.5*x*x`, which sums one term per operand of the "
+        "product, `Sum(a, b, a)` (in float16 the two copies multiplied in different orders): the addends with "
+        "the same runtime factors add up, since at most one half of a select is nonzero at any element",
+        "a select without dout scaled afterwards, `tf.where(|x| < beta, x/beta, sign(x)) * dout [/ n]`, whose "
+        "products join the fusion (when they cannot, the select is fused alone)",
+        "branches scaled by different full tensors of one number each (tf-faster-rcnn's `_smooth_l1_loss` with "
+        "`sigma^2 = 2`): those numbers are read as the branches' coefficients",
+        "in float16/bfloat16, a divisor that is the compared beta rounded to that dtype is the same beta",
+        "beta = 0 (the gradient is `sign(x) * g`) with `<` in a Where; refused with `<=` or an arithmetic "
+        "select, which compute 0/0 or 0*inf there",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "tf2onnx", "onnxruntime-training", "jax2onnx",
+               "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_select_on_abs_x,
+    caveats=(ARITHMETIC_SELECT_CAVEAT, HALF_SIGN_CAVEAT, *_EVERY_FORM),
+    reported_as=("where", "arithmetic-select"),
+)
+NESTED_SELECT_ON_X = Form(
+    FAMILY, "nested",
+    formula="where(x < -beta, -K*dout, where(x > beta, K*dout, K/beta * x * dout))",
+    spellings=(
+        "`Where(x < -b, -g*b, Where(x > b, g*b, g*x))`, either side outermost: the Huber gradient "
+        "(`scale = delta`)",
+        "`-g*b` and `g*b` folded into full tensors of one number beside a tensor of ones for g, as dynamo's "
+        "optimizer writes the gradient of a `reduction='none'` Huber loss, and with the tensor of ones dropped, "
+        "as onnxsim, onnxslim and onnxoptimizer leave it",
+        "either select an arithmetic select with float masks",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "onnxsim", "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_nested_select_on_x,
+    caveats=(ARITHMETIC_SELECT_CAVEAT, *_EVERY_FORM),
+    reported_as=("nested-where", "nested-arithmetic-select"),
+)
+CLAMPED_RATIO = Form(
+    FAMILY, "clip",
+    formula="K * dout * clamp(x/beta, -1, 1)",
+    spellings=(
+        "`Clip(x/beta, -1, 1) * g`, `Min(Max(x/beta, -1), 1) * g` (dynamo before its optimizer) or "
+        "`Max(Min(x/beta, 1), -1) * g` (`tf.clip_by_value`), also run in float32 between Casts",
+        "the Huber gradient `clamp(x, -delta, delta) * g` in the same spellings (beta = delta, scale delta)",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "tf2onnx", "paddle2onnx",
+               "onnxconverter-common float16", "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_clamped_ratio,
+    caveats=_EVERY_FORM,
+)
+SIGN_TIMES_CAPPED_RATIO = Form(
+    FAMILY, "capped-ratio",
+    formula="K * dout * sign(x) * min(|x|/beta, 1)",
+    spellings=(
+        "`sign(x) * min(|x|/beta, 1) * g`, the magnitude capped at 1 (beta > 0), also as `Clip(|x|/beta, "
+        "max=1)` from `torch.clamp(., max=1)`, and with the min run in float32 and cast back",
+        "the 1 a full tensor of ones, as `torch.ones_like` exports it, or `Expand(1, Shape(x))` or "
+        "`ConstantOfShape` before dynamo's optimizer",
+    ),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "tf2onnx", "onnxconverter-common float16",
+               "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_sign_times_capped_ratio,
+    caveats=(HALF_SIGN_CAVEAT, *_EVERY_FORM),
+)
+HUBER_LOSS_V1_GRADIENT = Form(
+    FAMILY, "capped",
+    formula="K * dout * sign(x) * (w + where(|x| <= delta, 2c*min(|x|, delta) - w, 0)),  2c = w/delta",
+    spellings=(
+        "the gradient of `tf.compat.v1.losses.huber_loss` (the TF object detection API's box-regression loss), "
+        "`w/delta * x` inside because `sign(x)*|x| = x`; refused when its constants do not cancel or do not "
+        "scale x by `w/delta`",
+        "the same loss written by hand with `q*q`, or with `q = tf.clip_by_value(|x|, 0, delta)`, whose gradient "
+        "adds a select on `q >= 0` that holds for every x but NaN",
+    ),
+    seen_from=("tf2onnx", "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_huber_loss_v1_gradient,
+    caveats=(HALF_SIGN_CAVEAT, *_EVERY_FORM),
+)
+X_OVER_FLOORED_ABS = Form(
+    FAMILY, "over-floored-abs",
+    formula="K * dout * x / max(|x|, beta)",
+    spellings=(
+        "`x / max(|x|, beta) * g`, also with `Clip(|x|, min=beta)` (`torch.clamp`), for a constant beta > 0: "
+        "x/beta inside and x/|x| = sign(x) outside, exactly",
+    ),
+    seen_from=("tf2onnx", "hand-written"),
+    fused_op=SMOOTH_L1_GRAD,
+    matcher=_x_over_floored_abs,
+    caveats=(INF_OVER_INF_CAVEAT, *_EVERY_FORM),
+)
+# tried at a Where or a sum, on its select view, in this order
+SELECT_FORMS = (SELECT_ON_ABS_X, NESTED_SELECT_ON_X)
+# tried at a Mul or a Div, in this order
+PRODUCT_FORMS = (CLAMPED_RATIO, SIGN_TIMES_CAPPED_RATIO, HUBER_LOSS_V1_GRADIENT, X_OVER_FLOORED_ABS)
+FORMS = SELECT_FORMS + PRODUCT_FORMS
+
 PATTERN = Pattern(FAMILY, frozenset({"Where", "Add", "Sum", "Mul", "Div"}), match,
                   prefilter={"Mul": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
                              "Div": (_CLAMP_END, _HUBER_MIN, _FLOORED_ABS),
-                             "Add": _SELECT_SUM_ENDS, "Sum": _SELECT_SUM_ENDS})
+                             "Add": _SELECT_SUM_ENDS, "Sum": _SELECT_SUM_ENDS},
+                  forms=FORMS)
