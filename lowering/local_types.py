@@ -44,7 +44,7 @@ Lookup = Callable[[str], ValueType | None]
 
 class NodeLike(Protocol):
     """A NodeProto, or the pass's decoded node (lowering.graph.Node, whose fields read faster and
-    which carries its NodeProto as `proto`)."""
+    which encodes itself with to_proto)."""
 
     @property
     def op_type(self) -> str: ...
@@ -267,7 +267,8 @@ class LocalTypes:
 
 
 def _proto(node: NodeLike) -> onnx.NodeProto:
-    proto = getattr(node, "proto", node)
+    """The node as a NodeProto; a decoded node normalization changed is encoded anew."""
+    proto = node.to_proto() if hasattr(node, "to_proto") else node
     assert isinstance(proto, onnx.NodeProto)
     return proto
 
