@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from . import cleanup, functions, verify
 from .algebra import Algebra
+from .algebra.local_shapes import LocalShapes
 from .bodies import FunctionBodies
 from .errors import InternalError
 from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
@@ -78,6 +79,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     report.normalization = stats.as_dict()
     nodes = normalized.nodes
     index = GraphIndex(nodes, info, normalized.folded)
+    index.derive_type = LocalShapes(index, default_opset(model))
     dead = cleanup.drop_dead(index)
     if dead:
         report.normalization["dead nodes removed"] = len(dead)
