@@ -23,13 +23,14 @@ model gives, index.info.types) and a memo the caller keeps per index; nothing ch
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..graph import GraphIndex, ValueType, attr, value_type_of
+from ..graph import GraphIndex, Node, ValueType, attr, value_type_of
 
 MAX_DEPTH = 24  # producers followed back from the value asked about
 MAX_SHAPE_VALUE = 64  # elements of a shape-arithmetic value evaluated (a shape has at most a few)
@@ -190,11 +191,10 @@ def _evaluate(name: str, memo: LocalShapes, depth: int) -> np.ndarray | None:
     if op == "Size":
         vt = value_type(node.input[0], memo, depth - 1)
         return None if vt is None or vt.numel is None else np.array(vt.numel, np.int64)
-    args = []
+    args: list[np.ndarray] = []
     for value in node.input:
         if not value:
-            args.append(None)
-            continue
+            return None  # an optional input left out in the middle: not shape arithmetic exporters write
         known = value_of_shape_expr(value, memo, depth - 1)
         if known is None:
             return None
@@ -205,7 +205,7 @@ def _evaluate(name: str, memo: LocalShapes, depth: int) -> np.ndarray | None:
         return None
 
 
-def _run_shape_op(node, args: list[np.ndarray | None]) -> np.ndarray | None:
+def _run_shape_op(node: Node, args: list[np.ndarray]) -> np.ndarray | None:
     op = node.op_type
     if op == "Identity":
         return args[0]
@@ -213,11 +213,11 @@ def _run_shape_op(node, args: list[np.ndarray | None]) -> np.ndarray | None:
         to = onnx.helper.tensor_dtype_to_np_dtype(attr(node, "to"))
         return np.asarray(args[0]).astype(to)
     if op == "Concat":
-        return np.concatenate([np.atleast_1d(a) for a in args if a is not None], axis=attr(node, "axis", 0))
+        return np.concatenate([np.atleast_1d(a) for a in args], axis=attr(node, "axis", 0))
     if op == "Gather":
         return np.take(args[0], args[1], axis=attr(node, "axis", 0))
     if op in ("Unsqueeze", "Squeeze"):
-        axes = attr(node, "axes") if len(args) < 2 or args[1] is None else [int(a) for a in args[1].reshape(-1)]
+        axes = attr(node, "axes") if len(args) < 2 else [int(a) for a in args[1].reshape(-1)]
         x = args[0]
         if op == "Squeeze":
             return np.squeeze(x, axis=None if axes is None else tuple(axes))
@@ -233,18 +233,18 @@ def _run_shape_op(node, args: list[np.ndarray | None]) -> np.ndarray | None:
     if op == "ConstantOfShape":
         tensor = attr(node, "value")
         fill = numpy_helper.to_array(tensor).reshape(-1)[0] if tensor is not None else np.float32(0)
-        return np.full(tuple(int(d) for d in args[0].reshape(-1)), fill)
+        return np.full([int(d) for d in args[0].reshape(-1)], fill)
     if op in _INTEGER_MATH:
         return _INTEGER_MATH[op](*args)
     return None
 
 
-def _slice(node, args: list[np.ndarray | None]) -> np.ndarray:
+def _slice(node: Node, args: list[np.ndarray]) -> np.ndarray:
     x = args[0]
     if len(args) > 1:
         starts, ends = args[1], args[2]
-        axes = args[3] if len(args) > 3 and args[3] is not None else np.arange(len(starts))
-        steps = args[4] if len(args) > 4 and args[4] is not None else np.ones(len(starts), np.int64)
+        axes = args[3] if len(args) > 3 else np.arange(len(starts))
+        steps = args[4] if len(args) > 4 else np.ones(len(starts), np.int64)
     else:  # opset < 10: attributes
         starts, ends = np.array(attr(node, "starts")), np.array(attr(node, "ends"))
         axes = np.array(attr(node, "axes", list(range(len(starts)))))
@@ -271,7 +271,7 @@ def _integer_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a / b
 
 
-_INTEGER_MATH = {
+_INTEGER_MATH: dict[str, Callable[..., np.ndarray]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": _integer_div,
     "Max": lambda *a: np.maximum.reduce(np.broadcast_arrays(*a)) if len(a) > 1 else a[0],
     "Min": lambda *a: np.minimum.reduce(np.broadcast_arrays(*a)) if len(a) > 1 else a[0],
