@@ -345,3 +345,26 @@ def _shape_nodes(name: str, memo: LocalShapes, nodes: set[int], reads: set[str],
             reads.add(node.input[0])
             continue
         stack.extend((v, left - 1) for v in node.input if v)
+
+
+def why_unknown(name: str, memo: LocalShapes, depth: int = MAX_DEPTH) -> str:
+    """Why value_type(name) knows no element type: the first producer behind it whose output type
+    neither the model nor the local rules give."""
+    index = memo.index
+    for _ in range(depth):
+        i = index.producer.get(name)
+        if i is None:
+            return f"{name} has no type in the model"
+        node = index.nodes[i]
+        if (node.domain or "") not in _STANDARD and (node.domain, node.op_type) not in SAME_AS_FIRST_INPUT:
+            return (f"{name} is computed by {node.domain} {node.op_type}, an op outside ONNX whose output type "
+                    "the model does not declare and the pass has no rule for")
+        unknown = next((v for v in node.input if v and not _has_elem_type(value_type(v, memo))), None)
+        if unknown is None:
+            return f"ONNX's inference of {node.op_type} gives no type for {name} from its inputs"
+        name = unknown
+    return f"the type of {name} is not known within {depth} producers"
+
+
+def _has_elem_type(vt: ValueType | None) -> bool:
+    return vt is not None and bool(vt.elem_type)
