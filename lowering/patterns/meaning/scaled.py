@@ -29,7 +29,7 @@ from ...algebra import Algebra
 from ...fused_ops import SMOOTH_L1_GRAD
 from ...graph import FLOAT_TYPES, GraphIndex
 from ..base import Match, NoMatch
-from .evaluate import Unsupported
+from .evaluate import ELEMENTWISE, Unsupported
 from .hypothesis import Counterexample, evaluate, magnitudes, narrowest, points
 from .proof import Probe, check, fmt
 from .region import Either, Region, RegionRefused, Walks, build, forward_cone
@@ -87,16 +87,16 @@ def _multiple_of(alg: Algebra, source: Match, skip: set[int], closed: Callable[[
 def _prove_multiple(index: GraphIndex, walks: Walks, output: str, source: Match,
                     rng: np.random.Generator) -> Match | None:
     """The match of `output` as k * the fused output, None when it is not a candidate (reads
-    another runtime value, casts, or is the fused output itself); Counterexample when it reads
-    only the fused output but is no constant multiple of it."""
+    another runtime value, casts, more elementwise math reads it, or it is the fused output
+    itself); Counterexample when it reads only the fused output but is no constant multiple of it."""
     region = build(walks, output, (source.output,))
     if region.scalars or region.others or index.elem_type(output) != source.dtype:
         return None  # reads another runtime value, or casts: some other function of it
     if not index.is_escaping(source.output, set(region.nodes)):
         return None  # the fused output has no other reader: a second node would only repeat it
+    if any(index.nodes[c].op_type in ELEMENTWISE for c in index.consumers.get(output, ())):
+        return None  # a piece of some larger elementwise function of the fused output
     k = _factor(index, region, source)
-    if k == 1.0:
-        return None  # the value itself (an Identity): nothing to fuse
 
     def multiple(leaves: dict[str, np.ndarray], _: bool = False) -> np.ndarray:
         return k * leaves[source.output]
@@ -106,6 +106,8 @@ def _prove_multiple(index: GraphIndex, walks: Walks, output: str, source: Match,
     if not verdict.holds:
         raise Counterexample(f"reads only the fused {source.output} but is not a constant multiple of it: "
                              f"{verdict.reason}")
+    if k == 1.0:
+        return None  # the value itself (an Identity, a * 1): nothing to fuse
     return _match(index, region, source, k, verdict.caveats)
 
 
