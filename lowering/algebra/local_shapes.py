@@ -32,7 +32,8 @@ from onnx import numpy_helper
 
 from ..graph import GraphIndex, Node, ValueType, attr, value_type_of
 
-MAX_DEPTH = 24  # producers followed back from the value asked about
+MAX_NODES = 4096  # producers whose types one question derives (a match's leaves sit near typed values)
+MAX_DEPTH = 24  # producers a shape-arithmetic value is evaluated through
 MAX_SHAPE_VALUE = 64  # elements of a shape-arithmetic value evaluated (a shape has at most a few)
 # com.microsoft ops whose output 0 has the type and shape of input 0 (onnxruntime's contrib and
 # training op schemas give them propagateShapeAndTypeFromFirstInput); the training graphs'
@@ -72,18 +73,44 @@ def _numeric(vt: ValueType | None) -> bool:
     return vt is not None and vt.numel is not None
 
 
-def value_type(name: str, memo: LocalShapes, depth: int = MAX_DEPTH) -> ValueType | None:
+def value_type(name: str, memo: LocalShapes) -> ValueType | None:
     given = _declared(name, memo)
-    if _numeric(given) or depth <= 0:
+    if _numeric(given):
         return given
+    if name not in memo.types:
+        # every producer behind `name` whose type is not known yet, derived in graph (topological)
+        # order, so each reads its inputs' types from the memo
+        for i in _unknown_producers(name, memo):
+            for out in memo.index.nodes[i].output:
+                if out and out not in memo.types:
+                    derived = _derive(out, memo)
+                    memo.types[out] = derived if _knows_more(derived, _declared(out, memo)) else None
     found = memo.types.get(name)
-    if found is _IN_PROGRESS:
-        return given
-    if found is None and name not in memo.types:
-        memo.types[name] = _IN_PROGRESS
-        derived = _derive(name, memo, depth)
-        memo.types[name] = found = derived if _knows_more(derived, given) else None
     return found if isinstance(found, ValueType) else given
+
+
+def _known(name: str, memo: LocalShapes) -> ValueType | None:
+    """A type already declared or derived, without deriving anything."""
+    found = memo.types.get(name)
+    return found if isinstance(found, ValueType) else _declared(name, memo)
+
+
+def _unknown_producers(name: str, memo: LocalShapes) -> list[int]:
+    """Positions of the nodes behind `name` up to values of known type (at most MAX_NODES of
+    them, the nearest first), in graph order."""
+    index = memo.index
+    found: set[int] = set()
+    stack = [name]
+    while stack and len(found) < MAX_NODES:
+        value = stack.pop()
+        if value in memo.types or _numeric(_declared(value, memo)):
+            continue
+        i = index.producer.get(value)
+        if i is None or i in found:
+            continue
+        found.add(i)
+        stack.extend(v for v in index.nodes[i].input if v)
+    return sorted(found)
 
 
 def shape_of(name: str, memo: LocalShapes) -> tuple[int | str, ...] | None:
@@ -118,7 +145,7 @@ def _knows_more(derived: ValueType | None, given: ValueType | None) -> bool:
     return gained or (not given.elem_type and bool(derived.elem_type))
 
 
-def _derive(name: str, memo: LocalShapes, depth: int) -> ValueType | None:
+def _derive(name: str, memo: LocalShapes) -> ValueType | None:
     index = memo.index
     i = index.producer.get(name)
     if i is None:
@@ -126,19 +153,19 @@ def _derive(name: str, memo: LocalShapes, depth: int) -> ValueType | None:
     node = index.nodes[i]
     if (node.domain or "") not in _STANDARD:
         if (node.domain, node.op_type) in SAME_AS_FIRST_INPUT and node.output[0] == name and node.input:
-            return value_type(node.input[0], memo, depth - 1)
+            return _known(node.input[0], memo)
         return None
     types: dict[str, onnx.TypeProto] = {}
     data: dict[str, onnx.TensorProto] = {}
     for value in node.input:
         if not value or value in types:
             continue
-        vt = value_type(value, memo, depth - 1)
+        vt = _known(value, memo)
         if vt is None or not vt.elem_type:
             return None
         shape = None if vt.shape is None else [d if d is not None else None for d in vt.shape]
         types[value] = onnx.helper.make_tensor_type_proto(vt.elem_type, shape)
-        known = value_of_shape_expr(value, memo, depth - 1)
+        known = value_of_shape_expr(value, memo)
         if known is not None:
             data[value] = numpy_helper.from_array(known, value)
     try:
@@ -189,13 +216,13 @@ def _evaluate(name: str, memo: LocalShapes, depth: int) -> np.ndarray | None:
         start, end = attr(node, "start", 0), attr(node, "end", None)
         return dims[start:end]
     if op == "Size":
-        vt = value_type(node.input[0], memo, depth - 1)
+        vt = value_type(node.input[0], memo)
         return None if vt is None or vt.numel is None else np.array(vt.numel, np.int64)
     args: list[np.ndarray] = []
     for value in node.input:
         if not value:
             return None  # an optional input left out in the middle: not shape arithmetic exporters write
-        known = value_of_shape_expr(value, memo, depth - 1)
+        known = value_of_shape_expr(value, memo)
         if known is None:
             return None
         args.append(known)
