@@ -35,6 +35,13 @@ from .proof import Probe, check, fmt
 from .region import Either, Region, RegionRefused, Walks, build, forward_cone
 
 MAX_OUTPUTS = 6  # candidate values tried per fused output
+# ONNX's elementwise math beyond what the recogniser evaluates: a multiple they read is a piece of
+# a larger elementwise function of the gradient, which a second SmoothL1 kernel would only recompute
+ELEMENTWISE_MATH = frozenset({
+    "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Pow", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos",
+    "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Softplus", "Softsign", "LeakyRelu", "Elu", "Selu", "Celu",
+    "HardSigmoid", "HardSwish", "Gelu", "Mish", "ThresholdedRelu", "PRelu", "Floor", "Ceil", "Round", "IsNaN",
+    "IsInf", "Mod", "Mean", "Equal"})
 
 
 def recognise_multiples(alg: Algebra, fused: list[Match], skip: set[int], closed: Callable[[Match], Match],
@@ -94,7 +101,7 @@ def _prove_multiple(index: GraphIndex, walks: Walks, output: str, source: Match,
         return None  # reads another runtime value, or casts: some other function of it
     if not index.is_escaping(source.output, set(region.nodes)):
         return None  # the fused output has no other reader: a second node would only repeat it
-    if any(index.nodes[c].op_type in ELEMENTWISE for c in index.consumers.get(output, ())):
+    if any(index.nodes[c].op_type in ELEMENTWISE | ELEMENTWISE_MATH for c in index.consumers.get(output, ())):
         return None  # a piece of some larger elementwise function of the fused output
     k = _factor(index, region, source)
 
