@@ -3,8 +3,8 @@ it, worked out from the few nodes behind it rather than by inference over the wh
 
 A match needs the shapes of its own leaves only. When the model does not declare one (no
 value_info, or a dim that whole-model inference could only name, such as the result of a Max of
-two shapes), it is derived here from its producer: the producer's inputs' types (declared, or
-derived the same way, at most MAX_DEPTH producers back) and the values of its shape-carrying inputs
+two shapes), it is derived here from its producers, in graph order (at most MAX_NODES of them):
+each one's inputs' types (declared, or derived before it) and the values of its shape-carrying inputs
 (value_of_shape_expr: Shape, Size, Gather, Slice, Concat, Unsqueeze, Squeeze, Cast, Reshape,
 Expand, ConstantOfShape and integer arithmetic over known shapes and constants) go into ONNX's own
 inference function of that one node (onnx.shape_inference.infer_node_outputs). Contrib ops have no

@@ -220,3 +220,13 @@ def test_a_contrib_op_with_no_type_rule_is_refused_with_the_reason() -> None:
     _, report = lowering.fuse(model)
     assert not report.fusions, report.summary()
     assert any("com.microsoft ScaleOfUnknownShape" in r.reason for r in report.rejections), report.summary()
+
+
+def test_a_multiple_that_more_elementwise_math_reads_stays_as_it_is() -> None:
+    # tanh(-grad_p): the Neg is one step of some other function of the gradient, not a second gradient
+    model = _two_gradients("neg")
+    model.graph.node.append(h.make_node("Tanh", ["y"], ["z"]))
+    model.graph.output[1].name = "z"
+    fused, report = lowering.fuse(model)
+    assert report.counts() == {SL1: 1}, report.summary()
+    assert [n.op_type for n in fused.graph.node if n.output[0] == "y"] == ["Neg"]
