@@ -58,7 +58,7 @@ def recognise_multiples(alg: Algebra, fused: list[Match], skip: set[int], closed
         if match is not None:
             found.append(match)
             alg.taken |= match.interior
-            queue.append(match)
+            queue += [match, source]  # a multiple of the new node, and another of the same output
         elif refusal is not None:
             refused.append(refusal)
     return found, refused
