@@ -41,6 +41,8 @@ MAX_SHAPE_VALUE = 64  # elements of a shape-arithmetic value evaluated (a shape 
 SAME_AS_FIRST_INPUT = frozenset({("com.microsoft", "Scale"), ("com.microsoft", "FastGeluGrad"),
                                  ("com.microsoft", "BiasGeluGrad_dX"), ("com.microsoft", "BiasFastGeluGrad_dX")})
 _STANDARD = ("", "ai.onnx")
+_SHAPE_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16,
+                          onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL})
 _IN_PROGRESS = object()
 
 
@@ -62,10 +64,16 @@ class LocalShapes:
 
 
 def _declared(name: str, memo: LocalShapes) -> ValueType | None:
+    """The model's own type: an initializer's from its proto (a weight is never read to learn
+    it), a Constant node's or folded constant's from its value, else value_info's."""
     index = memo.index
-    const = index.const(name)
-    if const is not None:
-        return ValueType(onnx.helper.np_dtype_to_tensor_dtype(const.dtype), tuple(const.shape))
+    init = index.initializers.get(name)
+    if init is not None and name not in index.folded:
+        return ValueType(init.data_type, tuple(init.dims))
+    if name in index.folded or index.may_be_const(name):
+        const = index.const(name)
+        if const is not None:
+            return ValueType(onnx.helper.np_dtype_to_tensor_dtype(const.dtype), tuple(const.shape))
     return index.info.types.get(name)
 
 
@@ -183,6 +191,10 @@ def value_of_shape_expr(name: str, memo: LocalShapes, depth: int = MAX_DEPTH) ->
     """The value of an integer tensor of at most MAX_SHAPE_VALUE elements computed from shapes and
     constants (the shape arithmetic exporters write), else None."""
     index = memo.index
+    known = _known(name, memo)
+    if known is not None and known.elem_type and (known.elem_type not in _SHAPE_TYPES or known.numel is None
+                                                  or known.numel > MAX_SHAPE_VALUE):
+        return None  # not shape arithmetic (a weight is not read to find that out)
     const = index.const(name)
     if const is not None:
         return const if const.dtype.kind in "iub" and const.size <= MAX_SHAPE_VALUE else None
