@@ -169,6 +169,14 @@ def test_paddle_dout_of_another_uniform_constant_fuses_with_the_scale_it_implies
     _assert_meaning_kept(model, fused, _edge_feeds(model, rng))
 
 
+def test_paddle_dout_of_zeros_is_refused_with_a_counterexample() -> None:
+    # ones_like written with a 0: the region is 0 everywhere, which no SmoothL1 gradient is
+    _, report = lowering.fuse(_paddle(**{"p2o.pd_op.full.4.0": np.array([0.0], np.float32)}))
+    assert not report.fusions, report.summary()
+    assert any("differs from every SmoothL1LossGradV2" in r.reason and "the graph gives 0" in r.reason
+               for r in report.rejections), report.summary()
+
+
 def test_paddle_dout_of_a_larger_shape_is_refused_with_a_reason() -> None:
     # Max(Shape(.), [2, 4, 5]): the dout broadcasts the gradient to [2, 4, 5], which no fused node gives
     model = _paddle(**{"p2o.pd_op.full_int_array.2.0": np.array([2, 4, 5], np.int64)})
