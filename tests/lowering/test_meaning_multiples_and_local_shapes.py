@@ -253,3 +253,16 @@ def test_a_slice_whose_bounds_inference_does_not_follow_fuses_without_value_info
     feeds["t"][0, :4] = 0.0
     for before, after in zip(run_ort(model, feeds), run_ort(fused, feeds)):
         assert_same(before, after)
+
+
+@pytest.mark.parametrize("fixture", ["jax/sl1_optax_huber_both_grads_sum_d1_f32.onnx",
+                                     "paddle/sl1_huber_value_and_grad_sum_d1.onnx"])
+def test_lower_builds_and_verifies_the_new_fusions(fixture: str, tmp_path: Path, capsys) -> None:
+    # the kernels of both JAX gradients (one with predict and label swapped) and of paddle's
+    # gradient with its constant dout run on the CPU backend against the unfused graph
+    from lowering.cli import main
+
+    code = main([str(REPO / "tests/fixtures" / fixture), "--target", "ascend950", "-o", str(tmp_path), "--verify"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "FAIL" not in out and "PASS:" in out, out
