@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 from . import cleanup, functions, verify
 from .algebra import Algebra
+from .algebra.local_shapes import LocalShapes
 from .bodies import FunctionBodies
 from .errors import InternalError
 from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
@@ -29,6 +30,7 @@ from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .patterns.meaning.evaluate import ELEMENTWISE
+from .patterns.meaning.scaled import recognise_multiples
 from .report import Fusion, FusionReport, Rejection
 
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
@@ -52,7 +54,8 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     match is refused. A match whose output meets those readers again within a few elementwise
     nodes is refused either way: it is a piece of a larger function.
 
-    `by_meaning` runs the recogniser (lowering.patterns.meaning) on the kink ops the patterns left.
+    `by_meaning` runs the recogniser (lowering.patterns.meaning) on the kink ops the patterns left,
+    then fuses the values proven constant multiples of a fused SmoothL1 output (meaning.scaled).
     """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
@@ -79,6 +82,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     report.normalization = stats.as_dict()
     nodes = normalized.nodes
     index = GraphIndex(nodes, info, normalized.folded)
+    index.derive_type = LocalShapes(index, default_opset(model))
     dead = cleanup.drop_dead(index)
     if dead:
         report.normalization["dead nodes removed"] = len(dead)
@@ -121,6 +125,12 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
         rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]),
                                              nodes[r.anchor].op_type, r.reason))
                         for r in refusals if not r.covers & explained_at)
+        multiples, not_multiples = recognise_multiples(
+            alg, matches, dead, lambda m: _check_closed(index, alg, m, stats.cse_shared, recompute_shared),
+            np.random.default_rng([meaning.SEED, len(nodes)]))
+        matches.extend(multiples)
+        rejected.extend((i, Rejection("smooth_l1_grad/meaning-multiple", node_label(nodes[i]), nodes[i].op_type,
+                                      reason)) for i, reason in not_multiples)
     # a refusal by one pattern at a node another pattern then fused is no near miss
     report.rejections = [r for i, r in rejected if i not in alg.taken]
     if not matches:
@@ -317,7 +327,8 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             input_names = _broadcast_inputs(index, m, root, node_name, input_names, names, out)
         fused = onnx.NodeProto(op_type=m.op_type, domain=DOMAIN, name=node_name, input=input_names, output=[m.output],
                                attribute=[_attribute(k, v) for k, v in sorted(m.attrs.items())])
-        fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary), body_inputs, m.output)
+        fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary | m.recomputes), body_inputs,
+                                         m.output)
         replacement[root] = Node(fused, node_name, m.op_type, DOMAIN, tuple(input_names), (m.output,))
         out.fused.append(replacement[root])
         removed |= m.interior
@@ -400,16 +411,20 @@ def _broadcast_dims(index: GraphIndex, like: str, other: str | None) -> list | N
             for a, b in zip(dims, ot.shape)]
 
 
-def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, fused: list[Node], typed: set[str]) -> None:
+def _type_fused_values(graph: onnx.GraphProto, index: GraphIndex, fused: list[Node], typed: set[str]) -> None:
     """Writes value_info for every value a fused node reads or writes that has none (is not in
     `typed`), so the fused model can be lowered on its own (shape inference may have found
-    types the exporter did not write)."""
+    types the exporter did not write, or the pass derived them locally)."""
+    info = index.info
     typed = typed | info.graph_inputs | info.graph_outputs
     for node in fused:
         for name in node.input + node.output:
             if name in typed or name in info.initializers or name in info.types.declared:
                 continue
             vi = info.types.value_info(name)
+            vt = index.type_of(name)
+            if vi is None and vt is not None and vt.elem_type:
+                vi = helper.make_tensor_value_info(name, vt.elem_type, vt.shape)
             if vi is not None:
                 graph.value_info.append(vi)
                 typed.add(name)
@@ -471,7 +486,7 @@ def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -
     graph.initializer.extend(rewritten.initializers)
     graph.value_info.extend(rewritten.value_info)
     typed = new_inits | folded.keys() | {vi.name for vi in rewritten.value_info}
-    _type_fused_values(graph, info, rewritten.fused, typed)
+    _type_fused_values(graph, index, rewritten.fused, typed)
     if not any(o.domain == DOMAIN for o in work.opset_import):
         work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     work.ir_version = max(work.ir_version, FUNCTION_IR_VERSION)

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 
 from ..algebra import Algebra, Bound, Monomial, Reach, clip_bounds, is_zero
+from ..algebra.local_shapes import LocalShapes, why_unknown
 from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, Node, attr, dtype_name, tensor_value
 from .forms import Form
 
@@ -35,6 +36,9 @@ class Match:
     # input index -> index of the input whose shape it is broadcast to by an Expand the rewrite
     # puts before the fused node (a label that broadcasts to predict's shape)
     expand: dict[int, int] = field(default_factory=dict)
+    # nodes of an earlier match that the function body computes again before its own: a match of
+    # a multiple of that match's output (lowering.patterns.meaning.scaled) reads its inputs instead
+    recomputes: set[int] = field(default_factory=set)
 
 
 class NoMatch(Exception):
@@ -149,7 +153,9 @@ def require_float(index: GraphIndex, value: str, role: str) -> int:
     if t in FLOAT_TYPES:
         return t
     if t is None:
-        raise NoMatch(f"{role} ({value}) has no known element type")
+        local = index.derive_type
+        why = f": {why_unknown(value, local)}" if isinstance(local, LocalShapes) else ""
+        raise NoMatch(f"{role} ({value}) has no known element type{why}")
     raise NoMatch(f"{role} ({value}) is {DTYPE_NAMES.get(t, t)}, not float16/bfloat16/float32")
 
 

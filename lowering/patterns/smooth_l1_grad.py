@@ -699,7 +699,7 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     dout: str | np.ndarray
     if douts:
         dout = douts[0]
-        require(float_dtype(index, dout) == dtype, "dout's dtype differs from predict's")
+        require(require_float(index, dout, "dout") == dtype, "dout's dtype differs from predict's")
         require(is_single_element(index, dout) or same_shape(index, dout, predict),
                 "dout is neither a single element nor predict's shape (other broadcasts are not supported)")
     else:

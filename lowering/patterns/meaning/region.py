@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...algebra import Algebra
+from ...algebra.local_shapes import LocalShapes, shape_of, uniform_fill
 from ...graph import GraphIndex, attr
 from ..base import fill, within_shape
 from .evaluate import ELEMENTWISE
@@ -128,7 +129,7 @@ def build_joint(walks: Walks, outputs: list[str], tensors: tuple[str, ...], open
                 continue
         if node.op_type in ("ConstantOfShape", "Expand"):
             filled = fill(alg, value, tensors[0]) or _expanded_constant(index, i, tensors[0]) \
-                or _fill_shaped_like(alg, i, depends)
+                or _fill_shaped_like(alg, i, depends) or _fill_by_shape_arithmetic(index, value, tensors)
             if filled is not None:
                 region.constants[value] = np.asarray(filled[0], np.float64)
                 region.boundary |= filled[1]
@@ -204,6 +205,26 @@ def _expanded_constant(index: GraphIndex, i: int, like: str) -> tuple[float, set
     return float(value.reshape(-1)[0]), {i, j}
 
 
+def _fill_by_shape_arithmetic(index: GraphIndex, value: str, tensors: tuple[str, ...]) -> tuple[float, set[int]] | None:
+    """(v, nodes) for a value that holds v everywhere by local evaluation of the shape arithmetic
+    behind it (lowering.algebra.local_shapes.uniform_fill), when its nodes read nothing but
+    constants and the chosen tensors (the function body copies them) and its shape, derived the
+    same way, leaves the first tensor's as it is."""
+    local = index.derive_type
+    if not isinstance(local, LocalShapes):
+        return None
+    found = uniform_fill(value, local)
+    if found is None or not found[2] <= set(tensors):
+        return None
+    shape = shape_of(value, local)
+    if shape is None:
+        return None
+    numeric = tuple(d for d in shape if isinstance(d, int))
+    if not within_shape(index, numeric if len(numeric) == len(shape) else value, tensors[0]):
+        return None
+    return found[0], found[1]
+
+
 class _ConstantValued:
     """Whether a value is computed by elementwise nodes from constants and uniform fills alone."""
 
@@ -223,7 +244,8 @@ class _ConstantValued:
         elif i is None or i in self.taken or budget <= 0:
             result = False
         elif (node := index.nodes[i]).op_type in ("ConstantOfShape", "Expand"):
-            result = (fill(self.alg, value, self.like) or _expanded_constant(index, i, self.like)) is not None
+            result = (fill(self.alg, value, self.like) or _expanded_constant(index, i, self.like)
+                      or _fill_by_shape_arithmetic(index, value, (self.like,))) is not None
         else:
             result = node.op_type in ELEMENTWISE and all(self(v, budget - 1) for v in node.input if v)
         self.known[value] = result
