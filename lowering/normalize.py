@@ -81,6 +81,8 @@ class NormalizeStats:
 
 
 def _binary_fold(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    if not _broadcastable(a.shape, b.shape):
+        return None  # not a valid node: it stays for the checker or the runtime to say so
     with np.errstate(all="ignore"):
         if op == "Add":
             return a + b
@@ -95,6 +97,10 @@ def _binary_fold(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
         if op == "Min":
             return np.minimum(a, b)
     return None
+
+
+def _broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return all(x == y or 1 in (x, y) for x, y in zip(reversed(a), reversed(b)))
 
 
 def _fold(op: str, values: list[np.ndarray], to: int | None = None) -> np.ndarray | None:

@@ -30,7 +30,6 @@ from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .patterns.meaning.evaluate import ELEMENTWISE
-from .patterns.meaning.scaled import recognise_multiples
 from .report import Fusion, FusionReport, Rejection
 
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
@@ -54,8 +53,7 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     match is refused. A match whose output meets those readers again within a few elementwise
     nodes is refused either way: it is a piece of a larger function.
 
-    `by_meaning` runs the recogniser (lowering.patterns.meaning) on the kink ops the patterns left,
-    then fuses the values proven constant multiples of a fused SmoothL1 output (meaning.scaled).
+    `by_meaning` runs the recogniser (lowering.patterns.meaning) on the kink ops the patterns left.
     """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
@@ -125,12 +123,6 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
         rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]),
                                              nodes[r.anchor].op_type, r.reason))
                         for r in refusals if not r.covers & explained_at)
-        multiples, not_multiples = recognise_multiples(
-            alg, matches, dead, lambda m: _check_closed(index, alg, m, stats.cse_shared, recompute_shared),
-            np.random.default_rng([meaning.SEED, len(nodes)]))
-        matches.extend(multiples)
-        rejected.extend((i, Rejection("smooth_l1_grad/meaning-multiple", node_label(nodes[i]), nodes[i].op_type,
-                                      reason)) for i, reason in not_multiples)
     # a refusal by one pattern at a node another pattern then fused is no near miss
     report.rejections = [r for i, r in rejected if i not in alg.taken]
     if not matches:
@@ -327,8 +319,7 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
             input_names = _broadcast_inputs(index, m, root, node_name, input_names, names, out)
         fused = onnx.NodeProto(op_type=m.op_type, domain=DOMAIN, name=node_name, input=input_names, output=[m.output],
                                attribute=[_attribute(k, v) for k, v in sorted(m.attrs.items())])
-        fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary | m.recomputes), body_inputs,
-                                         m.output)
+        fused.overload = bodies.overload(m.op_type, sorted(m.interior | m.boundary), body_inputs, m.output)
         replacement[root] = Node(fused, node_name, m.op_type, DOMAIN, tuple(input_names), (m.output,))
         out.fused.append(replacement[root])
         removed |= m.interior

@@ -36,9 +36,6 @@ class Match:
     # input index -> index of the input whose shape it is broadcast to by an Expand the rewrite
     # puts before the fused node (a label that broadcasts to predict's shape)
     expand: dict[int, int] = field(default_factory=dict)
-    # nodes of an earlier match that the function body computes again before its own: a match of
-    # a multiple of that match's output (lowering.patterns.meaning.scaled) reads its inputs instead
-    recomputes: set[int] = field(default_factory=set)
 
 
 class NoMatch(Exception):

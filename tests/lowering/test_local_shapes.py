@@ -28,7 +28,6 @@ def _index(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outpu
     graph = h.make_graph(nodes, "g", inputs, [onnx.ValueInfoProto(name=o) for o in outputs], list(inits))
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset), h.make_opsetid("com.microsoft", 1)])
     info = GraphInfo(model)
-    info.types.inferred = True  # no whole-model inference: only what the graph declares and local work
     index = GraphIndex(decode_nodes(model.graph), info)
     return model, LocalShapes(index, opset)
 
@@ -103,7 +102,6 @@ def test_a_declared_number_is_never_replaced() -> None:
     model, local = _index(nodes, graph_inputs, ["y"])
     model.graph.value_info.append(h.make_tensor_value_info("z", T.FLOAT, [4, 5]))
     local = LocalShapes(GraphIndex(decode_nodes(model.graph), GraphInfo(model)), 17)
-    local.index.info.types.inferred = True
     assert value_type("z", local).shape == (4, 5)
     assert shape_of("w", local) == ("n", 5)
 

@@ -235,7 +235,7 @@ def _needed(index: GraphIndex, region: Region, inputs: set[str]) -> set[int]:
 def _require_body_inputs(index: GraphIndex, match: Match) -> None:
     """Every value the matched nodes read is computed among them, is an input of the fused node
     or is a constant: the function body can then be built from them alone."""
-    members = match.interior | match.boundary | match.recomputes
+    members = match.interior | match.boundary
     made = {name for i in members for name in index.nodes[i].output}
     given = {v for v in match.inputs if isinstance(v, str)}
     for i in sorted(members):
