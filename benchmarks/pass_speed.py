@@ -24,7 +24,11 @@ bodies, so onnxscript does less work than our pass (one model-local function per
 fusion (quadratic in onnxscript 0.7), which is practical only with --quick.
 
 Prints a table and exits 1 with a MISMATCH line when the two disagree on what fused.
-Goals: ours >= 5x faster than onnxscript at 200k nodes; our 200k/40k time ratio <= 5.5.
+The large graph is timed twice: as built, and with its value_info removed (every type a match
+needs is then worked out by the pass; onnxscript's rules check shapes, so its run first applies
+onnx_ir's ShapeInferencePass). Each run also reports its process's peak resident memory.
+Goals: ours >= 5x faster than onnxscript at 200k nodes, with and without value_info, with peak
+memory no higher than onnxscript's; our 200k/40k time ratio <= 5.5.
 
 Usage: python benchmarks/pass_speed.py [--quick] [--seed 0] [--rounds 2]
                                        [--pattern-share 0.4] [--onnxscript-functions] [--profile]
@@ -37,6 +41,7 @@ import gc
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -378,11 +383,17 @@ def run_ours(src: Path, dst: Path) -> tuple[onnx.ModelProto, FusionReport]:
     return fused, report
 
 
-def run_onnxscript(src: Path, dst: Path, rules: list):
+def run_onnxscript(src: Path, dst: Path, rules: list, infer_shapes: bool = False):
+    """With `infer_shapes`, onnx_ir's shape inference pass first: the rules check shapes, which a
+    model without value_info gives them only that way."""
     import onnx_ir
     from onnxscript.rewriter import rewrite
 
     model = onnx_ir.load(str(src))
+    if infer_shapes:
+        from onnx_ir.passes.common import ShapeInferencePass
+
+        model = ShapeInferencePass()(model).model
     model = rewrite(model, pattern_rewrite_rules=rules)
     onnx_ir.save(model, str(dst))
     return model
@@ -455,6 +466,7 @@ class Graph:
     src: Path
     nodes: int
     planted: Planted
+    value_info: bool = True  # without it, onnxscript's rules get their shapes from onnx_ir's inference pass
 
 
 @dataclass
@@ -464,6 +476,9 @@ class Row:
     theirs: list[Fused] = field(default_factory=list)
     ours_s: float = float("inf")  # best over the rounds
     theirs_s: float = float("inf")
+    ours_mb: float = 0.0  # peak resident memory of the tool's process, largest over the rounds
+    theirs_mb: float = 0.0
+    checker_mb: float = 0.0  # ours only: the ONNX checker's child process, which runs beside the pass
     ours_error: str | None = None
 
     def problems(self) -> list[str]:
@@ -475,23 +490,33 @@ class Row:
         return [f"[{self.graph.label}] {p}" for p in found]
 
 
-def time_in_child(tool: str, src: Path, dst: Path, onnxscript_functions: bool) -> tuple[float, list[Fused]]:
+@dataclass
+class Run:
+    seconds: float
+    fusions: list[Fused]
+    peak_mb: float  # the tool's own process
+    children_mb: float  # the largest of its child processes (our background ONNX checker)
+
+
+def time_in_child(tool: str, src: Path, dst: Path, onnxscript_functions: bool, infer_shapes: bool = False) -> Run:
     """Time and fusions of one run of one tool in a fresh Python process, so neither tool runs on
     a heap or module set that an earlier run left behind (that alone moved our 200k time by
     5-10% when both shared one process)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", tool, str(src), str(dst)]
     if onnxscript_functions:
         cmd.append("--onnxscript-functions")
+    if infer_shapes:
+        cmd.append("--infer-shapes")
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise LoweringError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     fusions = [Fused(op, out, None if replaced is None else frozenset(replaced)) for op, out,
                replaced in result["fusions"]]
-    return result["seconds"], fusions
+    return Run(result["seconds"], fusions, result["peak_mb"], result["children_mb"])
 
 
-def child(tool: str, src: Path, dst: Path, onnxscript_functions: bool) -> None:
+def child(tool: str, src: Path, dst: Path, onnxscript_functions: bool, infer_shapes: bool) -> None:
     """The child side of time_in_child: prints one JSON line with the time and the fusions."""
     rules = None if tool == "ours" else onnxscript_rules(as_function=onnxscript_functions)
     gc.collect()
@@ -499,23 +524,30 @@ def child(tool: str, src: Path, dst: Path, onnxscript_functions: bool) -> None:
     if tool == "ours":
         fused, report = run_ours(src, dst)
     else:
-        rewritten = run_onnxscript(src, dst, rules)
+        rewritten = run_onnxscript(src, dst, rules, infer_shapes)
     seconds = time.perf_counter() - start
+    # ru_maxrss is in KiB on Linux; the children's is the largest child's, not a sum
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     fusions = fusions_of_ours(fused, report) if tool == "ours" else fusions_of_ir(rewritten)
-    print(json.dumps({"seconds": seconds, "fusions": [
+    print(json.dumps({"seconds": seconds, "peak_mb": peak_mb, "children_mb": children_mb, "fusions": [
         [f.op_type, f.output, None if f.replaced is None else sorted(f.replaced)] for f in fusions]}))
 
 
-def make_graph(label: str, size: int, seed: int, share: float, tmp: Path) -> Graph:
+def make_graph(label: str, size: int, seed: int, share: float, tmp: Path, value_info: bool = True) -> Graph:
+    """The graph of `size` nodes, saved; without value_info when asked (as a post-processing tool
+    or a hand edit leaves a model, when every type a match needs must be worked out)."""
     start = time.perf_counter()
     model, planted = build_graph(size, seed, share)
+    if not value_info:
+        del model.graph.value_info[:]
     src = tmp / f"synthetic_{label}.onnx"
     onnx.save(model, str(src))
     n = len(model.graph.node)
     del model
     print(f"[{label}] {n} nodes: {planted.count(SMOOTH_L1_GRAD)} SmoothL1 + {planted.count(PROXIMAL_GD)} proximal "
           f"planted, {len(planted.near_misses)} near misses; built in {time.perf_counter() - start:.1f} s", flush=True)
-    return Graph(label, src, n, planted)
+    return Graph(label, src, n, planted, value_info)
 
 
 def measure(graphs: list[Graph], rounds: int, onnxscript_functions: bool, tmp: Path) -> list[Row]:
@@ -531,18 +563,20 @@ def measure(graphs: list[Graph], rounds: int, onnxscript_functions: bool, tmp: P
             if tool == "ours" and row.ours_error:
                 continue
             try:
-                seconds, fusions = time_in_child(tool, g.src, tmp / f"{tool}.onnx", onnxscript_functions)
+                run = time_in_child(tool, g.src, tmp / f"{tool}.onnx", onnxscript_functions, not g.value_info)
             except LoweringError as exc:
                 if tool != "ours":
                     raise
                 row.ours_error = str(exc)
                 print(f"[{g.label}] ours FAILED: {exc}", flush=True)
                 continue
-            print(f"[{g.label}] round {r + 1} {tool}: {seconds:.2f} s", flush=True)
+            print(f"[{g.label}] round {r + 1} {tool}: {run.seconds:.2f} s, {run.peak_mb:.0f} MB", flush=True)
             if tool == "ours":
-                row.ours_s, row.ours = min(row.ours_s, seconds), fusions
+                row.ours_s, row.ours = min(row.ours_s, run.seconds), run.fusions
+                row.ours_mb, row.checker_mb = max(row.ours_mb, run.peak_mb), max(row.checker_mb, run.children_mb)
             else:
-                row.theirs_s, row.theirs = min(row.theirs_s, seconds), fusions
+                row.theirs_s, row.theirs = min(row.theirs_s, run.seconds), run.fusions
+                row.theirs_mb = max(row.theirs_mb, run.peak_mb)
     return list(rows.values())
 
 
@@ -573,10 +607,11 @@ def main(argv: list[str] | None = None) -> int:
                              "its extraction scans the whole graph per fusion, so use it with --quick")
     parser.add_argument("--profile", action="store_true", help="only profile our pass (cProfile) on the small graph")
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "SRC", "DST"), help=argparse.SUPPRESS)
+    parser.add_argument("--infer-shapes", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         tool, src, dst = args.child
-        child(tool, Path(src), Path(dst), args.onnxscript_functions)
+        child(tool, Path(src), Path(dst), args.onnxscript_functions, args.infer_shapes)
         return 0
     sizes = [("2k", 2_000), ("10k", 10_000)] if args.quick else [("40k", 40_000), ("200k", 200_000)]
     if args.profile:
@@ -593,19 +628,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
     with tempfile.TemporaryDirectory(prefix="pass_speed_") as tmp:
         graphs = [make_graph(label, size, args.seed, args.pattern_share, Path(tmp)) for label, size in sizes]
+        label, size = sizes[-1]
+        graphs.append(make_graph(f"{label}-novi", size, args.seed, args.pattern_share, Path(tmp), value_info=False))
         rows = measure(graphs, 1 if args.quick else args.rounds, args.onnxscript_functions, Path(tmp))
     print()
     print(f"onnxscript writes function bodies: {'yes' if args.onnxscript_functions else 'no (ours does)'}")
-    print(f"{'graph':<6} {'nodes':>8} {'our fusions':>12} {'onnxscript fusions':>19} {'ours s':>8} "
-          f"{'onnxscript s':>13} {'ratio':>7}")
+    print("peak memory: each tool's process; ours also runs the ONNX checker in a child process (checker MB)")
+    print(f"{'graph':<10} {'nodes':>8} {'our fusions':>12} {'onnxscript fusions':>19} {'ours s':>8} "
+          f"{'onnxscript s':>13} {'ratio':>7} {'ours MB':>8} {'checker MB':>11} {'onnxscript MB':>14}")
     for r in rows:
-        print(f"{r.graph.label:<6} {r.graph.nodes:>8} {len(r.ours):>12} {len(r.theirs):>19} {r.ours_s:>8.2f} "
-              f"{r.theirs_s:>13.2f} "
-              f"{r.theirs_s / r.ours_s:>6.2f}x")
-    small, large = rows
+        print(f"{r.graph.label:<10} {r.graph.nodes:>8} {len(r.ours):>12} {len(r.theirs):>19} {r.ours_s:>8.2f} "
+              f"{r.theirs_s:>13.2f} {r.theirs_s / r.ours_s:>6.2f}x {r.ours_mb:>8.0f} {r.checker_mb:>11.0f} "
+              f"{r.theirs_mb:>14.0f}")
+    small, large, bare = rows
     print(f"our {large.graph.label}/{small.graph.label} time ratio: {large.ours_s / small.ours_s:.2f} "
           f"(node ratio {large.graph.nodes / small.graph.nodes:.2f}; goal <= 5.5)")
-    print(f"onnxscript/ours on {large.graph.label}: {large.theirs_s / large.ours_s:.2f}x (goal >= 5x)")
+    for row in (large, bare):
+        print(f"onnxscript/ours on {row.graph.label}: {row.theirs_s / row.ours_s:.2f}x (goal >= 5x); "
+              f"peak memory ours/onnxscript {row.ours_mb / row.theirs_mb:.2f} (goal <= 1)")
     problems = [p for r in rows for p in r.problems()]
     for p in problems:
         print(f"MISMATCH {p}")
