@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import struct
 from collections import defaultdict
-from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
@@ -303,15 +302,8 @@ class GraphIndex:
         self._const_cache: dict[str, np.ndarray | None] = {}
         self._scalar_cache: dict[str, float | None] = {}
         self._elem_cache: dict[str, int | None] = {}
-        # where the model's types leave a value's type or shape unknown, the pass may derive it
-        # from the value's producers (lowering.algebra.local_shapes)
-        self.derive_type: Callable[[str], ValueType | None] | None = None
-
-    def _value_type(self, name: str) -> ValueType | None:
-        vt = self.info.types.get(name)
-        if self.derive_type is None or (vt is not None and vt.numel is not None):
-            return vt
-        return self.derive_type(name)
+        # a lowering.algebra.local_shapes.LocalShapes: the shape arithmetic evaluated on this index
+        self.local_shapes: object | None = None
 
     def node_of(self, name: str) -> Node | None:
         i = self.producer.get(name)
@@ -377,7 +369,7 @@ class GraphIndex:
         return name in self.initializers and name in self.graph_inputs
 
     def type_of(self, name: str) -> ValueType | None:
-        return self._value_type(name)
+        return self.info.types.get(name)
 
     def _constant_value(self, name: str) -> np.ndarray | None:
         """A folded constant or a Constant node's value; initializers are read by the callers
@@ -402,7 +394,7 @@ class GraphIndex:
         elif (init := self.initializers.get(name)) is not None:
             t = init.data_type
         else:
-            vt = self._value_type(name)
+            vt = self.info.types.get(name)
             t = None if vt is None else vt.elem_type
         cache[name] = t
         return t
@@ -414,7 +406,7 @@ class GraphIndex:
         init = self.initializers.get(name)
         if init is not None:
             return math.prod(init.dims)
-        vt = self._value_type(name)
+        vt = self.info.types.get(name)
         return None if vt is None else vt.numel
 
     def is_escaping(self, name: str, inside: set[int]) -> bool:

@@ -10,8 +10,9 @@ Per node: elementwise ops, comparisons, Where, Cast and the like by their broadc
 Reshape, Expand and ConstantOfShape from the value of their shape input, which may hold symbolic
 dims (Shape -> Gather/Slice/Concat chains of a dynamic batch); every other standard op through
 ONNX's own inference for one node (onnx.shape_inference.infer_node_outputs), given the values of
-the small integer inputs it reads (Slice starts, Unsqueeze axes). A value produced by an op
-without a schema (a custom domain) stays unknown.
+the small integer inputs it reads (Slice starts, Unsqueeze axes). Contrib ops have no ONNX schema:
+those whose output has their first input's type by onnxruntime's own schema are listed in
+SAME_AS_FIRST_INPUT (onnxruntime-training's Scale), and any other leaves its value unknown.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ _SAME = frozenset({"Identity", "Neg", "Abs", "Sign", "Relu", "Exp", "Log", "Sqrt
                    "Floor", "Ceil", "Round", "Erf", "Sin", "Cos", "Softplus", "Softsign", "LeakyRelu", "Elu", "Selu",
                    "HardSigmoid", "HardSwish", "Gelu", "Shrink", "Clip", "Softmax", "LogSoftmax", "Dropout",
                    "BitwiseNot"})
+# com.microsoft ops whose output 0 has the type and shape of input 0 (onnxruntime's contrib and
+# training op schemas give them propagateShapeAndTypeFromFirstInput); the training graphs'
+# gradient builder writes Scale for a mean's 1/numel
+SAME_AS_FIRST_INPUT = frozenset({("com.microsoft", "Scale"), ("com.microsoft", "FastGeluGrad"),
+                                 ("com.microsoft", "BiasGeluGrad_dX"), ("com.microsoft", "BiasFastGeluGrad_dX")})
 _MAX_VALUE = 64  # integer tensors up to this many elements are evaluated (shapes, axes, indices)
 _MAX_DEPTH = 32  # function calls within calls
 
@@ -118,6 +124,8 @@ class LocalTypes:
         function = self._functions.get((node.domain, node.op_type))
         if function is not None:
             return self._call_types(node, function)
+        if (node.domain, node.op_type) in SAME_AS_FIRST_INPUT:
+            return [self._type(node.input[0])] if node.input else []
         if node.domain not in ("", "ai.onnx"):
             return []
         op = node.op_type
@@ -325,13 +333,18 @@ def broadcast(shapes: Sequence[tuple[Dim, ...]]) -> tuple[Dim, ...] | None:
 
 
 def reshaped(source: tuple[Dim, ...], target: ShapeValue, allowzero: bool) -> tuple[Dim, ...]:
-    """Reshape's output shape: 0 copies the input's dim (unless allowzero), -1 takes what is left."""
+    """Reshape's output shape: 0 copies the input's dim (unless allowzero), -1 takes what is left,
+    also when a symbolic dim of the input is kept by name (x.view(x.shape[0], -1) on a batch n)."""
     dims: list[Dim] = [source[k] if d == 0 and not allowzero and k < len(source) else d for k, d in enumerate(target)]
     if -1 in dims:
-        known = [d for d in dims if d != -1]
-        total = math.prod(d for d in source if type(d) is int) if all(type(d) is int for d in source) else None
-        rest = math.prod(d for d in known if type(d) is int) if all(type(d) is int for d in known) else None
-        dims[dims.index(-1)] = total // rest if total is not None and rest else None
+        left = list(source)
+        for d in dims:
+            if isinstance(d, str) and d in left:
+                left.remove(d)  # the same symbol on both sides cancels
+        kept = [d for d in dims if d != -1 and not (isinstance(d, str) and d in source)]
+        known = all(type(d) is int for d in left) and all(type(d) is int for d in kept)
+        rest = math.prod(d for d in kept if type(d) is int)
+        dims[dims.index(-1)] = math.prod(d for d in left if type(d) is int) // rest if known and rest else None
     return tuple(None if type(d) is int and d < 0 else d for d in dims)
 
 

@@ -80,7 +80,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     report.normalization = stats.as_dict()
     nodes = normalized.nodes
     index = GraphIndex(nodes, info, normalized.folded)
-    index.derive_type = LocalShapes(index, default_opset(model))
+    index.local_shapes = LocalShapes(index, default_opset(model))
     dead = cleanup.drop_dead(index)
     if dead:
         report.normalization["dead nodes removed"] = len(dead)

@@ -1,23 +1,15 @@
-"""Local shape reasoning: the type of a value, and the value of the shape arithmetic that computes
-it, worked out from the few nodes behind it rather than by inference over the whole model.
+"""The values of shape arithmetic, and uniform fills, worked out from the few nodes behind them.
 
-A match needs the shapes of its own leaves only. When the model does not declare one (no
-value_info, or a dim that whole-model inference could only name, such as the result of a Max of
-two shapes), it is derived here from its producers, in graph order (at most MAX_NODES of them):
-each one's inputs' types (declared, or derived before it) and the values of its shape-carrying inputs
-(value_of_shape_expr: Shape, Size, Gather, Slice, Concat, Unsqueeze, Squeeze, Cast, Reshape,
-Expand, ConstantOfShape and integer arithmetic over known shapes and constants) go into ONNX's own
-inference function of that one node (onnx.shape_inference.infer_node_outputs). Contrib ops have no
-ONNX schema; the few whose output has their first input's type and shape by their own schema
-(onnxruntime's training_op_defs.cc: propagateShapeAndTypeFromFirstInput) are in
-SAME_AS_FIRST_INPUT, and any other leaves the value unknown, which the caller reports.
+value_of_shape_expr evaluates with numpy an integer tensor computed from shapes and constants
+(Shape, Size, Gather, Slice, Concat, Unsqueeze, Squeeze, Cast, Reshape, Expand, ConstantOfShape
+and integer arithmetic), on the types the index knows (the model's, or inferred from producers by
+lowering.local_types). uniform_fill answers the question such arithmetic raises: whether a value
+holds one number everywhere (ones_like written as Expand(Reshape(Expand(1, []), [1, 1]),
+Max(Shape(.), dims)) by paddle2onnx), and which nodes compute it. why_unknown says which producer
+leaves a value's type unknown.
 
-uniform_fill answers the other question shape arithmetic raises: whether a value holds one number
-everywhere (ones_like written as Expand(Reshape(Expand(1, []), [1, 1]), Max(Shape(.), dims)) by
-paddle2onnx), and which nodes compute it.
-
-Everything is a pure function of a GraphIndex (its producers, nodes, constants and the types the
-model gives, index.info.types) and a memo the caller keeps per index; nothing changes the graph.
+Everything is a pure function of a GraphIndex and a memo the caller keeps per index; nothing
+changes the graph.
 """
 
 from __future__ import annotations
@@ -30,16 +22,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ..graph import GraphIndex, Node, ValueType, attr, value_type_of
+from ..graph import GraphIndex, Node, ValueType, attr
+from ..local_types import SAME_AS_FIRST_INPUT
 
-MAX_NODES = 4096  # producers whose types one question derives (a match's leaves sit near typed values)
 MAX_DEPTH = 24  # producers a shape-arithmetic value is evaluated through
 MAX_SHAPE_VALUE = 64  # elements of a shape-arithmetic value evaluated (a shape has at most a few)
-# com.microsoft ops whose output 0 has the type and shape of input 0 (onnxruntime's contrib and
-# training op schemas give them propagateShapeAndTypeFromFirstInput); the training graphs'
-# gradient builder writes Scale for a mean's 1/numel
-SAME_AS_FIRST_INPUT = frozenset({("com.microsoft", "Scale"), ("com.microsoft", "FastGeluGrad"),
-                                 ("com.microsoft", "BiasGeluGrad_dX"), ("com.microsoft", "BiasFastGeluGrad_dX")})
 _STANDARD = ("", "ai.onnx")
 _SHAPE_TYPES = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16,
                           onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL})
@@ -48,150 +35,29 @@ _IN_PROGRESS = object()
 
 @dataclass
 class LocalShapes:
-    """The memo of one GraphIndex: derived types and shape values by name."""
+    """The memo of one GraphIndex: shape-arithmetic values by name."""
 
     index: GraphIndex
     opset: int
 
     def __post_init__(self) -> None:
-        self.types: dict[str, object] = {}
         self.values: dict[str, object] = {}
-
-    def __call__(self, name: str) -> ValueType | None:
-        """The model's type of `name` when it is complete (every dim a number), else the one
-        derived locally when that knows more; None when neither knows the element type."""
-        return value_type(name, self)
-
-
-def _declared(name: str, memo: LocalShapes) -> ValueType | None:
-    """The model's own type: an initializer's from its proto (a weight is never read to learn
-    it), a Constant node's or folded constant's from its value, else value_info's."""
-    index = memo.index
-    init = index.initializers.get(name)
-    if init is not None and name not in index.folded:
-        return ValueType(init.data_type, tuple(init.dims))
-    if name in index.folded or index.may_be_const(name):
-        const = index.const(name)
-        if const is not None:
-            return ValueType(onnx.helper.np_dtype_to_tensor_dtype(const.dtype), tuple(const.shape))
-    return index.info.types.get(name)
-
-
-def _numeric(vt: ValueType | None) -> bool:
-    return vt is not None and vt.numel is not None
-
-
-def value_type(name: str, memo: LocalShapes) -> ValueType | None:
-    given = _declared(name, memo)
-    if _numeric(given):
-        return given
-    if name not in memo.types:
-        # every producer behind `name` whose type is not known yet, derived in graph (topological)
-        # order, so each reads its inputs' types from the memo
-        for i in _unknown_producers(name, memo):
-            for out in memo.index.nodes[i].output:
-                if out and out not in memo.types:
-                    derived = _derive(out, memo)
-                    memo.types[out] = derived if _knows_more(derived, _declared(out, memo)) else None
-    found = memo.types.get(name)
-    return found if isinstance(found, ValueType) else given
-
-
-def _known(name: str, memo: LocalShapes) -> ValueType | None:
-    """A type already declared or derived, without deriving anything."""
-    found = memo.types.get(name)
-    return found if isinstance(found, ValueType) else _declared(name, memo)
-
-
-def _unknown_producers(name: str, memo: LocalShapes) -> list[int]:
-    """Positions of the nodes behind `name` up to values of known type (at most MAX_NODES of
-    them, the nearest first), in graph order."""
-    index = memo.index
-    found: set[int] = set()
-    stack = [name]
-    while stack and len(found) < MAX_NODES:
-        value = stack.pop()
-        if value in memo.types or _numeric(_declared(value, memo)):
-            continue
-        i = index.producer.get(value)
-        if i is None or i in found:
-            continue
-        found.add(i)
-        stack.extend(v for v in index.nodes[i].input if v)
-    return sorted(found)
 
 
 def shape_of(name: str, memo: LocalShapes) -> tuple[int | str, ...] | None:
     """The shape of `name` (numbers or symbolic names), declared or derived; None when a dim or the
     rank is unknown."""
-    vt = value_type(name, memo)
+    vt = memo.index.type_of(name)
     if vt is None or vt.shape is None or any(d is None for d in vt.shape):
         return None
     return tuple(d for d in vt.shape if d is not None)
-
-
-def _knows_more(derived: ValueType | None, given: ValueType | None) -> bool:
-    """Whether a derived type adds to the given one without contradicting it: a known element
-    type where none was, a rank, or numbers where the model had unknown or made-up names."""
-    if derived is None:
-        return False
-    if given is None:
-        return True
-    if given.elem_type and derived.elem_type and given.elem_type != derived.elem_type:
-        return False
-    if derived.shape is None:
-        return not given.elem_type and bool(derived.elem_type)
-    if given.shape is None:
-        return True
-    if len(given.shape) != len(derived.shape):
-        return False
-    gained = False
-    for g, d in zip(given.shape, derived.shape):
-        if isinstance(g, int) and g != d:
-            return False
-        gained |= isinstance(d, int) and not isinstance(g, int)
-    return gained or (not given.elem_type and bool(derived.elem_type))
-
-
-def _derive(name: str, memo: LocalShapes) -> ValueType | None:
-    index = memo.index
-    i = index.producer.get(name)
-    if i is None:
-        return None
-    node = index.nodes[i]
-    if (node.domain or "") not in _STANDARD:
-        if (node.domain, node.op_type) in SAME_AS_FIRST_INPUT and node.output[0] == name and node.input:
-            return _known(node.input[0], memo)
-        return None
-    types: dict[str, onnx.TypeProto] = {}
-    data: dict[str, onnx.TensorProto] = {}
-    for value in node.input:
-        if not value or value in types:
-            continue
-        vt = _known(value, memo)
-        if vt is None or not vt.elem_type:
-            return None
-        shape = None if vt.shape is None else [d if d is not None else None for d in vt.shape]
-        types[value] = onnx.helper.make_tensor_type_proto(vt.elem_type, shape)
-        known = value_of_shape_expr(value, memo)
-        if known is not None:
-            data[value] = numpy_helper.from_array(known, value)
-    try:
-        schema = onnx.defs.get_schema(node.op_type, memo.opset, "")
-        out = onnx.shape_inference.infer_node_outputs(schema, node.to_proto(), types, data)
-    except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError, RuntimeError, ValueError, KeyError):
-        return None
-    found = out.get(name)
-    if found is None or not found.HasField("tensor_type"):
-        return None
-    return value_type_of(onnx.helper.make_value_info(name, found))
 
 
 def value_of_shape_expr(name: str, memo: LocalShapes, depth: int = MAX_DEPTH) -> np.ndarray | None:
     """The value of an integer tensor of at most MAX_SHAPE_VALUE elements computed from shapes and
     constants (the shape arithmetic exporters write), else None."""
     index = memo.index
-    known = _known(name, memo)
+    known = index.type_of(name)
     if known is not None and known.elem_type and (known.elem_type not in _SHAPE_TYPES or known.numel is None
                                                   or known.numel > MAX_SHAPE_VALUE):
         return None  # not shape arithmetic (a weight is not read to find that out)
@@ -228,7 +94,7 @@ def _evaluate(name: str, memo: LocalShapes, depth: int) -> np.ndarray | None:
         start, end = attr(node, "start", 0), attr(node, "end", None)
         return dims[start:end]
     if op == "Size":
-        vt = value_type(node.input[0], memo)
+        vt = index.type_of(node.input[0])
         return None if vt is None or vt.numel is None else np.array(vt.numel, np.int64)
     args: list[np.ndarray] = []
     for value in node.input:
@@ -387,7 +253,7 @@ def _shape_nodes(name: str, memo: LocalShapes, nodes: set[int], reads: set[str],
 
 
 def why_unknown(name: str, memo: LocalShapes, depth: int = MAX_DEPTH) -> str:
-    """Why value_type(name) knows no element type: the first producer behind it whose output type
+    """Why the index knows no element type for `name`: the first producer behind it whose output type
     neither the model nor the local rules give."""
     index = memo.index
     for _ in range(depth):
@@ -398,7 +264,7 @@ def why_unknown(name: str, memo: LocalShapes, depth: int = MAX_DEPTH) -> str:
         if (node.domain or "") not in _STANDARD and (node.domain, node.op_type) not in SAME_AS_FIRST_INPUT:
             return (f"{name} is computed by {node.domain} {node.op_type}, an op outside ONNX whose output type "
                     "the model does not declare and the pass has no rule for")
-        unknown = next((v for v in node.input if v and not _has_elem_type(value_type(v, memo))), None)
+        unknown = next((v for v in node.input if v and not _has_elem_type(index.type_of(v))), None)
         if unknown is None:
             return f"ONNX's inference of {node.op_type} gives no type for {name} from its inputs"
         name = unknown

@@ -150,7 +150,7 @@ def require_float(index: GraphIndex, value: str, role: str) -> int:
     if t in FLOAT_TYPES:
         return t
     if t is None:
-        local = index.derive_type
+        local = index.local_shapes
         why = f": {why_unknown(value, local)}" if isinstance(local, LocalShapes) else ""
         raise NoMatch(f"{role} ({value}) has no known element type{why}")
     raise NoMatch(f"{role} ({value}) is {DTYPE_NAMES.get(t, t)}, not float16/bfloat16/float32")

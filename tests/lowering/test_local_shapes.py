@@ -1,5 +1,5 @@
-"""lowering.algebra.local_shapes: types and shape arithmetic worked out from a value's producers,
-checked against what onnxruntime computes for the same graph."""
+"""Types (lowering.local_types, through the index) and shape arithmetic (lowering.algebra.local_shapes)
+worked out from a value's producers, checked against what onnxruntime computes for the same graph."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from lowering.algebra.local_shapes import (
     shape_of,
     uniform_fill,
     value_of_shape_expr,
-    value_type,
     why_unknown,
 )
 from lowering.graph import GraphIndex, GraphInfo, decode_nodes
@@ -45,7 +44,7 @@ def test_paddle_ones_like_of_a_max_of_shapes_is_ones_of_predicts_shape() -> None
              h.make_node("Expand", ["e2", "m"], ["dout"])]
     model, local = _index(nodes, [], ["dout"])
     assert shape_of("dout", local) == (4, 5)
-    assert value_type("dout", local).elem_type == T.FLOAT
+    assert local.index.type_of("dout").elem_type == T.FLOAT
     assert value_of_shape_expr("m", local).tolist() == [4, 5]
     v, made, reads = uniform_fill("dout", local)
     assert v == 1.0 and not reads
@@ -85,13 +84,13 @@ def test_a_contrib_op_with_a_known_rule_has_its_first_inputs_type_and_shape() ->
              h.make_node("Shape", ["w"], ["sw"]), h.make_node("Expand", ["scaled", "sw"], ["dout"])]
     _, local = _index(nodes, [h.make_tensor_value_info("w", T.FLOAT, [4, 5])], ["dout"])
     assert shape_of("scaled", local) == (1, 1)
-    assert shape_of("dout", local) == (4, 5) and value_type("dout", local).elem_type == T.FLOAT
+    assert shape_of("dout", local) == (4, 5) and local.index.type_of("dout").elem_type == T.FLOAT
 
 
 def test_a_contrib_op_without_a_rule_stays_unknown_and_says_why() -> None:
     nodes = [h.make_node("Mystery", ["w"], ["y"], domain="com.microsoft"), h.make_node("Abs", ["y"], ["z"])]
     _, local = _index(nodes, [h.make_tensor_value_info("w", T.FLOAT, [4, 5])], ["z"])
-    assert value_type("z", local) is None
+    assert local.index.type_of("z") is None
     assert "com.microsoft Mystery" in why_unknown("z", local)
 
 
@@ -102,7 +101,7 @@ def test_a_declared_number_is_never_replaced() -> None:
     model, local = _index(nodes, graph_inputs, ["y"])
     model.graph.value_info.append(h.make_tensor_value_info("z", T.FLOAT, [4, 5]))
     local = LocalShapes(GraphIndex(decode_nodes(model.graph), GraphInfo(model)), 17)
-    assert value_type("z", local).shape == (4, 5)
+    assert local.index.type_of("z").shape == (4, 5)
     assert shape_of("w", local) == ("n", 5)
 
 
@@ -114,3 +113,27 @@ def test_a_non_uniform_or_empty_constant_is_no_fill() -> None:
     _, local = _index(nodes, [], ["x", "y", "z"])
     assert uniform_fill("x", local) is None and uniform_fill("y", local) is None
     assert uniform_fill("z", local)[0] == 2.5 and shape_of("z", local) == (3, 2)
+
+
+def test_a_view_of_a_dynamic_batch_keeps_the_batch_dim_symbolic() -> None:
+    # x.view(x.shape[0], -1) as TorchScript writes it, on a batch the model names n
+    nodes = [h.make_node("Shape", ["x"], ["s"]), _const("zero", np.array([0], np.int64)),
+             h.make_node("Gather", ["s", "zero"], ["batch"], axis=0), _const("rest", np.array([-1], np.int64)),
+             h.make_node("Concat", ["batch", "rest"], ["target"], axis=0),
+             h.make_node("Reshape", ["x", "target"], ["v"]), h.make_node("Relu", ["v"], ["y"])]
+    _, local = _index(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["n", 4, 5])], ["y"])
+    assert local.index.type_of("y").shape == ("n", 20)
+    _, local = _index(nodes, [h.make_tensor_value_info("x", T.FLOAT, [3, 4, 5])], ["y"])
+    assert local.index.type_of("y").shape == (3, 20)
+
+
+def test_a_call_of_a_local_function_is_typed_through_its_body() -> None:
+    body = onnx.helper.make_function("lib", "Twice", ["a"], ["b"], [h.make_node("Add", ["a", "a"], ["b"])],
+                                     [h.make_opsetid("", 17)])
+    nodes = [h.make_node("Twice", ["x"], ["y"], domain="lib"), h.make_node("Neg", ["y"], ["z"])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT16, [2, 3])],
+                         [onnx.ValueInfoProto(name="z")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("lib", 1)], functions=[body])
+    info = GraphInfo(model)
+    vt = info.types.get("z")
+    assert vt is not None and vt.elem_type == T.FLOAT16 and vt.shape == (2, 3)

@@ -210,7 +210,7 @@ def _fill_by_shape_arithmetic(index: GraphIndex, value: str, tensors: tuple[str,
     behind it (lowering.algebra.local_shapes.uniform_fill), when its nodes read nothing but
     constants and the chosen tensors (the function body copies them) and its shape, derived the
     same way, leaves the first tensor's as it is."""
-    local = index.derive_type
+    local = index.local_shapes
     if not isinstance(local, LocalShapes):
         return None
     found = uniform_fill(value, local)
