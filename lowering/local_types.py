@@ -201,7 +201,10 @@ class LocalTypes:
             if vt is None:
                 return []
             types[name] = type_proto(vt)
-            if vt.elem_type in (TensorProto.INT64, TensorProto.INT32) and vt.numel is not None:
+            constant = self._small_constant(name)
+            if constant is not None:
+                data[name] = constant  # Range's start, limit and delta decide its length
+            elif vt.elem_type in (TensorProto.INT64, TensorProto.INT32) and vt.numel is not None:
                 value = self.value(name)
                 if value is not None and len(value) == vt.numel and all(type(d) is int for d in value):
                     array = np.asarray(value, onnx.helper.tensor_dtype_to_np_dtype(vt.elem_type))
@@ -213,6 +216,18 @@ class LocalTypes:
         except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError, KeyError):
             return []
         return [type_of_type_proto(found[out]) if out in found else None for out in node.output]
+
+    def _small_constant(self, name: str) -> TensorProto | None:
+        """A constant of at most _MAX_VALUE elements, of any type, as a tensor: an initializer the
+        user cannot override, or a Constant node's value."""
+        init = self._initializers.get(name)
+        if init is not None:
+            return init if math.prod(init.dims) <= _MAX_VALUE else None
+        node = self._producers.get(name)
+        if node is None or node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+            return None
+        value = constant_node_value(node)
+        return None if value is None or value.size > _MAX_VALUE else onnx.numpy_helper.from_array(value, name)
 
     def _shape_of(self, node: NodeLike) -> ShapeValue | None:
         """Shape(x) with its start and end, as a shape value."""

@@ -137,3 +137,12 @@ def test_a_call_of_a_local_function_is_typed_through_its_body() -> None:
     info = GraphInfo(model)
     vt = info.types.get("z")
     assert vt is not None and vt.elem_type == T.FLOAT16 and vt.shape == (2, 3)
+
+
+def test_range_of_constant_bounds_has_its_length() -> None:
+    # Range(0, n, 1) with float constants: its length comes from the constants' values
+    nodes = [h.make_node("Range", ["start", "limit", "delta"], ["p"]), h.make_node("Neg", ["p"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in
+             (("start", 0.0), ("limit", 1000.0), ("delta", 2.5))]
+    _, local = _index(nodes, [], ["y"], inits)
+    assert local.index.type_of("y").shape == (400,)
