@@ -351,3 +351,33 @@ def test_a_kink_that_breaks_the_fused_ops_symmetries_is_refused_at_two_points_of
     # the symmetry the reason names is broken by those values
     same_sign = "alone" in reasons[0]
     assert not np.isclose(v1, v0 if same_sign else -v0), reasons[0]
+
+
+def _screened(model: onnx.ModelProto, output: str, family: str) -> str | None:
+    """The symmetry screen's verdict on the region computing `output` from inputs a and b."""
+    from lowering.algebra import Algebra
+    from lowering.graph import GraphIndex, GraphInfo, decode_nodes
+    from lowering.patterns.meaning.region import Walks, build
+    from lowering.patterns.meaning.screen import screen
+
+    index = GraphIndex(decode_nodes(model.graph), GraphInfo(model))
+    region = build(Walks(Algebra(index), set()), output, ("a", "b"))
+    return screen(index, region, family)
+
+
+def test_an_unbounded_function_of_the_difference_is_no_smooth_l1_gradient(rng) -> None:
+    # x + clip(x, -1, 1): odd and a function of x = a - b, but it grows where the gradient is constant
+    g = _Graph(rng)
+    x = g.op("Sub", "a", "b")
+    out = g.op("Add", x, g.op("Clip", x, g.const(-1.0), g.const(1.0)))
+    model = g.model([("a", (N,)), ("b", (N,))], out)
+    reason = _screened(model, out, "smooth_l1_grad")
+    assert reason is not None and "stays constant once |a - b| passes sigma" in reason, reason
+    # the gradient itself passes, and so does the shrink for the proximal family
+    g = _Graph(rng)
+    x = g.op("Sub", "a", "b")
+    grad = g.op("Clip", g.op("Div", x, g.const(SIGMA)), g.const(-1.0), g.const(1.0))
+    shrink = g.op("Sub", x, g.op("Clip", x, g.const(-SIGMA), g.const(SIGMA)))
+    model = g.model([("a", (N,)), ("b", (N,))], grad)
+    assert _screened(model, grad, "smooth_l1_grad") is None
+    assert _screened(model, shrink, "proximal_gd") is None

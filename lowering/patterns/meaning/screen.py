@@ -1,14 +1,16 @@
 """A necessary condition each candidate region meets before its hypotheses are inferred and proved.
 
-Both fused functions have a symmetry that holds for every value of their other inputs:
+Both fused functions have properties that hold for every value of their other inputs:
   SmoothL1LossGradV2(p + s, l + s, dout) == SmoothL1LossGradV2(p, l, dout)   (a function of p - l)
   SmoothL1LossGradV2(l, p, dout) == -SmoothL1LossGradV2(p, l, dout)          (odd in p - l)
+  SmoothL1LossGradV2(l + F, l, dout) == SmoothL1LossGradV2(l + 2F, l, dout)  (constant past sigma,
+                                                                             for F = 2^60 > sigma)
   ApplyProximalGradientDescent(-var, -delta, ...) == -ApplyProximalGradientDescent(var, delta, ...)
 A region equal to the contract as a function of its leaves (which is what the proof establishes,
-with the runtime leaves drawn freely) therefore has the same symmetry at any point, so a region
-that breaks it at one point is not the fused op, whatever its attributes: the two points are the
-counterexample. The screen runs the region once, on a few points and their images side by side,
-in float64 with inputs of 8 significant bits, so that p + s, l + s and p - l are exact and a
+with the runtime leaves drawn freely) therefore has the same properties at any point, so a region
+that breaks one at one pair of points is not the fused op, whatever its attributes: the two points
+are the counterexample. The screen runs the region once, on a few points and their images side by
+side, in float64 with inputs of 8 significant bits, so that p + s, l + s and p - l are exact and a
 region that computes a function of p - l gives the same bits at both points.
 
 Most kinks over a difference in a model are not one of the fused functions (a residual Add before
@@ -32,7 +34,7 @@ from .proof import fmt
 from .region import MAX_NODES, MAX_RUNTIME_LEAVES, Region, RegionRefused, Walks, build_joint
 
 _POINTS = 8  # points per image; one failing is enough, and a true region passes at all of them
-_NUMEL = 7  # the element count numel leaves hold (any positive count: it is fixed across the images)
+_NUMEL = 7  # the element count numel leaves hold (any positive count: it is fixed across the point sets)
 _FLOATS = frozenset(FLOAT_TYPES) | {None}  # a leaf of unknown type is drawn as a float, as the proof draws it
 _RTOL = 1e-9  # far above the rounding of a spelling that distributes a division, far below a real difference
 
@@ -50,10 +52,30 @@ _RNG = np.random.default_rng(18)
 _A, _B, _S = _dyadic(_RNG), _dyadic(_RNG), _dyadic(_RNG)
 _SCALARS = _RNG.uniform(0.25, 2.0, 6) * _RNG.choice([-1.0, 1.0], 6)  # runtime scalars: dout, alpha, l1, l2, ...
 _OTHERS = _RNG.uniform(0.25, 2.0, _POINTS) * _RNG.choice([-1.0, 1.0], _POINTS)  # a full-shape dout
-# the images of the base points (_A, _B) each family is checked on, with the sign the result takes there
-_IMAGES: dict[str, list[tuple[np.ndarray, np.ndarray, float]]] = {
-    "smooth_l1_grad": [(_A + _S, _B + _S, 1.0), (_B, _A, -1.0)],
-    "proximal_gd": [(-_A, -_B, -1.0)],
+_FAR = 2.0**60  # a difference past any sigma a model uses
+
+
+@dataclass(frozen=True)
+class Check:
+    """The family's result at point set `second` is `sign` times its result at point set `first`."""
+    first: int
+    second: int
+    sign: float
+    why: str  # the property, with {u} and {w} for the two tensors
+
+
+# per family: the point sets (u, w) the region runs on side by side, and the checks between them
+_POINT_SETS: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {
+    "smooth_l1_grad": [(_A, _B), (_A + _S, _B + _S), (_B, _A), (_B + _FAR, _B), (_B + 2 * _FAR, _B),
+                       (_B - _FAR, _B), (_B - 2 * _FAR, _B)],
+    "proximal_gd": [(_A, _B), (-_A, -_B)],
+}
+_PLATEAU = f"{SMOOTH_L1_GRAD}'s gradient stays constant once |{{u}} - {{w}}| passes sigma"
+_CHECKS: dict[str, list[Check]] = {
+    "smooth_l1_grad": [Check(0, 1, 1.0, f"{SMOOTH_L1_GRAD}'s gradient is a function of {{u}} - {{w}} alone"),
+                       Check(0, 2, -1.0, f"{SMOOTH_L1_GRAD}'s gradient changes sign when {{u}} and {{w}} swap"),
+                       Check(3, 4, 1.0, _PLATEAU), Check(5, 6, 1.0, _PLATEAU)],
+    "proximal_gd": [Check(0, 1, -1.0, f"{PROXIMAL_GD} is odd in ({{u}}, {{w}})")],
 }
 
 
@@ -118,20 +140,19 @@ def _own(index: GraphIndex, producers: dict[str, int], runtime: set[str], output
 
 
 def _run(index: GraphIndex, region: Region, family: str) -> dict[str, np.ndarray] | None:
-    """Every value of the region on the base points and their images side by side; None when the
-    region reads a leaf that is not a float or holds an op the evaluator does not run (the
-    hypotheses say why)."""
+    """Every value of the region on the family's point sets side by side; None when the region
+    reads a leaf that is not a float or holds an op the evaluator does not run (the hypotheses say
+    why)."""
     u, w = region.tensors
     if any(index.elem_type(v) not in _FLOATS for v in (u, w, *region.scalars, *region.others)):
         return None
-    us = np.concatenate([_A] + [x for x, _, _ in _IMAGES[family]])
-    ws = np.concatenate([_B] + [y for _, y, _ in _IMAGES[family]])
-    n = len(us)
-    leaves: dict[str, np.ndarray] = {**region.constants, **numel_leaves(index, region, _NUMEL), u: us, w: ws}
+    sets = _POINT_SETS[family]
+    leaves: dict[str, np.ndarray] = {**region.constants, **numel_leaves(index, region, _NUMEL),
+                                     u: np.concatenate([x for x, _ in sets]), w: np.concatenate([y for _, y in sets])}
     for k, name in enumerate(region.scalars):
         leaves[name] = np.full(scalar_shape(index, name), _SCALARS[k % len(_SCALARS)])
     for k, name in enumerate(region.others):
-        leaves[name] = np.tile(np.roll(_OTHERS, k), n // _POINTS)
+        leaves[name] = np.tile(np.roll(_OTHERS, k), len(sets))
     try:
         return Evaluator(index, wide=True).run([index.nodes[i] for i in region.nodes], leaves)
     except Unsupported:
@@ -143,11 +164,13 @@ def _verdicts(family: str, tensors: tuple[str, ...], values: list[np.ndarray]) -
     broken symmetry's reason is formatted only if it is reported."""
     if not values:
         return []
-    images = _IMAGES[family]
-    n = (len(images) + 1) * _POINTS
+    sets, checks = _POINT_SETS[family], _CHECKS[family]
+    n = len(sets) * _POINTS
     out = np.stack([np.broadcast_to(np.asarray(v, np.float64), (n,)) for v in values]).reshape(len(values), -1, _POINTS)
-    signs = np.array([1.0] + [sign for _, _, sign in images])[None, :, None]
-    bad = _differ(signs * out[:, :1], out)  # every image against its base point, turned by its sign
+    firsts = [c.first for c in checks]
+    seconds = [c.second for c in checks]
+    signs = np.array([c.sign for c in checks])[None, :, None]
+    bad = _differ(signs * out[:, firsts], out[:, seconds])  # (outputs, checks, points)
     verdicts: list[Callable[[], str] | None] = []
     for row, where in enumerate(np.asarray(bad.any(axis=2))):
         if not where.any():
@@ -155,9 +178,10 @@ def _verdicts(family: str, tensors: tuple[str, ...], values: list[np.ndarray]) -
             continue
         k = int(np.flatnonzero(where)[0])
         j = int(np.flatnonzero(bad[row, k])[0])
-        x, y, sign = images[k - 1]
-        verdicts.append(partial(_reason, family, (tensors[0], tensors[1]), (_A[j], _B[j]), (x[j], y[j]),
-                                out[row, 0, j], out[row, k, j], sign))
+        check = checks[k]
+        verdicts.append(partial(_reason, family, check.why, (tensors[0], tensors[1]),
+                                (sets[check.first][0][j], sets[check.first][1][j]), out[row, check.first, j],
+                                (sets[check.second][0][j], sets[check.second][1][j]), out[row, check.second, j]))
     return verdicts
 
 
@@ -168,15 +192,9 @@ def _differ(want: np.ndarray, got: np.ndarray) -> np.ndarray:
     return ~same
 
 
-def _reason(family: str, names: tuple[str, str], at: tuple[float, float], image: tuple[float, float],
-            base: float, got: float, sign: float) -> str:
+def _reason(family: str, why: str, names: tuple[str, str], at: tuple[float, float], base: float,
+            image: tuple[float, float], got: float) -> str:
     u, w = names
-    if family == "smooth_l1_grad" and sign > 0:
-        why = f"{SMOOTH_L1_GRAD}'s gradient is a function of {u} - {w} alone"
-    elif family == "smooth_l1_grad":
-        why = f"{SMOOTH_L1_GRAD}'s gradient changes sign when {u} and {w} swap"
-    else:
-        why = f"{PROXIMAL_GD} is odd in ({u}, {w})"
     op = SMOOTH_L1_GRAD if family == "smooth_l1_grad" else PROXIMAL_GD
-    return (f"differs from every {op} ({why}): at {u}={fmt(at[0])}, {w}={fmt(at[1])} the graph gives {fmt(base)}, "
-            f"at {u}={fmt(image[0])}, {w}={fmt(image[1])} {fmt(got)}")
+    return (f"differs from every {op} ({why.format(u=u, w=w)}): at {u}={fmt(at[0])}, {w}={fmt(at[1])} the graph "
+            f"gives {fmt(base)}, at {u}={fmt(image[0])}, {w}={fmt(image[1])} {fmt(got)}")
