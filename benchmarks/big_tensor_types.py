@@ -7,7 +7,8 @@ each in a fresh process, with its peak resident memory:
              producers (lowering.local_types)
   inference  onnx.shape_inference.infer_shapes(data_prop=True) alone: whole-model inference with
              data propagation, which evaluates the 16M-element values to propagate them
-and prints a table: both must know the fused output's shape; lower must fuse the one instance.
+and prints a table: lower must fuse the one instance, inference must give x = predict - label its
+shape; exit 1 otherwise.
 
 Usage: python benchmarks/big_tensor_types.py [--elements 16777216]
 """
@@ -31,13 +32,16 @@ _CHILD = """
 import json, resource, sys, time
 start = time.perf_counter()
 if sys.argv[1] == "lower":
+    from pathlib import Path
     from lowering.cli import main
     code = main([sys.argv[2], "--target", "ascend950", "--emit", "onnx", "-o", sys.argv[3], "-q"])
-    result = {"ok": code == 0}
+    report = json.loads((Path(sys.argv[3]) / "report.json").read_text()) if code == 0 else {}
+    result = {"ok": code == 0 and len(report.get("fusions", [])) == 1}
 else:
     import onnx
     inferred = onnx.shape_inference.infer_shapes(onnx.load(sys.argv[2]), data_prop=True)
-    result = {"ok": any(vi.name == "x" for vi in inferred.graph.value_info)}
+    dims = [[d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in inferred.graph.value_info if vi.name == "x"]
+    result = {"ok": dims == [[int(sys.argv[4])]]}
 result["seconds"] = time.perf_counter() - start
 result["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(result))
@@ -59,8 +63,9 @@ def build(elements: int) -> onnx.ModelProto:
     return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
 
 
-def run(tool: str, model: Path, out: Path) -> dict:
-    done = subprocess.run([sys.executable, "-c", _CHILD, tool, str(model), str(out)], capture_output=True, text=True,
+def run(tool: str, model: Path, out: Path, elements: int) -> dict:
+    done = subprocess.run([sys.executable, "-c", _CHILD, tool, str(model), str(out), str(elements)],
+                          capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1])
     if done.returncode != 0:
         return {"ok": False, "seconds": float("nan"), "peak_mb": float("nan")}
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="big_tensor_") as tmp:
         path = Path(tmp) / "big_tensor.onnx"
         onnx.save(build(args.elements), str(path))
-        rows = {tool: run(tool, path, Path(tmp) / "out") for tool in ("lower", "inference")}
+        rows = {tool: run(tool, path, Path(tmp) / "out", args.elements) for tool in ("lower", "inference")}
     print(f"1-D SmoothL1 backward over {args.elements} elements, no value_info")
     print(f"{'run':<10} {'ok':>4} {'seconds':>8} {'peak MB':>8}")
     for tool, r in rows.items():

@@ -39,10 +39,24 @@ def _local(model: onnx.ModelProto) -> dict[Key, onnx.FunctionProto]:
     return {(f.domain, f.name): f for f in model.functions if f.domain != DOMAIN}
 
 
+def _calls_within(nodes: Iterable[onnx.NodeProto], local: dict[Key, onnx.FunctionProto]) -> set[Key]:
+    """The local functions these nodes call, also from inside their If/Loop/Scan bodies."""
+    found: set[Key] = set()
+    stack = [list(nodes)]
+    while stack:
+        for node in stack.pop():
+            if (node.domain, node.op_type) in local:
+                found.add((node.domain, node.op_type))
+            for a in node.attribute:
+                stack.extend(list(g.node) for g in ([a.g] if a.HasField("g") else []) + list(a.graphs))
+    return found
+
+
 def check_not_recursive(model: onnx.ModelProto) -> None:
-    """LoweringError when a local function calls itself, directly or not: ONNX forbids it, and
-    the checker lets it through."""
-    calls = {key: _calls(f.node, _local(model)) for key, f in _local(model).items()}
+    """LoweringError when a local function calls itself, directly or not (also from inside an
+    If or Loop body): ONNX forbids it, and the checker lets it through below IR version 8."""
+    local = _local(model)
+    calls = {key: _calls_within(f.node, local) for key, f in local.items()}
     done: set[Key] = set()
     for start in sorted(calls):
         path: list[Key] = []

@@ -302,8 +302,6 @@ class GraphIndex:
         self._const_cache: dict[str, np.ndarray | None] = {}
         self._scalar_cache: dict[str, float | None] = {}
         self._elem_cache: dict[str, int | None] = {}
-        # a lowering.algebra.local_shapes.LocalShapes: the shape arithmetic evaluated on this index
-        self.local_shapes: object | None = None
 
     def node_of(self, name: str) -> Node | None:
         i = self.producer.get(name)
@@ -382,8 +380,8 @@ class GraphIndex:
         return value
 
     def elem_type(self, name: str) -> int | None:
-        """Constants answer from their own value, so no type lookup (which may run shape
-        inference) is made for them. Cached: the patterns ask about the same few values often."""
+        """Constants answer from their own value, so no type lookup (which may infer types from
+        producers) is made for them. Cached: the patterns ask about the same few values often."""
         cache = self._elem_cache
         if name in cache:
             return cache[name]

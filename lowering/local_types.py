@@ -148,9 +148,7 @@ class LocalTypes:
             target = inputs[1] if len(inputs) > 1 else None
             return [None if first is None or target is None else ValueType(target.elem_type, first.shape)]
         if op == "Constant":
-            value = constant_node_value(node)
-            return [None if value is None else ValueType(onnx.helper.np_dtype_to_tensor_dtype(value.dtype),
-                                                         tuple(value.shape))]
+            return [_constant_type(node)]
         if op in ("Reshape", "Expand", "ConstantOfShape"):
             return [self._shaped(node, inputs)]
         if op == "Shape":
@@ -162,7 +160,9 @@ class LocalTypes:
 
     def _call_types(self, node: NodeLike, function: onnx.FunctionProto) -> list[ValueType | None]:
         """A call of a model-local function: its body inferred with the call's input types."""
-        if self._depth >= _MAX_DEPTH:  # only a recursive function, which no valid model has, goes deeper
+        if self._depth >= _MAX_DEPTH or _has_references(function.node):
+            # deeper only in a recursive function, which no valid model has; attribute references
+            # (perm=@perm) would be inferred as if unset
             return []
         given = {formal: self._type(actual) for formal, actual in zip(function.input, node.input)}
         opsets = {**self._opsets, **{o.domain: o.version for o in function.opset_import}}
@@ -229,6 +229,11 @@ class LocalTypes:
         value = constant_node_value(node)
         return None if value is None or value.size > _MAX_VALUE else onnx.numpy_helper.from_array(value, name)
 
+    def _is_vector(self, name: str) -> bool:
+        """Whether a value is known to have at most one dimension."""
+        vt = self._type(name)
+        return vt is not None and vt.shape is not None and len(vt.shape) <= 1
+
     def _shape_of(self, node: NodeLike) -> ShapeValue | None:
         """Shape(x) with its start and end, as a shape value."""
         vt = self._type(node.input[0])
@@ -270,6 +275,8 @@ class LocalTypes:
         if op == "Cast":
             to = attr(node, "to")
             return self.value(node.input[0]) if to in (TensorProto.INT64, TensorProto.INT32) else None
+        if not all(self._is_vector(v) for v in node.input if v):
+            return None  # the values below are flattened: only vectors and scalars combine right
         args = [self.value(v) for v in node.input]
         if op == "Concat":
             return None if any(a is None for a in args) else tuple(d for a in args if a is not None for d in a)
@@ -287,6 +294,28 @@ class LocalTypes:
             a, b = args
             return None if a is None or b is None else _arithmetic(op, a, b)
         return None
+
+
+def _has_references(nodes: Sequence[onnx.NodeProto]) -> bool:
+    """Whether any attribute of these nodes, or of nodes in their subgraphs, refers to an
+    attribute of the function they are in."""
+    for node in nodes:
+        for a in node.attribute:
+            if a.ref_attr_name:
+                return True
+            graphs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
+            if any(_has_references(g.node) for g in graphs):
+                return True
+    return False
+
+
+def _constant_type(node: NodeLike) -> ValueType | None:
+    """A Constant node's type, read off its attribute: a big tensor is not decoded to learn it."""
+    for a in node.attribute:
+        if a.name == "value":
+            return ValueType(a.t.data_type, tuple(a.t.dims))
+    value = constant_node_value(node)  # the scalar and list forms: small
+    return None if value is None else ValueType(onnx.helper.np_dtype_to_tensor_dtype(value.dtype), tuple(value.shape))
 
 
 def _proto(node: NodeLike) -> onnx.NodeProto:
@@ -349,26 +378,26 @@ def broadcast(shapes: Sequence[tuple[Dim, ...]]) -> tuple[Dim, ...] | None:
 
 def reshaped(source: tuple[Dim, ...], target: ShapeValue, allowzero: bool) -> tuple[Dim, ...]:
     """Reshape's output shape: 0 copies the input's dim (unless allowzero), -1 takes what is left,
-    also when a symbolic dim of the input is kept by name (x.view(x.shape[0], -1) on a batch n)."""
+    also when symbolic dims of the input are kept by name (x.view(x.shape[0], -1) on a batch n)."""
     dims: list[Dim] = [source[k] if d == 0 and not allowzero and k < len(source) else d for k, d in enumerate(target)]
     if -1 in dims:
         left = list(source)
+        known = True
         for d in dims:
+            if d == -1 or type(d) is int:
+                continue
             if isinstance(d, str) and d in left:
-                left.remove(d)  # the same symbol on both sides cancels
-        kept = [d for d in dims if d != -1 and not (isinstance(d, str) and d in source)]
-        known = all(type(d) is int for d in left) and all(type(d) is int for d in kept)
-        rest = math.prod(d for d in kept if type(d) is int)
+                left.remove(d)  # each occurrence cancels one of the input's
+            else:
+                known = False  # an unknown dim, or a symbol the input does not hold as often
+        rest = math.prod(d for d in dims if type(d) is int and d != -1)
+        known = known and all(type(d) is int for d in left)
         dims[dims.index(-1)] = math.prod(d for d in left if type(d) is int) // rest if known and rest else None
     return tuple(None if type(d) is int and d < 0 else d for d in dims)
 
 
 def type_proto(vt: ValueType) -> onnx.TypeProto:
     return onnx.helper.make_tensor_type_proto(vt.elem_type, None if vt.shape is None else list(vt.shape))
-
-
-def value_info(name: str, vt: ValueType) -> onnx.ValueInfoProto:
-    return onnx.helper.make_tensor_value_info(name, vt.elem_type, None if vt.shape is None else list(vt.shape))
 
 
 def _is_small_integer(t: TensorProto) -> bool:

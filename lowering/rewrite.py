@@ -20,7 +20,6 @@ from onnx import helper, numpy_helper
 
 from . import cleanup, functions, verify
 from .algebra import Algebra
-from .algebra.local_shapes import LocalShapes
 from .bodies import FunctionBodies
 from .errors import InternalError
 from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
@@ -80,7 +79,6 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     report.normalization = stats.as_dict()
     nodes = normalized.nodes
     index = GraphIndex(nodes, info, normalized.folded)
-    index.local_shapes = LocalShapes(index, default_opset(model))
     dead = cleanup.drop_dead(index)
     if dead:
         report.normalization["dead nodes removed"] = len(dead)
@@ -402,21 +400,17 @@ def _broadcast_dims(index: GraphIndex, like: str, other: str | None) -> list | N
             for a, b in zip(dims, ot.shape)]
 
 
-def _type_fused_values(graph: onnx.GraphProto, index: GraphIndex, fused: list[Node], typed: set[str]) -> None:
+def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, fused: list[Node], typed: set[str]) -> None:
     """Writes value_info for every value a fused node reads or writes that has none (is not in
-    `typed`), so the fused model can be lowered on its own (shape inference may have found
-    types the exporter did not write, or the pass derived them locally)."""
-    info = index.info
+    `typed`), so the fused model can be lowered on its own (the pass may have inferred types the
+    exporter did not write)."""
     typed = typed | info.graph_inputs | info.graph_outputs
     for node in fused:
         for name in node.input + node.output:
             if name in typed or name in info.initializers or name in info.types.declared:
                 continue
             vi = info.types.value_info(name)
-            vt = index.type_of(name)
-            if vi is None and vt is not None and vt.elem_type:
-                vi = helper.make_tensor_value_info(name, vt.elem_type, vt.shape)
-            if vi is not None:
+            if vi is not None and vi.type.tensor_type.elem_type:
                 graph.value_info.append(vi)
                 typed.add(name)
 
@@ -477,7 +471,7 @@ def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -
     graph.initializer.extend(rewritten.initializers)
     graph.value_info.extend(rewritten.value_info)
     typed = new_inits | folded.keys() | {vi.name for vi in rewritten.value_info}
-    _type_fused_values(graph, index, rewritten.fused, typed)
+    _type_fused_values(graph, info, rewritten.fused, typed)
     if not any(o.domain == DOMAIN for o in work.opset_import):
         work.opset_import.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     work.ir_version = max(work.ir_version, FUNCTION_IR_VERSION)

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 
 from ..algebra import Algebra, Bound, Monomial, Reach, clip_bounds, is_zero
-from ..algebra.local_shapes import LocalShapes, why_unknown
+from ..algebra.local_shapes import why_unknown
 from ..graph import DTYPE_NAMES, FLOAT_TYPES, GraphIndex, Node, attr, dtype_name, tensor_value
 from .forms import Form
 
@@ -150,8 +150,7 @@ def require_float(index: GraphIndex, value: str, role: str) -> int:
     if t in FLOAT_TYPES:
         return t
     if t is None:
-        local = index.local_shapes
-        why = f": {why_unknown(value, local)}" if isinstance(local, LocalShapes) else ""
+        why = f": {why_unknown(value, index)}"
         raise NoMatch(f"{role} ({value}) has no known element type{why}")
     raise NoMatch(f"{role} ({value}) is {DTYPE_NAMES.get(t, t)}, not float16/bfloat16/float32")
 

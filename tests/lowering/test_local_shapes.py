@@ -11,24 +11,18 @@ from onnx import helper as h
 from onnx import numpy_helper
 from pass_numerics import run_ort
 
-from lowering.algebra.local_shapes import (
-    LocalShapes,
-    shape_of,
-    uniform_fill,
-    value_of_shape_expr,
-    why_unknown,
-)
+from lowering.algebra.local_shapes import shape_of, uniform_fill, why_unknown
 from lowering.graph import GraphIndex, GraphInfo, decode_nodes
 
 
 def _index(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[str],
-           inits: list[onnx.TensorProto] = (), opset: int = 17) -> tuple[onnx.ModelProto, LocalShapes]:
+           inits: list[onnx.TensorProto] = (), opset: int = 17) -> tuple[onnx.ModelProto, GraphIndex]:
     # outputs carry no type: what the tests ask must come from the nodes
     graph = h.make_graph(nodes, "g", inputs, [onnx.ValueInfoProto(name=o) for o in outputs], list(inits))
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset), h.make_opsetid("com.microsoft", 1)])
     info = GraphInfo(model)
     index = GraphIndex(decode_nodes(model.graph), info)
-    return model, LocalShapes(index, opset)
+    return model, index
 
 
 def _const(name: str, value) -> onnx.NodeProto:
@@ -44,11 +38,10 @@ def test_paddle_ones_like_of_a_max_of_shapes_is_ones_of_predicts_shape() -> None
              h.make_node("Expand", ["e2", "m"], ["dout"])]
     model, local = _index(nodes, [], ["dout"])
     assert shape_of("dout", local) == (4, 5)
-    assert local.index.type_of("dout").elem_type == T.FLOAT
-    assert value_of_shape_expr("m", local).tolist() == [4, 5]
+    assert local.type_of("dout").elem_type == T.FLOAT
     v, made, reads = uniform_fill("dout", local)
     assert v == 1.0 and not reads
-    assert {local.index.nodes[i].output[0] for i in made} == {"e1", "e2", "s", "m", "dout"}
+    assert {local.nodes[i].output[0] for i in made} == {"e1", "e2", "s", "m", "dout"}
     assert run_ort(model, {})[0].shape == (4, 5)
 
 
@@ -67,12 +60,11 @@ def test_shape_arithmetic_evaluates_as_onnxruntime_does(rng: np.random.Generator
              h.make_node("Size", ["x"], ["n"]),
              h.make_node("Unsqueeze", ["n", "ax"], ["nu"]),
              h.make_node("Concat", ["m", "nu"], ["cat"], axis=0),
-             h.make_node("Cast", ["cat"], ["out"], to=T.INT32)]
+             h.make_node("Cast", ["cat"], ["c32"], to=T.INT32), h.make_node("Cast", ["c32"], ["c64"], to=T.INT64),
+             h.make_node("ConstantOfShape", ["c64"], ["out"])]
     model, local = _index(nodes, [h.make_tensor_value_info("x", T.FLOAT, dims)], ["out"])
     want = run_ort(model, {"x": np.zeros(dims, np.float32)})[0]
-    got = value_of_shape_expr("out", local)
-    assert got is not None, f"dims {dims}"
-    assert got.dtype == want.dtype and got.tolist() == want.tolist(), f"dims {dims}"
+    assert local.type_of("out").shape == want.shape, f"dims {dims}"
 
 
 def test_a_contrib_op_with_a_known_rule_has_its_first_inputs_type_and_shape() -> None:
@@ -84,13 +76,13 @@ def test_a_contrib_op_with_a_known_rule_has_its_first_inputs_type_and_shape() ->
              h.make_node("Shape", ["w"], ["sw"]), h.make_node("Expand", ["scaled", "sw"], ["dout"])]
     _, local = _index(nodes, [h.make_tensor_value_info("w", T.FLOAT, [4, 5])], ["dout"])
     assert shape_of("scaled", local) == (1, 1)
-    assert shape_of("dout", local) == (4, 5) and local.index.type_of("dout").elem_type == T.FLOAT
+    assert shape_of("dout", local) == (4, 5) and local.type_of("dout").elem_type == T.FLOAT
 
 
 def test_a_contrib_op_without_a_rule_stays_unknown_and_says_why() -> None:
     nodes = [h.make_node("Mystery", ["w"], ["y"], domain="com.microsoft"), h.make_node("Abs", ["y"], ["z"])]
     _, local = _index(nodes, [h.make_tensor_value_info("w", T.FLOAT, [4, 5])], ["z"])
-    assert local.index.type_of("z") is None
+    assert local.type_of("z") is None
     assert "com.microsoft Mystery" in why_unknown("z", local)
 
 
@@ -100,8 +92,8 @@ def test_a_declared_number_is_never_replaced() -> None:
     graph_inputs = [h.make_tensor_value_info("w", T.FLOAT, ["n", 5])]
     model, local = _index(nodes, graph_inputs, ["y"])
     model.graph.value_info.append(h.make_tensor_value_info("z", T.FLOAT, [4, 5]))
-    local = LocalShapes(GraphIndex(decode_nodes(model.graph), GraphInfo(model)), 17)
-    assert local.index.type_of("z").shape == (4, 5)
+    local = GraphIndex(decode_nodes(model.graph), GraphInfo(model))
+    assert local.type_of("z").shape == (4, 5)
     assert shape_of("w", local) == ("n", 5)
 
 
@@ -122,9 +114,9 @@ def test_a_view_of_a_dynamic_batch_keeps_the_batch_dim_symbolic() -> None:
              h.make_node("Concat", ["batch", "rest"], ["target"], axis=0),
              h.make_node("Reshape", ["x", "target"], ["v"]), h.make_node("Relu", ["v"], ["y"])]
     _, local = _index(nodes, [h.make_tensor_value_info("x", T.FLOAT, ["n", 4, 5])], ["y"])
-    assert local.index.type_of("y").shape == ("n", 20)
+    assert local.type_of("y").shape == ("n", 20)
     _, local = _index(nodes, [h.make_tensor_value_info("x", T.FLOAT, [3, 4, 5])], ["y"])
-    assert local.index.type_of("y").shape == (3, 20)
+    assert local.type_of("y").shape == (3, 20)
 
 
 def test_a_call_of_a_local_function_is_typed_through_its_body() -> None:
@@ -145,4 +137,34 @@ def test_range_of_constant_bounds_has_its_length() -> None:
     inits = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in
              (("start", 0.0), ("limit", 1000.0), ("delta", 2.5))]
     _, local = _index(nodes, [], ["y"], inits)
-    assert local.index.type_of("y").shape == (400,)
+    assert local.type_of("y").shape == (400,)
+
+
+@pytest.mark.parametrize("case", ["gather", "concat", "slice", "add"])
+def test_shape_arithmetic_on_a_matrix_is_unknown_rather_than_guessed(case: str) -> None:
+    # the shape values are evaluated as flat vectors: over a matrix they would come out wrong
+    c = _const("c", np.array([[1, 1, 8], [2, 4, 8]], np.int64))
+    ops = {"gather": [_const("i", np.array([1], np.int64)), h.make_node("Gather", ["c", "i"], ["t0"], axis=0)],
+           "concat": [h.make_node("Concat", ["c", "c"], ["t0"], axis=1)],
+           "slice": [_const("s", np.array([1], np.int64)), _const("e", np.array([3], np.int64)),
+                     _const("a", np.array([-1], np.int64)), h.make_node("Slice", ["c", "s", "e", "a"], ["t0"])],
+           "add": [_const("r", np.array([[1], [2]], np.int64)), h.make_node("Add", ["c", "r"], ["t0"])]}[case]
+    nodes = [c, *ops, _const("flat", np.array([-1], np.int64)), h.make_node("Reshape", ["t0", "flat"], ["t"]),
+             h.make_node("ConstantOfShape", ["t"], ["y"])]
+    model, local = _index(nodes, [], ["y"])
+    vt = local.type_of("y")
+    want = run_ort(model, {})[0].shape
+    assert vt is None or vt.shape is None or vt.shape == want or None in vt.shape, (vt, want)
+
+
+def test_a_local_function_with_attribute_references_is_not_typed_through_its_body() -> None:
+    body = onnx.helper.make_function("lib", "CastTo", ["a"], ["b"], [h.make_node("Cast", ["a"], ["b"], to=T.FLOAT)],
+                                     [h.make_opsetid("", 17)], attributes=["to"])
+    reference = onnx.AttributeProto(name="to", ref_attr_name="to", type=onnx.AttributeProto.INT)
+    del body.node[0].attribute[:]
+    body.node[0].attribute.append(reference)
+    nodes = [h.make_node("CastTo", ["x"], ["y"], domain="lib", to=T.FLOAT16), h.make_node("Neg", ["y"], ["z"])]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                         [onnx.ValueInfoProto(name="z")])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("lib", 1)], functions=[body])
+    assert GraphInfo(model).types.get("z") is None  # not float32 from the body's unset `to`

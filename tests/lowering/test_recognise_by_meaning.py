@@ -358,11 +358,11 @@ def _screened(model: onnx.ModelProto, output: str, family: str) -> str | None:
     from lowering.algebra import Algebra
     from lowering.graph import GraphIndex, GraphInfo, decode_nodes
     from lowering.patterns.meaning.region import Walks, build
-    from lowering.patterns.meaning.screen import screen
+    from lowering.patterns.meaning.screen import screen_region
 
     index = GraphIndex(decode_nodes(model.graph), GraphInfo(model))
     region = build(Walks(Algebra(index), set()), output, ("a", "b"))
-    return screen(index, region, family)
+    return screen_region(index, region, family)
 
 
 def test_an_unbounded_function_of_the_difference_is_no_smooth_l1_gradient(rng) -> None:

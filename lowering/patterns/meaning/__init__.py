@@ -36,7 +36,7 @@ from .region import (
     forward_cone,
     is_threshold_kink,
 )
-from .screen import screen, screen_joint
+from .screen import screen_joint, screen_region
 
 SEED = 18  # probes are drawn from this seed and the candidate's position: the same region, the same verdict
 MAX_OUTPUTS = 10  # candidate outputs tried per difference
@@ -115,7 +115,7 @@ def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], Matc
                 covers.update(region.nodes)
                 if not must_hold <= set(region.nodes) or not _has_kink(index, region.nodes):
                     continue
-                broken = None if known is not None else screen(index, region, family)
+                broken = None if known is not None else screen_region(index, region, family)
                 if broken is not None:
                     raise Counterexample(broken)
                 # probes are drawn per candidate: a verdict does not depend on the candidates before

@@ -56,11 +56,6 @@ def numel_leaves(index: GraphIndex, region: Region, n: int) -> dict[str, np.ndar
     return out
 
 
-def scalar_shape(index: GraphIndex, name: str) -> tuple[int, ...]:
-    vt = index.type_of(name)
-    return (1,) * len(vt.shape) if vt is not None and vt.shape is not None and all(d == 1 for d in vt.shape) else ()
-
-
 def tensor_type(index: GraphIndex, region: Region, names: list[str], what: str) -> int:
     """The one float type of the named tensor leaves and of the region's output; NoMatch otherwise
     (no fused op takes tensors of one type and gives another)."""

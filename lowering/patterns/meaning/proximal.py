@@ -28,7 +28,6 @@ from .hypothesis import (
     magnitudes,
     nudges,
     points,
-    scalar_shape,
     tensor_type,
 )
 from .proof import Probe
@@ -140,7 +139,7 @@ def _draws(index: GraphIndex, scalars: list[str], rng: np.random.Generator) -> l
                 v = -v
             if k >= zeros and j % 2 == k - zeros:
                 v = 0.0
-            draw[s] = np.full(scalar_shape(index, s), v)
+            draw[s] = np.asarray(v)  # 0-D whatever its rank: the probes are one axis of points
         draws.append(draw)
     return draws
 

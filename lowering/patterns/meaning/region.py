@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...algebra import Algebra
-from ...algebra.local_shapes import LocalShapes, shape_of, uniform_fill
+from ...algebra.local_shapes import shape_of, uniform_fill
 from ...graph import GraphIndex, attr
 from ..base import fill, within_shape
 from .evaluate import ELEMENTWISE
@@ -206,17 +206,13 @@ def _expanded_constant(index: GraphIndex, i: int, like: str) -> tuple[float, set
 
 
 def _fill_by_shape_arithmetic(index: GraphIndex, value: str, tensors: tuple[str, ...]) -> tuple[float, set[int]] | None:
-    """(v, nodes) for a value that holds v everywhere by local evaluation of the shape arithmetic
-    behind it (lowering.algebra.local_shapes.uniform_fill), when its nodes read nothing but
-    constants and the chosen tensors (the function body copies them) and its shape, derived the
-    same way, leaves the first tensor's as it is."""
-    local = index.local_shapes
-    if not isinstance(local, LocalShapes):
-        return None
-    found = uniform_fill(value, local)
+    """(v, nodes) for a value that holds v everywhere (lowering.algebra.local_shapes.uniform_fill),
+    when its nodes read nothing but constants and the chosen tensors (the function body copies
+    them) and its shape, from the index's types, leaves the first tensor's as it is."""
+    found = uniform_fill(value, index)
     if found is None or not found[2] <= set(tensors):
         return None
-    shape = shape_of(value, local)
+    shape = shape_of(value, index)
     if shape is None:
         return None
     numeric = tuple(d for d in shape if isinstance(d, int))

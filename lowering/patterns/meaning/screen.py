@@ -29,7 +29,7 @@ import numpy as np
 from ...fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 from ...graph import FLOAT_TYPES, GraphIndex
 from .evaluate import Evaluator, Unsupported
-from .hypothesis import numel_leaves, scalar_shape
+from .hypothesis import numel_leaves
 from .proof import fmt
 from .region import MAX_NODES, MAX_RUNTIME_LEAVES, Region, RegionRefused, Walks, build_joint
 
@@ -79,7 +79,7 @@ _CHECKS: dict[str, list[Check]] = {
 }
 
 
-def screen(index: GraphIndex, region: Region, family: str) -> str | None:
+def screen_region(index: GraphIndex, region: Region, family: str) -> str | None:
     """None when the region may compute the family's fused op; else why it cannot, in one line."""
     values = _run(index, region, family)
     broken = None if values is None else _verdicts(family, region.tensors, [values[region.output]])[0]
@@ -94,7 +94,7 @@ class Screened:
 
 def screen_joint(walks: Walks, outputs: list[str], tensors: tuple[str, str], family: str,
                  open_scalars: bool) -> dict[str, Screened]:
-    """screen for each output's region at the cost of one evaluation: the regions of the outputs
+    """screen_region for each output's region at the cost of one evaluation: the regions of the outputs
     around one difference overlap, and one joint region (lowering.patterns.meaning.region.build_joint)
     computes each output as its own region would. Outputs where the joint region would not (a
     region build refuses or opens up further, another output read as a leaf) are left out: the
@@ -105,7 +105,7 @@ def screen_joint(walks: Walks, outputs: list[str], tensors: tuple[str, str], fam
     except RegionRefused:
         return {}
     depends = walks.depends(tensors)
-    if not all(depends(o) and o not in joint.numels for o in outputs):
+    if not all(depends(o) for o in outputs):
         return {}  # an output past the dependence horizon would be a leaf in another output's region
     values = _run(index, joint, family)
     if values is None:
@@ -150,7 +150,7 @@ def _run(index: GraphIndex, region: Region, family: str) -> dict[str, np.ndarray
     leaves: dict[str, np.ndarray] = {**region.constants, **numel_leaves(index, region, _NUMEL),
                                      u: np.concatenate([x for x, _ in sets]), w: np.concatenate([y for _, y in sets])}
     for k, name in enumerate(region.scalars):
-        leaves[name] = np.full(scalar_shape(index, name), _SCALARS[k % len(_SCALARS)])
+        leaves[name] = np.asarray(_SCALARS[k % len(_SCALARS)])  # 0-D whatever its rank: the points are one axis
     for k, name in enumerate(region.others):
         leaves[name] = np.tile(np.roll(_OTHERS, k), len(sets))
     try:

@@ -29,7 +29,6 @@ from .hypothesis import (
     nudges,
     numel_leaves,
     points,
-    scalar_shape,
     tensor_type,
 )
 from .proof import Probe
@@ -114,7 +113,8 @@ def _plateau_and_sigma(index: GraphIndex, region: Region, predict: str, label: s
     xs = np.array([big, -big, _TINY, -_TINY])
     leaves = {predict: xs, label: np.zeros(_INFER_N), **numel_leaves(index, region, _INFER_N)}
     if dout:
-        leaves[dout] = np.ones(scalar_shape(index, dout) if is_single_element(index, dout) else _INFER_N)
+        # a single element is drawn 0-D whatever its rank ([1, 1]): the probes are one axis of points
+        leaves[dout] = np.ones(() if is_single_element(index, dout) else _INFER_N)
     v = evaluate(index, region, leaves)
     v = np.broadcast_to(v, (_INFER_N,))
     c = float(v[0])
@@ -157,7 +157,7 @@ def _probes(index: GraphIndex, region: Region, predict: str, label: str, dout: s
         leaves = {predict: pred, label: lab, **numel_leaves(index, region, n)}
         if dout:
             if is_single_element(index, dout):
-                leaves[dout] = np.full(scalar_shape(index, dout), d)
+                leaves[dout] = np.asarray(d)
             else:
                 leaves[dout] = rng.uniform(0.25, 4, n) * rng.choice([-1.0, 1.0], n)
         yield Probe({**region.constants, **leaves})
