@@ -6,7 +6,9 @@ call (attributes, input dtypes, dout's element count: codegen/variants.py), refu
 variant serves with a logged reason, computes the variant's host scalars (attributes, 1/numel)
 into the tiling data and runs codegen/schedule.py's make_plan in C++ with the variant's
 constants (bytes per 256 tile elements, fixed scratch) and the target's UB and core count, so
-host and Python compute the same plan. The sources are C++11: the op build compiles them so.
+host and Python compute the same plan. A variant with broadcast inputs also gets each one's
+layout (codegen/broadcast.py) from the call's shapes, and its UB cost in the plan. The sources
+are C++11: the op build compiles them so.
 """
 
 from __future__ import annotations
@@ -14,11 +16,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from codegen.emit.cxx import BANNER, GE_TYPES, host_float_literal, input_index, scalar_expr
-from codegen.emit.kernel_src import host_scalars, key_names, tiling_struct
-from codegen.ir import Kind, Op, format_instr, is_attr, scalar_stages
+from codegen.broadcast import MAX_RANK, OFFSET_BYTES
+from codegen.emit.kernel_src import (
+    broadcast_names,
+    broadcast_slots,
+    broadcast_struct,
+    host_scalars,
+    key_names,
+    tiling_struct,
+)
+from codegen.ir import DTYPE_BYTES, Kind, Op, format_instr, is_attr, scalar_stages
 from codegen.names import lower_camel
 from codegen.op_interface import interface
-from codegen.registry import FINITE_ATTR, ONE_ATTR, ONE_ELEMENT, STRING_ATTR, ZERO_ATTR
+from codegen.registry import (
+    FINITE_ATTR,
+    INPUT_SHAPE,
+    ONE_ATTR,
+    ONE_ELEMENT,
+    SHAPE_KINDS,
+    STRING_ATTR,
+    ZERO_ATTR,
+)
 from codegen.schedule import (
     CORE_ALIGN,
     TILE_ALIGN,
@@ -117,22 +135,55 @@ def def_cpp(project: OperatorProject) -> str:
 
 def infershape_cpp(project: OperatorProject) -> str:
     op = project.op_name
+    n_inputs = len(project.variants[0].kernel.inputs)
     return "\n".join(
         [
             f"// {BANNER}",
-            f"// {op}: the output has the shape and dtype of input 0 (no broadcasting: the",
-            "// tiling function refuses streamed inputs of another element count).",
+            f"// {op}: the output has the broadcast shape of the inputs (numpy rules, rank <= {MAX_RANK})",
+            "// and the dtype of input 0. The kernels broadcast the other inputs to input 0's shape, so",
+            "// the tiling function refuses a call whose broadcast shape is not input 0's.",
             '#include "register/op_impl_registry.h"',
             "",
             "namespace ops {",
             f"static ge::graphStatus InferShape{op}(gert::InferShapeContext* context)",
             "{",
-            "    const gert::Shape* in = context->GetInputShape(0);",
             "    gert::Shape* out = context->GetOutputShape(0);",
-            "    if (in == nullptr || out == nullptr) {",
+            "    if (out == nullptr) {",
             "        return ge::GRAPH_FAILED;",
             "    }",
-            "    *out = *in;",
+            "    size_t rank = 0;",
+            f"    int64_t dims[{MAX_RANK}] = {{0}};",
+            f"    for (size_t i = 0; i < {n_inputs}; ++i) {{",
+            "        const gert::Shape* in = context->GetInputShape(i);",
+            f"        if (in == nullptr || in->GetDimNum() > {MAX_RANK}) {{",
+            "            return ge::GRAPH_FAILED;",
+            "        }",
+            "        const size_t r = in->GetDimNum();",
+            "        // right-aligned: dim k of `in` meets dim k + (rank - r) of the shape so far",
+            "        if (r > rank) {",
+            f"            int64_t grown[{MAX_RANK}] = {{0}};",
+            "            for (size_t k = 0; k < r; ++k) {",
+            "                grown[k] = k < r - rank ? 1 : dims[k - (r - rank)];",
+            "            }",
+            "            for (size_t k = 0; k < r; ++k) {",
+            "                dims[k] = grown[k];",
+            "            }",
+            "            rank = r;",
+            "        }",
+            "        for (size_t k = 0; k < r; ++k) {",
+            "            const int64_t d = in->GetDim(k);",
+            "            int64_t& o = dims[k + (rank - r)];",
+            "            if (o == 1 || o == d) {",
+            "                o = d;",
+            "            } else if (d != 1) {",
+            "                return ge::GRAPH_FAILED;",
+            "            }",
+            "        }",
+            "    }",
+            "    out->SetDimNum(rank);",
+            "    for (size_t k = 0; k < rank; ++k) {",
+            "        out->SetDim(k, dims[k]);",
+            "    }",
             "    return ge::GRAPH_SUCCESS;",
             "}",
             "",
@@ -201,6 +252,14 @@ def _axis_lines(project: OperatorProject) -> list[str]:
             lines += attr_float(reads, float_check(reads), float_why(reads))
             expr = {ZERO_ATTR: f"*{var} == 0.0f ? 1 : 0", ONE_ATTR: f"*{var} == 1.0f ? 0 : 1",
                     FINITE_ATTR: f"std::isfinite(*{var}) ? 1 : 0"}[axis.source]
+        elif axis.source == INPUT_SHAPE:
+            kinds = f"{lower_camel(name)}Kinds"
+            table = ", ".join(str(axis.values.index(v)) if v in axis.values else "-1" for v in SHAPE_KINDS)
+            scalar = "true" if "scalar" in axis.values else "false"
+            lines += [f"    static const int64_t {kinds}[] = {{{table}}};  // {', '.join(SHAPE_KINDS)} -> value",
+                      f"    const int64_t {lower_camel(name)}Kind = ShapeKind(context, {input_index(k, reads)}, {scalar});"]
+            expr = f"{lower_camel(name)}Kind < 0 ? -1 : {kinds}[{lower_camel(name)}Kind]"
+            can_fail = True
         else:  # INPUT_DTYPE
             expr = f"DtypeIndex(context, {input_index(k, reads)})"
             can_fail = True
@@ -263,11 +322,160 @@ def _host_scalar_function(project: OperatorProject, art: KernelArtifact) -> list
 def _variant_row(project: OperatorProject, art: KernelArtifact) -> str:
     k = art.kernel
     streamed = sum(1 << n for n, p in enumerate(k.inputs) if p.kind is Kind.TILE)
+    broadcast = sum(1 << n for n, p in enumerate(k.inputs) if p.broadcast)
+    extra = ""
+    if broadcast_slots(project):
+        sizes = [DTYPE_BYTES[k.param(name).dtype] for name in broadcast_names(art)]
+        sizes += [0] * (broadcast_slots(project) - len(sizes))
+        extra = f"{broadcast}u, {{{', '.join(map(str, sizes))}}}, "
     return (
         f"    {{{key_names(project, art)[0]}, {tile_block_bytes(art.allocation, 1)}, "
-        f"{tile_block_bytes(art.allocation, 2)}, {fixed_bytes(k, art.target)}, {streamed}u, "
+        f"{tile_block_bytes(art.allocation, 2)}, {fixed_bytes(k, art.target)}, {streamed}u, {extra}"
         f"HostScalars{art.variant_tag}}},  // {art.variant_label}"
     )
+
+
+def _broadcast_functions(project: OperatorProject) -> list[str]:
+    """C++ of codegen/broadcast.py and of the UB arithmetic make_plan does with broadcasts."""
+    b = broadcast_struct(project)
+    return [
+        f"constexpr int64_t MAX_RANK = {MAX_RANK};",
+        f"constexpr int64_t OFFSET_BYTES = {OFFSET_BYTES};  // Gather's offsets are uint32 byte offsets",
+        f"constexpr int64_t BROADCASTS = {broadcast_slots(project)};",
+        "",
+        "int64_t Round32(int64_t n) { return (n + 31) / 32 * 32; }",
+        "",
+        "// numpy's rule: `in` right-aligned against `out`, each dim equal or 1",
+        "bool BroadcastsTo(const gert::Shape& in, const gert::Shape& out)",
+        "{",
+        "    const size_t r = in.GetDimNum();",
+        "    const size_t ro = out.GetDimNum();",
+        "    if (r > ro || ro > static_cast<size_t>(MAX_RANK)) {",
+        "        return false;",
+        "    }",
+        "    for (size_t k = 0; k < r; ++k) {",
+        "        const int64_t d = in.GetDim(r - 1 - k);",
+        "        if (d != 1 && d != out.GetDim(ro - 1 - k)) {",
+        "            return false;",
+        "        }",
+        "    }",
+        "    return true;",
+        "}",
+        "",
+        "// How input `index` meets input 0: 0 its element count, 1 one element (when `scalar`),",
+        "// 2 another shape that broadcasts to it, -1 none (codegen/registry.py SHAPE_KINDS)",
+        "int64_t ShapeKind(gert::TilingContext* context, int32_t index, bool scalar)",
+        "{",
+        "    const gert::StorageShape* in = context->GetInputShape(index);",
+        "    const gert::StorageShape* out = context->GetInputShape(0);",
+        "    if (in == nullptr || out == nullptr || !BroadcastsTo(in->GetStorageShape(), out->GetStorageShape())) {",
+        "        return -1;",
+        "    }",
+        "    const int64_t n = ShapeSize(context, index);",
+        "    if (scalar && n == 1) {",
+        "        return 1;",
+        "    }",
+        "    return n == ShapeSize(context, 0) ? 0 : 2;",
+        "}",
+        "",
+        "// The layout of input `index` read at every element of input 0 (codegen/broadcast.py layout)",
+        f"bool Layout(gert::TilingContext* context, int32_t index, {b}* b)",
+        "{",
+        "    const gert::StorageShape* inShape = context->GetInputShape(index);",
+        "    const gert::StorageShape* outShape = context->GetInputShape(0);",
+        "    if (inShape == nullptr || outShape == nullptr ||",
+        "        !BroadcastsTo(inShape->GetStorageShape(), outShape->GetStorageShape())) {",
+        "        return false;",
+        "    }",
+        "    const gert::Shape& in = inShape->GetStorageShape();",
+        "    const gert::Shape& out = outShape->GetStorageShape();",
+        "    const size_t ro = out.GetDimNum();",
+        "    const size_t lead = ro - in.GetDimNum();",
+        "    int64_t stride[MAX_RANK] = {0};",
+        "    int64_t step = 1;",
+        "    for (size_t k = ro; k-- > 0;) {",
+        "        const int64_t d = k < lead ? 1 : in.GetDim(k - lead);",
+        "        stride[k] = d != 1 ? step : 0;",
+        "        step *= d;",
+        "    }",
+        "    std::memset(b, 0, sizeof(*b));",
+        "    for (size_t k = 0; k < ro; ++k) {",
+        "        const int64_t o = out.GetDim(k);",
+        "        if (o == 1) {",
+        "            continue;",
+        "        }",
+        "        // the outer dim walks the input as the inner one continued would: one dim",
+        "        if (b->rank > 0 && b->strides[b->rank - 1] == stride[k] * o) {",
+        "            b->dims[b->rank - 1] *= o;",
+        "            b->strides[b->rank - 1] = stride[k];",
+        "            continue;",
+        "        }",
+        "        b->dims[b->rank] = o;",
+        "        b->strides[b->rank] = stride[k];",
+        "        ++b->rank;",
+        "    }",
+        "    if (b->rank == 0) {",
+        "        b->rank = 1;",
+        "        b->dims[0] = 1;",
+        "    }",
+        "    b->period = 1;",
+        "    for (int64_t k = 1; k < b->rank; ++k) {",
+        "        b->period *= b->dims[k];",
+        "    }",
+        "    b->shift = b->strides[0];",
+        "    b->inputElems = step;",
+        "    return true;",
+        "}",
+        "",
+        "// Input elements one tile of `tile` elements may read, clipped at the input's end",
+        f"int64_t WindowElems(const {b}& b, int64_t tile)",
+        "{",
+        "    int64_t last = 0;",
+        "    for (int64_t k = 1; k < b.rank; ++k) {",
+        "        last += (b.dims[k] - 1) * b.strides[k];",
+        "    }",
+        "    const int64_t w = (b.period + tile - 1) / b.period * b.shift + last + 1;",
+        "    return w < b.inputElems ? w : b.inputElems;",
+        "}",
+        "",
+    ]
+
+
+def _broadcast_plan_functions(project: OperatorProject) -> list[str]:
+    """PlanBytes and MaxTile: codegen/schedule.py's _buffers sum and max_tile with broadcasts."""
+    b = broadcast_struct(project)
+    return [
+        "// UB bytes of every buffer for a tile: the kernel's slots, then the broadcast buffers",
+        f"int64_t PlanBytes(const Variant& v, const {b}* b, int64_t nb, int64_t tile, int64_t bufferNum)",
+        "{",
+        "    int64_t bytes = (bufferNum == 1 ? v.tileBlockSingle : v.tileBlockDouble) * (tile / TILE_ALIGN);",
+        "    if (nb > 0) {",
+        "        bytes += 2 * Round32(tile * OFFSET_BYTES);  // the shared iota and offsets",
+        "    }",
+        "    for (int64_t i = 0; i < nb; ++i) {",
+        "        bytes += Round32((b[i].period + tile) * OFFSET_BYTES) +",
+        "            bufferNum * Round32(WindowElems(b[i], tile) * v.broadcastBytes[i]);",
+        "    }",
+        "    return bytes;",
+        "}",
+        "",
+        "// The largest multiple of TILE_ALIGN whose buffers fit in `budget` bytes (0: none)",
+        f"int64_t MaxTile(const Variant& v, const {b}* b, int64_t nb, int64_t budget, int64_t bufferNum)",
+        "{",
+        "    const int64_t per = (bufferNum == 1 ? v.tileBlockSingle : v.tileBlockDouble) +",
+        "        (nb > 0 ? (2 + nb) * OFFSET_BYTES * TILE_ALIGN : 0);",
+        "    int64_t room = budget > 0 ? budget : 0;",
+        "    for (int64_t i = 0; i < nb; ++i) {",
+        "        room -= Round32(b[i].period * OFFSET_BYTES);",
+        "    }",
+        "    int64_t tile = room > 0 ? room / per * TILE_ALIGN : 0;",
+        "    while (tile > 0 && PlanBytes(v, b, nb, tile, bufferNum) > budget) {",
+        "        tile -= TILE_ALIGN;",
+        "    }",
+        "    return tile;",
+        "}",
+        "",
+    ]
 
 
 def tiling_cpp(project: OperatorProject) -> str:
@@ -356,6 +564,9 @@ def tiling_cpp(project: OperatorProject) -> str:
     ]
     for art in project.variants:
         lines += _host_scalar_function(project, art)
+    bcast = broadcast_slots(project) > 0
+    if bcast:
+        lines += _broadcast_functions(project)
     lines += [
         "struct Variant {",
         "    uint64_t keyBase;           // tiling key with single buffering",
@@ -363,12 +574,17 @@ def tiling_cpp(project: OperatorProject) -> str:
         "    int64_t tileBlockDouble;    // the same, double buffering",
         "    int64_t fixedBytes;         // Sign temp + Select temp space",
         "    uint32_t streamedInputs;    // bit i: input i is streamed (else one element)",
+        *(["    uint32_t broadcastInputs;   // bit i: input i is streamed by a broadcast load",
+           "    int64_t broadcastBytes[BROADCASTS];  // element bytes of each broadcast input, in order"]
+          if bcast else []),
         f"    bool (*hostScalars)(gert::TilingContext*, const gert::RuntimeAttrs*, {struct}*);",
         "};",
         "",
         "const Variant VARIANTS[] = {",
         *[_variant_row(project, art) for art in project.variants],
         "};",
+        "",
+        *(_broadcast_plan_functions(project) if bcast else []),
         "}  // namespace",
         "",
         f"struct {op}CompileInfo {{}};",
@@ -411,11 +627,21 @@ def tiling_cpp(project: OperatorProject) -> str:
         "    if (n < 0) {",
         f'        return Refuse("{op}", "input 0 has no shape");',
         "    }",
+        *(["    {0} layouts[BROADCASTS];".format(broadcast_struct(project)), "    int64_t nb = 0;"] if bcast else []),
         "    for (int32_t i = 1; i < INPUTS; ++i) {",
+        *(["        if (variant->broadcastInputs >> i & 1u) {",
+           "            if (!Layout(context, i, &layouts[nb])) {",
+           f'                return Refuse("{op}", "an input does not broadcast to input 0\'s shape (numpy rules, '
+           f'rank <= {MAX_RANK}): this operator broadcasts its inputs to input 0\'s shape, never input 0");',
+           "            }",
+           "            ++nb;",
+           "            continue;",
+           "        }"] if bcast else []),
         "        const int64_t want = (variant->streamedInputs >> i & 1u) ? n : 1;",
         "        if (ShapeSize(context, i) != want) {",
         f'            return Refuse("{op}", "an input has neither input 0\'s element count nor one '
-        'element as this variant needs (no broadcasting)");',
+        + ('element nor a shape that broadcasts to input 0\'s as this variant needs");' if bcast else
+           'element as this variant needs (no broadcasting)");'),
         "        }",
         "    }",
         f"    auto* td = context->GetTilingData<{struct}>();",
@@ -443,16 +669,25 @@ def tiling_cpp(project: OperatorProject) -> str:
         "    const int64_t blockDim = CeilDiv(n, blockFactor);",
         "    const int64_t room = ub - UB_RESERVE_BYTES - variant->fixedBytes;",
         "    const int64_t budget = room > 0 ? room : 0;",
-        "    const int64_t single = budget / variant->tileBlockSingle * TILE_ALIGN;",
-        "    const int64_t dbl = budget / variant->tileBlockDouble * TILE_ALIGN;",
+        *(["    const int64_t single = MaxTile(*variant, layouts, nb, budget, 1);",
+           "    const int64_t dbl = MaxTile(*variant, layouts, nb, budget, 2);"] if bcast else
+          ["    const int64_t single = budget / variant->tileBlockSingle * TILE_ALIGN;",
+           "    const int64_t dbl = budget / variant->tileBlockDouble * TILE_ALIGN;"]),
         "    if (single == 0) {",
-        f'        return Refuse("{op}", "one tile does not fit in UB");',
+        f'        return Refuse("{op}", "one tile does not fit in UB'
+        + (' (a broadcast input\'s period table takes 4 bytes per element of the output\'s inner dims)");'
+           if bcast else '");'),
         "    }",
         "    const bool doubleBuffer = dbl > 0 && blockFactor > dbl;",
         "    const int64_t limit = doubleBuffer ? dbl : single;",
         "    const int64_t tiles = CeilDiv(blockFactor, limit);",
         "    td->blockFactor = blockFactor;",
         "    td->tileElems = CeilDiv(CeilDiv(blockFactor, tiles), TILE_ALIGN) * TILE_ALIGN;",
+        *(["    for (int64_t i = 0; i < nb; ++i) {",
+           "        td->broadcasts[i] = layouts[i];",
+           "        td->broadcasts[i].tableElems = layouts[i].period + td->tileElems;",
+           "        td->broadcasts[i].windowElems = WindowElems(layouts[i], td->tileElems);",
+           "    }"] if bcast else []),
         "    context->SetBlockDim(static_cast<uint32_t>(blockDim));",
         "    context->SetTilingKey(variant->keyBase | (doubleBuffer ? 0x100u : 0u));",
         "    return ge::GRAPH_SUCCESS;",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import json
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,9 @@ if TYPE_CHECKING:
     from codegen.project import OperatorProject
 
 EXAMPLE_ELEMENTS = 8 * 1024 + 37  # a partial last tile on purpose
+# a variant with broadcast inputs runs on [EXAMPLE_ROWS, EXAMPLE_COLS] (a partial last tile too), its
+# broadcast inputs alternately a column [EXAMPLE_ROWS, 1] and a row [1, EXAMPLE_COLS]
+EXAMPLE_ROWS, EXAMPLE_COLS = 37, 229
 
 
 VENDOR = "ascend_lowering"  # vendor_name: the directory the package installs under
@@ -325,7 +330,8 @@ struct DeviceTensor {
     aclTensor* tensor = nullptr;
 };
 
-static int ToDevice(const std::vector<double>& host, aclDataType type, DeviceTensor& dt)
+static int ToDevice(const std::vector<double>& host, aclDataType type, const std::vector<int64_t>& shape,
+                    DeviceTensor& dt)
 {
     const size_t width = type == ACL_FLOAT ? 4 : 2;
     std::vector<uint8_t> raw(host.size() * width);
@@ -340,10 +346,12 @@ static int ToDevice(const std::vector<double>& host, aclDataType type, DeviceTen
     }
     CHECK_RET(aclrtMalloc(&dt.addr, raw.size(), ACL_MEM_MALLOC_HUGE_FIRST));
     CHECK_RET(aclrtMemcpy(dt.addr, raw.size(), raw.data(), raw.size(), ACL_MEMCPY_HOST_TO_DEVICE));
-    std::vector<int64_t> shape = {static_cast<int64_t>(host.size())};
-    std::vector<int64_t> strides = {1};
-    dt.tensor = aclCreateTensor(shape.data(), 1, type, strides.data(), 0, ACL_FORMAT_ND,
-                                shape.data(), 1, dt.addr);
+    std::vector<int64_t> strides(shape.size(), 1);
+    for (size_t k = shape.size(); k-- > 1;) {
+        strides[k - 1] = strides[k] * shape[k];
+    }
+    dt.tensor = aclCreateTensor(shape.data(), shape.size(), type, strides.data(), 0, ACL_FORMAT_ND,
+                                shape.data(), shape.size(), dt.addr);
     return dt.tensor == nullptr ? 1 : 0;
 }
 """
@@ -370,6 +378,15 @@ def example_cpp(project: OperatorProject) -> str:
     out = k.outputs[0]
     out_tensor = iface.ref_output or out.name
     dev_t, from_dev = _FROM_DEVICE[k.dtype]
+    bcast = [p.name for p in k.inputs if p.broadcast]
+    full = f"{{{EXAMPLE_ROWS}, {EXAMPLE_COLS}}}" if bcast else "{static_cast<int64_t>(n)}"
+    shapes = {p.name: full if p.kind is Kind.TILE else "{1}" for p in list(k.inputs) + list(k.outputs)}
+    index: dict[str, str] = {}
+    for m, name in enumerate(bcast):
+        column = m % 2 == 0
+        shapes[name] = f"{{{EXAMPLE_ROWS}, 1}}" if column else f"{{1, {EXAMPLE_COLS}}}"
+        index[name] = f"e / {EXAMPLE_COLS}" if column else f"e % {EXAMPLE_COLS}"
+    sizes = {name: EXAMPLE_ROWS if m % 2 == 0 else EXAMPLE_COLS for m, name in enumerate(bcast)}
     lines = [
         f"// {BANNER}",
         f"// aclnn example for {project.op_name}: run variant {art.variant_tag} ({art.variant_label})",
@@ -394,11 +411,11 @@ def example_cpp(project: OperatorProject) -> str:
         "",
         _CONVERSIONS,
         _HOST_IO,
-        golden_function(k),
+        golden_function(k, index),
         "",
         "int main()",
         "{",
-        f"    const size_t n = {EXAMPLE_ELEMENTS};",
+        f"    const size_t n = {EXAMPLE_ROWS * EXAMPLE_COLS if bcast else EXAMPLE_ELEMENTS};",
         "    uint32_t seed = 12345u;",
         "    auto next = [&seed]() {",
         "        seed = seed * 1664525u + 1013904223u;",
@@ -407,7 +424,7 @@ def example_cpp(project: OperatorProject) -> str:
     ]
     for p in k.inputs:
         if p.kind is Kind.TILE:
-            lines.append(f"    std::vector<double> {p.name}(n);")
+            lines.append(f"    std::vector<double> {p.name}({sizes.get(p.name, 'n')});")
             lines += [
                 f"    for (double& v : {p.name}) {{",
                 f"        v = RoundTrip(next(), {ACL_TYPES[p.dtype]});",
@@ -433,7 +450,7 @@ def example_cpp(project: OperatorProject) -> str:
     for p in params:
         lines += [
             f"    DeviceTensor d_{p.name};",
-            f"    CHECK_RET(ToDevice({p.name}, {ACL_TYPES[p.dtype]}, d_{p.name}));",
+            f"    CHECK_RET(ToDevice({p.name}, {ACL_TYPES[p.dtype]}, {shapes[p.name]}, d_{p.name}));",
         ]
     args = [f"d_{p.name}.tensor" for p in k.inputs]
     args += [f"{_attr_arg(a.kind, attrs[a.name])} /* {a.name} */" for a in iface.attributes]
@@ -524,7 +541,11 @@ def _attr_rows(project: OperatorProject) -> list[str]:
 
 def _variant_section(art: KernelArtifact) -> str:
     k, alloc, t = art.kernel, art.allocation, art.target
-    plan = art.schedule(1 << 24)
+    shapes = art.sample_shapes(1 << 24)
+    elems = math.prod(shapes[k.inputs[0].name]) if shapes else 1 << 24
+    plan = art.schedule(elems, shapes)
+    sample = (f"{elems} elements, the broadcast inputs of shape {list(next(v for n, v in shapes.items() if k.param(n).broadcast))}"
+              if shapes else "2^24 elements")
     slots = ", ".join(f"{s.name} ({s.position.value}, {s.dtype})" for s in alloc.slots)
     nodes = ", ".join(f"`{safe_text(n)}`" for n in art.nodes[:20])
     more = f" and {len(art.nodes) - 20} more" if len(art.nodes) > 20 else ""
@@ -542,7 +563,7 @@ reads each call's from the tiling data):
 * vector instructions per tile: {k.vector_instruction_count()}
 * UB bytes per element: {alloc.bytes_per_element(1):g} (single buffer), \
 {alloc.bytes_per_element(2):g} (double buffer); slots: {slots}
-* for 2^24 elements: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, \
+* for {sample}: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, \
 {plan.ub_bytes} of {t.ub_bytes} UB bytes
 """
 
