@@ -31,8 +31,8 @@ import numpy as np
 from codegen import ir
 from codegen.buffers import Allocation
 from codegen.ir import Kernel, Kind, Op
-from codegen.schedule import BroadcastPlan
 from codegen.scalar_eval import eval_scalar
+from codegen.schedule import BroadcastPlan
 from lowering.errors import InternalError
 from runtime import numerics
 from runtime.numerics import NUMPY_DTYPES, NanPolicy

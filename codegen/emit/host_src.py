@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegen.emit.cxx import BANNER, GE_TYPES, host_float_literal, input_index, scalar_expr
 from codegen.broadcast import MAX_RANK, OFFSET_BYTES
+from codegen.emit.cxx import BANNER, GE_TYPES, host_float_literal, input_index, scalar_expr
 from codegen.emit.kernel_src import (
     broadcast_names,
     broadcast_slots,
@@ -256,8 +256,9 @@ def _axis_lines(project: OperatorProject) -> list[str]:
             kinds = f"{lower_camel(name)}Kinds"
             table = ", ".join(str(axis.values.index(v)) if v in axis.values else "-1" for v in SHAPE_KINDS)
             scalar = "true" if "scalar" in axis.values else "false"
+            kind = f"{lower_camel(name)}Kind"
             lines += [f"    static const int64_t {kinds}[] = {{{table}}};  // {', '.join(SHAPE_KINDS)} -> value",
-                      f"    const int64_t {lower_camel(name)}Kind = ShapeKind(context, {input_index(k, reads)}, {scalar});"]
+                      f"    const int64_t {kind} = ShapeKind(context, {input_index(k, reads)}, {scalar});"]
             expr = f"{lower_camel(name)}Kind < 0 ? -1 : {kinds}[{lower_camel(name)}Kind]"
             can_fail = True
         else:  # INPUT_DTYPE
@@ -627,7 +628,7 @@ def tiling_cpp(project: OperatorProject) -> str:
         "    if (n < 0) {",
         f'        return Refuse("{op}", "input 0 has no shape");',
         "    }",
-        *(["    {0} layouts[BROADCASTS];".format(broadcast_struct(project)), "    int64_t nb = 0;"] if bcast else []),
+        *([f"    {broadcast_struct(project)} layouts[BROADCASTS];", "    int64_t nb = 0;"] if bcast else []),
         "    for (int32_t i = 1; i < INPUTS; ++i) {",
         *(["        if (variant->broadcastInputs >> i & 1u) {",
            "            if (!Layout(context, i, &layouts[nb])) {",

@@ -72,7 +72,7 @@ def tiling_data_h(project: OperatorProject) -> str:
     guard = f"{project.file_stem.upper()}_TILING_DATA_H"
     n_bcast = broadcast_slots(project)
     bcast = [
-        f"// One broadcast input against the output (codegen/broadcast.py): merged output dims,",
+        "// One broadcast input against the output (codegen/broadcast.py): merged output dims,",
         "// the input's element stride along each (0 where it broadcasts), and its buffers.",
         f"struct {broadcast_struct(project)} {{",
         "    int64_t rank;",
@@ -333,7 +333,8 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
                 f"            static_cast<uint32_t>((bcast{n}_.windowElems * sizeof({t}) + 31) / 32 * 32));",
                 f"        {helpers}::FillTable(table_{name}Buf_.Get<uint32_t>(), bcast{n}_, sizeof({t}));",
             ]
-        out.append("        PipeBarrier<PIPE_ALL>();  // the scalar unit's table writes land before a Gather reads them")
+        # the scalar unit's table writes must land before a Gather reads them
+        out.append("        PipeBarrier<PIPE_ALL>();")
     out += [
         "    }",
         "",

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 from typing import TYPE_CHECKING
 
 from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
@@ -544,8 +543,8 @@ def _variant_section(art: KernelArtifact) -> str:
     shapes = art.sample_shapes(1 << 24)
     elems = math.prod(shapes[k.inputs[0].name]) if shapes else 1 << 24
     plan = art.schedule(elems, shapes)
-    sample = (f"{elems} elements, the broadcast inputs of shape {list(next(v for n, v in shapes.items() if k.param(n).broadcast))}"
-              if shapes else "2^24 elements")
+    row = [list(v) for n, v in (shapes or {}).items() if k.param(n).broadcast][:1]
+    sample = f"{elems} elements, the broadcast inputs of shape {row[0]}" if row else "2^24 elements"
     slots = ", ".join(f"{s.name} ({s.position.value}, {s.dtype})" for s in alloc.slots)
     nodes = ", ".join(f"`{safe_text(n)}`" for n in art.nodes[:20])
     more = f" and {len(art.nodes) - 20} more" if len(art.nodes) > 20 else ""

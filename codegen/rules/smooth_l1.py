@@ -13,10 +13,11 @@ division, never a NaN that the contract does not have. |x| == sigma gives exactl
 A one-element dout is read once on the scalar unit and folded with norm and scale into one Muls;
 a full-shape dout is a streamed tile. A label or dout of another shape that broadcasts to
 predict's (CANN's op broadcasts its three inputs) is read by a broadcast load (CopyInBcast,
-codegen/broadcast.py); the gradient has predict's shape, as the gradient of predict must. sigma and scale are attributes the host reads at tiling
-time, and norm = 1/numel(predict) for "mean" is computed there too, so one kernel serves every
-shape, sigma > 0 and scale; the variant (codegen/variants.py) is the dout kind, the reduction
-and whether sigma is 0 and scale 1.
+codegen/broadcast.py); the gradient has predict's shape, as the gradient of predict must.
+sigma and scale are attributes the host reads at tiling time, and norm = 1/numel(predict) for
+"mean" is computed there too, so one kernel serves every shape, sigma > 0 and scale; the variant
+(codegen/variants.py) is the dout kind (predict's shape, one element or broadcast), the reduction,
+whether sigma is 0 and scale 1, and the label kind (predict's shape or broadcast).
 """
 
 from __future__ import annotations
