@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from onnx.reference import ReferenceEvaluator
 from pass_forms import SL1, F, G, H, autograd_where_loss
 from pass_numerics import assert_same_outputs, fused_nodes, precision_ok, run_ort
 
@@ -70,8 +71,10 @@ def _assert_fuses_with_broadcast(model: onnx.ModelProto, feeds: dict[str, np.nda
     assert_same_outputs(model, fused, feeds)
     # the node (its function body) and the kernel against the float64 formula
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    predict = feeds[node.input[0]]
-    golden = smooth_l1_grad_reference(predict, feeds["label"], feeds["dout"], sigma=attrs["sigma"],
+    # the node's inputs as the graph computes them (dout may be an intermediate value)
+    values = dict(zip(node.input, ReferenceEvaluator(fused).run(list(node.input), feeds)))
+    predict, label, dout = (values[v] for v in node.input)
+    golden = smooth_l1_grad_reference(predict, label, dout, sigma=attrs["sigma"],
                                       reduction=attrs["reduction"].decode(), scale=attrs["scale"])
     actual = run_ort(fused, feeds)[0]
     ok, detail = precision_ok(actual, golden, actual.dtype)
@@ -79,8 +82,8 @@ def _assert_fuses_with_broadcast(model: onnx.ModelProto, feeds: dict[str, np.nda
     kernel, = build_kernels(fused, "ascend950")
     assert kernel.kernel.param("label").broadcast
     spec = node_spec(fused, node)
-    out = CpuBackend().run(KernelCall(spec, {r: feeds[v] for r, v in zip(("predict", "label", "dout"), node.input)},
-                                      "ascend950"))["gradient"]
+    inputs = {"predict": predict, "label": label, "dout": dout}
+    out = CpuBackend().run(KernelCall(spec, inputs, "ascend950"))["gradient"]
     ok, detail = precision_ok(out, golden, out.dtype)
     assert ok, detail
     return node
