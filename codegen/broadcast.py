@@ -18,10 +18,15 @@ byte offsets), and for a tile at output offset off = q * P + p0 of n <= T elemen
        offsets and a base of p0 * 4 bytes);
     3. Gather the data: lane j = window[offsets[j]].
 
-Costs, honest in the plan: B is P + T uint32 (P * 4 bytes of UB whatever the tile, which the
-tiling refuses when it does not fit), the iota and offsets are T uint32 each (shared by the
-broadcast inputs), the window is at most ceil((P + T - 1) / P) * S + (last index of a period) + 1
-elements per buffer; per tile one DMA of the window and two Gathers.
+A period too long for a table (P * 4 bytes over a quarter of the UB budget: a column [R, 1] of a
+long row, say) takes the general path instead: per tile the scalar unit reads each lane's
+element from GM and writes it into the tile (GlobalTensor::GetValue, LocalTensor::SetValue),
+a scalar loop over the tile's lanes, which is why the period table is the path wherever it fits.
+
+Costs, honest in the plan: B is P + T uint32, the iota and offsets are T uint32 each (shared by
+the broadcast inputs on the table path), the window is at most
+ceil((P + T - 1) / P) * S + (last index of a period) + 1 elements per buffer; per tile one DMA
+of the window and two Gathers. The general path takes no UB beyond the tile.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class BroadcastLayout:
     dims: tuple[int, ...]
     strides: tuple[int, ...]
     input_elems: int
+    tabled: bool = True  # offsets from the period table (else written per tile: the general path)
 
     @property
     def rank(self) -> int:
@@ -67,10 +73,17 @@ class BroadcastLayout:
         return sum((d - 1) * s for d, s in zip(self.dims[1:], self.strides[1:]))
 
     def table_elems(self, tile: int) -> int:
-        return self.period + tile
+        return self.period + tile if self.tabled else 0
+
+    def table_fits(self, budget: int) -> bool:
+        """Whether the period table takes at most a quarter of `budget` UB bytes."""
+        return -(-self.period * OFFSET_BYTES // 32) * 32 <= max(budget, 0) // 4
 
     def window_elems(self, tile: int) -> int:
-        """Input elements one tile of `tile` elements may need: the most, clipped at the input."""
+        """Input elements one tile of `tile` elements may need: the most, clipped at the input
+        (0 on the general path, which has no window)."""
+        if not self.tabled:
+            return 0
         periods = (self.period + tile - 1) // self.period
         return min(self.input_elems, periods * self.shift + self.period_last + 1)
 

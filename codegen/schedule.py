@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from codegen.broadcast import OFFSET_BYTES, BroadcastError, BroadcastLayout, layout
 from codegen.buffers import Allocation, Position
@@ -172,6 +172,7 @@ def _buffers(alloc: Allocation, tile: int, buffer_num: int,
         )
         for s in alloc.slots
     )
+    layouts = tuple(entry for entry in layouts if entry[2].tabled)
     if not layouts:
         return slots
     offsets = _round32(tile * OFFSET_BYTES)
@@ -195,8 +196,8 @@ def max_tile(alloc: Allocation, budget: int, buffer_num: int,
     Integer arithmetic only (bytes per TILE_ALIGN elements; with broadcast inputs, steps of
     TILE_ALIGN down from there), so the emitted C++ tiling function computes the same number.
     """
-    per_block = tile_block_bytes(alloc, buffer_num) + broadcast_block_bytes(len(layouts))
-    room = max(budget, 0) - sum(_round32(lay.period * OFFSET_BYTES) for _, _, lay in layouts)
+    per_block = tile_block_bytes(alloc, buffer_num) + broadcast_block_bytes(sum(lay.tabled for _, _, lay in layouts))
+    room = max(budget, 0) - sum(_round32(lay.period * OFFSET_BYTES) for _, _, lay in layouts if lay.tabled)
     tile = max(room, 0) // per_block * TILE_ALIGN if per_block else 0
     while tile > 0 and sum(b.count * b.bytes for b in _buffers(alloc, tile, buffer_num, layouts)) > budget:
         tile -= TILE_ALIGN
@@ -204,14 +205,16 @@ def max_tile(alloc: Allocation, budget: int, buffer_num: int,
 
 
 def broadcast_block_bytes(n_broadcasts: int) -> int:
-    """UB bytes TILE_ALIGN tile elements cost in the offset buffers of n broadcast inputs: the
-    shared iota and offsets, and each input's table (its windows are stepped, see max_tile)."""
+    """UB bytes TILE_ALIGN tile elements cost in the offset buffers of n broadcast inputs on the
+    period-table path: the shared iota and offsets, and each input's table (its windows are
+    stepped, see max_tile)."""
     return (2 + n_broadcasts) * OFFSET_BYTES * TILE_ALIGN if n_broadcasts else 0
 
 
-def broadcast_layouts(kernel: Kernel, shapes: Mapping[str, tuple[int, ...]] | None
+def broadcast_layouts(kernel: Kernel, shapes: Mapping[str, tuple[int, ...]] | None, budget: int
                       ) -> tuple[tuple[str, str, BroadcastLayout], ...]:
-    """(name, dtype, layout) of each broadcast input against input 0's shape (the output's)."""
+    """(name, dtype, layout) of each broadcast input against input 0's shape (the output's),
+    on the period-table path where its table fits `budget` (codegen/broadcast.py)."""
     wanted = [p for p in kernel.inputs if p.broadcast]
     if not wanted:
         return ()
@@ -219,9 +222,10 @@ def broadcast_layouts(kernel: Kernel, shapes: Mapping[str, tuple[int, ...]] | No
         raise PlanError(f"{kernel.op_type}: a kernel with broadcast inputs needs the input shapes")
     out_shape = tuple(shapes[kernel.inputs[0].name])
     try:
-        return tuple((p.name, p.dtype, layout(tuple(shapes[p.name]), out_shape)) for p in wanted)
+        found = [(p.name, p.dtype, layout(tuple(shapes[p.name]), out_shape)) for p in wanted]
     except BroadcastError as exc:
         raise PlanError(f"{kernel.op_type}: {exc}") from None
+    return tuple((name, dtype, replace(lay, tabled=lay.table_fits(budget))) for name, dtype, lay in found)
 
 
 def tile_block_bytes(alloc: Allocation, buffer_num: int) -> int:
@@ -255,14 +259,14 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
             fixed_bytes=0,
             buffers=(),
         )
-    layouts = broadcast_layouts(kernel, shapes)
     per_core = -(-num_elements // target.aiv_cores)
     block_factor = -(-per_core // CORE_ALIGN) * CORE_ALIGN
     block_dim = -(-num_elements // block_factor)
     budget = target.ub_bytes - UB_RESERVE_BYTES - fixed
+    layouts = broadcast_layouts(kernel, shapes, budget)
     single, double = max_tile(alloc, budget, 1, layouts), max_tile(alloc, budget, 2, layouts)
     if single == 0:
-        tables = ", ".join(f"{name}'s period table {lay.period * OFFSET_BYTES} bytes" for name, _, lay in layouts)
+        tables = ", ".join(f"{name}'s window of {lay.window_elems(TILE_ALIGN)} elements" for name, _, lay in layouts)
         raise PlanError(
             f"{kernel.op_type} {kernel.dtype} needs more UB than {target.name} has for one tile"
             + (f" (broadcast: {tables})" if tables else "")
@@ -313,7 +317,10 @@ def check_plan(plan: Plan, kernel: Kernel, alloc: Allocation, target: Target) ->
         return
     if [(b.name, b.dtype) for b in plan.broadcasts] != [(p.name, p.dtype) for p in kernel.inputs if p.broadcast]:
         raise PlanError("plan broadcasts do not match the kernel's broadcast inputs")
+    budget = target.ub_bytes - UB_RESERVE_BYTES - plan.fixed_bytes
     for b in plan.broadcasts:
+        if b.layout.tabled != b.layout.table_fits(budget):
+            raise PlanError(f"broadcast {b.name}: the period table path is taken exactly where its table fits")
         if (b.table_elems, b.window_elems) != (b.layout.table_elems(plan.tile_elems),
                                                b.layout.window_elems(plan.tile_elems)):
             raise PlanError(f"broadcast {b.name}: table or window does not fit the tile")

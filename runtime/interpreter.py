@@ -260,6 +260,8 @@ def broadcast_load(b: BroadcastPlan, data: np.ndarray, batch: list[Tile], count:
     lay, n = b.layout, batch[0].length
     offsets = np.array([t.offset for t in batch], np.int64)
     src = lay.source_index(offsets[:, None] + np.arange(n, dtype=np.int64)[None, :])
+    if not lay.tabled:  # the general path reads each lane's element from GM
+        return data[src]
     base = offsets // lay.period * lay.shift
     length = np.minimum(b.window_elems, lay.input_elems - base)
     rel = src - base[:, None]

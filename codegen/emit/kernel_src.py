@@ -10,9 +10,10 @@ IR line as a comment above it. Full tiles move with DataCopy (whole 32-byte bloc
 construction); a core's last, partial tile with DataCopyPad. Every vector call runs over
 `count` = n rounded up to 64 lanes (whole 256-byte repeats for Compare).
 
-A broadcast input (codegen/broadcast.py) has its layout in the tiling data; Init fills its
-period table and the shared iota once (scalar unit, then a barrier), CopyIn loads the tile's
-window with DataCopyPad, and Compute gathers the offsets and then the lanes (two Gathers).
+A broadcast input (codegen/broadcast.py) has its layout in the tiling data. On the period-table
+path (tableElems > 0) Init fills its period table and the shared iota once (scalar unit, then a
+barrier), CopyIn loads the tile's window with DataCopyPad, and Compute gathers the offsets and
+then the lanes (two Gathers); on the general path Compute's scalar loop reads each lane from GM.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def broadcast_names(art: KernelArtifact) -> list[str]:
 def broadcast_slots(project: OperatorProject) -> int:
     """Length of the tiling data's broadcast array: the most broadcast inputs a variant has."""
     return max(len(broadcast_names(a)) for a in project.variants)
+
+
+def project_helpers(art: KernelArtifact) -> str:
+    """The namespace of the broadcast helpers of the artifact's operator."""
+    return f"{art.op_name}_broadcast"
 
 
 def broadcast_struct(project: OperatorProject) -> str:
@@ -184,8 +190,17 @@ def _tile_call(art: KernelArtifact, i: int, ref: dict[int, str]) -> str:
     if ins.op is Op.COPY_IN_BCAST:
         name = str(ins.attr("name"))
         n = broadcast_names(art).index(name)
-        return (f"Gather(bcastOffsets, table_{name}, bcastIota, static_cast<uint32_t>((start_ + offset) % "
-                f"bcast{n}_.period * 4), count);\n        Gather({dst}, window_{name}, bcastOffsets, 0u, count);")
+        t = CPP_TYPES[k.param(name).dtype]
+        return "\n        ".join([
+            f"if (bcast{n}_.tableElems > 0) {{",
+            f"    Gather(bcastOffsets, table_{name}, bcastIota, static_cast<uint32_t>((start_ + offset) % "
+            f"bcast{n}_.period * 4), count);",
+            f"    Gather({dst}, window_{name}, bcastOffsets, 0u, count);",
+            "} else {  // the general path: the scalar unit reads each lane from GM",
+            "    PipeBarrier<PIPE_ALL>();  // vector work on this buffer is done",
+            f"    {project_helpers(art)}::FillLanes<{t}>({dst}, {name}Gm_, bcast{n}_, start_ + offset, n);",
+            "    PipeBarrier<PIPE_ALL>();  // the lanes land before vector work reads them",
+            "}"])
     raise ValueError(f"no AscendC call for {ins.op.value}")
 
 
@@ -236,7 +251,7 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     ns = variant_namespace(project, art)
     streamed = [p for p in k.inputs if p.kind is Kind.TILE and not p.broadcast] + list(k.outputs)
     bcast = broadcast_names(art)
-    helpers = f"{project.op_name}_broadcast"
+    helpers = project_helpers(art)
     off_arg = "offset, " if bcast else ""
     scalar_params = _scalar_params(art)
     gm_args = ", ".join(f"GM_ADDR {p.name}" for p in k.inputs + k.outputs)
@@ -320,18 +335,24 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     if has_sign:
         out.append("        pipe_.InitBuffer(signTmpBuf_, SIGN_TMP_BYTES);")
     if bcast:
+        tabled = " || ".join(f"bcast{n}_.tableElems > 0" for n in range(len(bcast)))
         out += [
-            "        pipe_.InitBuffer(bcastIotaBuf_, static_cast<uint32_t>(tileElems_ * 4));",
-            "        pipe_.InitBuffer(bcastOffsetsBuf_, static_cast<uint32_t>(tileElems_ * 4));",
-            f"        {helpers}::FillIota(bcastIotaBuf_.Get<uint32_t>(), tileElems_);",
+            f"        tabled_ = {tabled};",
+            "        if (tabled_) {  // the iota and offsets of the period-table path",
+            "            pipe_.InitBuffer(bcastIotaBuf_, static_cast<uint32_t>(tileElems_ * 4));",
+            "            pipe_.InitBuffer(bcastOffsetsBuf_, static_cast<uint32_t>(tileElems_ * 4));",
+            f"            {helpers}::FillIota(bcastIotaBuf_.Get<uint32_t>(), tileElems_);",
+            "        }",
         ]
         for n, name in enumerate(bcast):
             t = CPP_TYPES[k.param(name).dtype]
             out += [
-                f"        pipe_.InitBuffer(table_{name}Buf_, static_cast<uint32_t>(bcast{n}_.tableElems * 4));",
-                f"        pipe_.InitBuffer(window_{name}Queue_, BUFFER_NUM,",
-                f"            static_cast<uint32_t>((bcast{n}_.windowElems * sizeof({t}) + 31) / 32 * 32));",
-                f"        {helpers}::FillTable(table_{name}Buf_.Get<uint32_t>(), bcast{n}_, sizeof({t}));",
+                f"        if (bcast{n}_.tableElems > 0) {{  // {name} on the period-table path",
+                f"            pipe_.InitBuffer(table_{name}Buf_, static_cast<uint32_t>(bcast{n}_.tableElems * 4));",
+                f"            pipe_.InitBuffer(window_{name}Queue_, BUFFER_NUM,",
+                f"                static_cast<uint32_t>((bcast{n}_.windowElems * sizeof({t}) + 31) / 32 * 32));",
+                f"            {helpers}::FillTable(table_{name}Buf_.Get<uint32_t>(), bcast{n}_, sizeof({t}));",
+                "        }",
             ]
         # the scalar unit's table writes must land before a Gather reads them
         out.append("        PipeBarrier<PIPE_ALL>();")
@@ -394,7 +415,7 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     for n, name in enumerate(bcast):
         t = CPP_TYPES[k.param(name).dtype]
         out += [
-            "        {",
+            f"        if (bcast{n}_.tableElems > 0) {{",
             f"            // the input elements this tile reads: [base, base + len) ({name}'s window)",
             f"            const int64_t base = (start_ + offset) / bcast{n}_.period * bcast{n}_.shift;",
             f"            const int64_t left = bcast{n}_.inputElems - base;",
@@ -424,12 +445,20 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     if has_sign:
         out.append("        LocalTensor<uint8_t> signTmp = signTmpBuf_.Get<uint8_t>();")
     if bcast:
-        out += ["        LocalTensor<uint32_t> bcastIota = bcastIotaBuf_.Get<uint32_t>();",
-                "        LocalTensor<uint32_t> bcastOffsets = bcastOffsetsBuf_.Get<uint32_t>();"]
-    for name in bcast:
+        out += ["        LocalTensor<uint32_t> bcastIota;",
+                "        LocalTensor<uint32_t> bcastOffsets;",
+                "        if (tabled_) {",
+                "            bcastIota = bcastIotaBuf_.Get<uint32_t>();",
+                "            bcastOffsets = bcastOffsetsBuf_.Get<uint32_t>();",
+                "        }"]
+    for n, name in enumerate(bcast):
         t = CPP_TYPES[k.param(name).dtype]
-        out += [f"        LocalTensor<uint32_t> table_{name} = table_{name}Buf_.Get<uint32_t>();",
-                f"        LocalTensor<{t}> window_{name} = window_{name}Queue_.DeQue<{t}>();"]
+        out += [f"        LocalTensor<uint32_t> table_{name};",
+                f"        LocalTensor<{t}> window_{name};",
+                f"        if (bcast{n}_.tableElems > 0) {{",
+                f"            table_{name} = table_{name}Buf_.Get<uint32_t>();",
+                f"            window_{name} = window_{name}Queue_.DeQue<{t}>();",
+                "        }"]
     for i in tile_ids:
         out.append(f"        // {format_instr(k, i)}")
         out.append(f"        {_tile_call(art, i, ref)}")
@@ -439,7 +468,10 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     for s in alloc.slots:
         if s.position is Position.VECIN:
             out.append(f"        {s.name}Queue_.FreeTensor({s.name});")
-    out += [f"        window_{name}Queue_.FreeTensor(window_{name});" for name in bcast]
+    for n, name in enumerate(bcast):
+        out += [f"        if (bcast{n}_.tableElems > 0) {{",
+                f"            window_{name}Queue_.FreeTensor(window_{name});",
+                "        }"]
     out += [
         "    }",
         "",
@@ -466,7 +498,7 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
                 f"    GlobalTensor<{CPP_TYPES[k.param(name).dtype]}> {name}Gm_;",
                 f"    {broadcast_struct(project)} bcast{n}_;"]
     if bcast:
-        out.append("    int64_t start_ = 0;")
+        out += ["    int64_t start_ = 0;", "    bool tabled_ = false;"]
     for p in streamed:
         out.append(f"    GlobalTensor<{CPP_TYPES[p.dtype]}> {p.name}Gm_;")
     for name in scalar_params:
@@ -490,7 +522,7 @@ def _broadcast_helpers(project: OperatorProject) -> list[str]:
     """FillIota and FillTable: the broadcast loads' offset tables, written by the scalar unit
     once per core (codegen/broadcast.py)."""
     return [
-        f"namespace {project.op_name}_broadcast {{",
+        f"namespace {project_helpers(project.variants[0])} {{",
         "using namespace AscendC;",
         "",
         "// iota[j] = 4 * j: the byte offsets of consecutive uint32 table entries",
@@ -520,7 +552,33 @@ def _broadcast_helpers(project: OperatorProject) -> list[str]:
         "        }",
         "    }",
         "}",
-        f"}}  // namespace {project.op_name}_broadcast",
+        "",
+        "// The general path: lane j = the input element output element first + j reads, j < n",
+        "template <typename T>",
+        f"__aicore__ inline void FillLanes(const LocalTensor<T>& dst, const GlobalTensor<T>& src,",
+        f"                                 const {broadcast_struct(project)}& b, int64_t first, uint32_t n)",
+        "{",
+        f"    int64_t digit[{MAX_RANK}] = {{0}};",
+        "    int64_t rest = first;",
+        "    int64_t source = 0;",
+        "    for (int64_t d = b.rank - 1; d >= 0; --d) {",
+        "        digit[d] = rest % b.dims[d];",
+        "        rest /= b.dims[d];",
+        "        source += digit[d] * b.strides[d];",
+        "    }",
+        "    for (uint32_t j = 0; j < n; ++j) {",
+        "        dst.SetValue(j, src.GetValue(static_cast<uint64_t>(source)));",
+        "        for (int64_t d = b.rank - 1; d >= 0; --d) {",
+        "            source += b.strides[d];",
+        "            if (++digit[d] < b.dims[d]) {",
+        "                break;",
+        "            }",
+        "            source -= b.strides[d] * b.dims[d];",
+        "            digit[d] = 0;",
+        "        }",
+        "    }",
+        "}",
+        f"}}  // namespace {project_helpers(project.variants[0])}",
         "",
     ]
 
