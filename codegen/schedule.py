@@ -318,12 +318,12 @@ def check_plan(plan: Plan, kernel: Kernel, alloc: Allocation, target: Target) ->
     if [(b.name, b.dtype) for b in plan.broadcasts] != [(p.name, p.dtype) for p in kernel.inputs if p.broadcast]:
         raise PlanError("plan broadcasts do not match the kernel's broadcast inputs")
     budget = target.ub_bytes - UB_RESERVE_BYTES - plan.fixed_bytes
-    for b in plan.broadcasts:
-        if b.layout.tabled != b.layout.table_fits(budget):
-            raise PlanError(f"broadcast {b.name}: the period table path is taken exactly where its table fits")
-        if (b.table_elems, b.window_elems) != (b.layout.table_elems(plan.tile_elems),
-                                               b.layout.window_elems(plan.tile_elems)):
-            raise PlanError(f"broadcast {b.name}: table or window does not fit the tile")
+    for bp in plan.broadcasts:
+        if bp.layout.tabled != bp.layout.table_fits(budget):
+            raise PlanError(f"broadcast {bp.name}: the period table path is taken exactly where its table fits")
+        if (bp.table_elems, bp.window_elems) != (bp.layout.table_elems(plan.tile_elems),
+                                                 bp.layout.window_elems(plan.tile_elems)):
+            raise PlanError(f"broadcast {bp.name}: table or window does not fit the tile")
     if plan.buffers != _buffers(
         alloc, plan.tile_elems, plan.buffer_num, _plan_layouts(plan)
     ) or plan.ub_bytes != _ub_bytes(plan.buffers, plan.fixed_bytes):

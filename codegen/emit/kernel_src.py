@@ -555,7 +555,7 @@ def _broadcast_helpers(project: OperatorProject) -> list[str]:
         "",
         "// The general path: lane j = the input element output element first + j reads, j < n",
         "template <typename T>",
-        f"__aicore__ inline void FillLanes(const LocalTensor<T>& dst, const GlobalTensor<T>& src,",
+        "__aicore__ inline void FillLanes(const LocalTensor<T>& dst, const GlobalTensor<T>& src,",
         f"                                 const {broadcast_struct(project)}& b, int64_t first, uint32_t n)",
         "{",
         f"    int64_t digit[{MAX_RANK}] = {{0}};",

@@ -72,10 +72,13 @@ def _tiling_struct(n_scalars: int, n_broadcasts: int = 0) -> type[ctypes.Structu
     """The ctypes layout of the emitted TilingData struct with `n_scalars` float scalars and
     `n_broadcasts` broadcast entries."""
 
+    fields: list[tuple[str, Any]] = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64),
+                                     ("tileElems", ctypes.c_int64), ("scalars", ctypes.c_float * n_scalars)]
+    if n_broadcasts:
+        fields.append(("broadcasts", BroadcastTiling * n_broadcasts))
+
     class TilingData(ctypes.Structure):
-        _fields_ = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64),
-                    ("scalars", ctypes.c_float * n_scalars)] + (
-                        [("broadcasts", BroadcastTiling * n_broadcasts)] if n_broadcasts else [])
+        _fields_ = fields
 
     return TilingData
 
@@ -156,7 +159,7 @@ class TwinKernel:
 
     def check_host_tiling(self, host: Tiling, planned: Tiling) -> None:
         """BackendError naming the first field where the emitted tiling and the scheduler differ."""
-        pairs = [("numElements", host.num_elements, planned.num_elements),
+        pairs: list[tuple[str, object, object]] = [("numElements", host.num_elements, planned.num_elements),
                  ("blockFactor", host.block_factor, planned.block_factor),
                  ("tileElems", host.tile_elems, planned.tile_elems),
                  ("block dim", host.block_dim, planned.block_dim),

@@ -1,8 +1,9 @@
 """The kernel variants the twin tests run, as unfused ONNX graphs, plus their input data.
 
-A variant is op x dtype x (reduction, dout kind and label kind | runtime or constant scalars); each
-runs on every target. Broadcast variants give label (and dout) a shape that broadcasts to
-predict's: a row, a column, [1, 1], or a rank-4 pattern with leading and inner 1s. float16/bfloat16 graphs compute in float32 between Casts, as exporters write them.
+A variant is op x dtype x (reduction, dout kind and label kind | runtime or constant scalars);
+each runs on every target. Broadcast variants give label (and dout) a shape that broadcasts to
+predict's: a row, a column, [1, 1], or a rank-4 pattern with leading and inner 1s.
+float16/bfloat16 graphs compute in float32 between Casts, as exporters write them.
 Sizes rotate through three classes so every op, dtype and target meets each: a tail shorter than
 one repeat (one core, DataCopyPad only, 2 to 63 elements), a split over all cores whose last core is partial, and
 several double-buffered tiles per core with partial tails.
