@@ -336,15 +336,10 @@ def _variant_row(project: OperatorProject, art: KernelArtifact) -> str:
     )
 
 
-def _broadcast_functions(project: OperatorProject) -> list[str]:
-    """C++ of codegen/broadcast.py and of the UB arithmetic make_plan does with broadcasts."""
-    b = broadcast_struct(project)
+def _shape_functions() -> list[str]:
+    """BroadcastsTo and ShapeKind: how an input's shape meets input 0's (INPUT_SHAPE axes)."""
     return [
         f"constexpr int64_t MAX_RANK = {MAX_RANK};",
-        f"constexpr int64_t OFFSET_BYTES = {OFFSET_BYTES};  // Gather's offsets are uint32 byte offsets",
-        f"constexpr int64_t BROADCASTS = {broadcast_slots(project)};",
-        "",
-        "int64_t Round32(int64_t n) { return (n + 31) / 32 * 32; }",
         "",
         "// numpy's rule: `in` right-aligned against `out`, each dim equal or 1",
         "bool BroadcastsTo(const gert::Shape& in, const gert::Shape& out)",
@@ -378,6 +373,18 @@ def _broadcast_functions(project: OperatorProject) -> list[str]:
         "    }",
         "    return n == ShapeSize(context, 0) ? 0 : 2;",
         "}",
+        "",
+    ]
+
+
+def _broadcast_functions(project: OperatorProject) -> list[str]:
+    """C++ of codegen/broadcast.py and of the UB arithmetic make_plan does with broadcasts."""
+    b = broadcast_struct(project)
+    return [
+        f"constexpr int64_t OFFSET_BYTES = {OFFSET_BYTES};  // Gather's offsets are uint32 byte offsets",
+        f"constexpr int64_t BROADCASTS = {broadcast_slots(project)};",
+        "",
+        "int64_t Round32(int64_t n) { return (n + 31) / 32 * 32; }",
         "",
         "// The layout of input `index` read at every element of input 0 (codegen/broadcast.py layout)",
         f"bool Layout(gert::TilingContext* context, int32_t index, {b}* b)",
@@ -579,6 +586,8 @@ def tiling_cpp(project: OperatorProject) -> str:
     for art in project.variants:
         lines += _host_scalar_function(project, art)
     bcast = broadcast_slots(project) > 0
+    if any(axis.source == INPUT_SHAPE for axis in axes_of(op)):
+        lines += _shape_functions()
     if bcast:
         lines += _broadcast_functions(project)
     lines += [
