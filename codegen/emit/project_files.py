@@ -522,6 +522,8 @@ def _io_rows(project: OperatorProject) -> list[str]:
             else "one element, read once per launch on the scalar unit"
             for kind in sorted(kinds, key=lambda x: x.value)
         )
+        if any(a.kernel.param(p.name).broadcast for a in project.variants):
+            how += " or any shape that broadcasts to input 0's, read by a broadcast load"
         dtypes = ", ".join(sorted({a.kernel.param(p.name).dtype for a in project.variants}))
         rows.append(f"| {p.name} | input | {dtypes} | {how} |")
     for p, name in zip(k.outputs, iface.outputs):
