@@ -5,20 +5,24 @@ sigma = 0, inf/nan, empty tensors, float16 overflow)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from codegen.api import artifact_for_target, kernel_for_spec
 from codegen.nodes import InputSpec, NodeSpec
 from lowering import fuse
 from lowering.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD, smooth_l1_grad_reference
 from runtime import aclnn
 from runtime.acl import AclnnStatus, tensor_from_numpy, tensor_to_numpy
 from runtime.backend import KernelCall
-from runtime.backends.cpu import CpuBackend
+from runtime.backends.cpu import CpuBackend, plan_tiles
 from runtime.graph_exec import run_fused_model
+from runtime.interpreter import KernelExecutionError, execute
 from runtime.numerics import NUMPY_DTYPES
 from runtime.ort_exec import run_model
 from runtime.precision import compare, subnormal_steps
@@ -162,3 +166,15 @@ def test_the_aclnn_shim_broadcasts_in_the_kernel_and_refuses_what_does_not_broad
         tensor_from_numpy(d), tensor_from_numpy(p), tensor_from_numpy(rng.normal(size=(49,)).astype(np.float16)),
         2, 0.5, tensor_from_numpy(np.zeros((6, 50), np.float16)))
     assert status == AclnnStatus.PARAM_INVALID == 161002
+
+
+def test_the_interpreter_fails_a_tile_that_reads_outside_its_window_or_table(rng) -> None:
+    shapes = ((640, 30), (640, 1), ())
+    x = _inputs(rng, shapes, "float32", 0.5)
+    art = artifact_for_target(kernel_for_spec(_spec(x, "float32", 0.5, "sum", 1.0)), "ascend910b")
+    plan = art.schedule(640 * 30, {r: v.shape for r, v in x.items()})
+    b, = plan.broadcasts
+    for broken, match in ((replace(b, window_elems=1), "reads outside the 1 elements of its window"),
+                          (replace(b, table_elems=256), "period table of label")):
+        with pytest.raises(KernelExecutionError, match=match):
+            execute(art.kernel, plan_tiles(plan), x, 640 * 30, alloc=art.allocation, broadcasts=(broken,))

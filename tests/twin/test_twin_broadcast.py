@@ -1,0 +1,53 @@
+"""Broadcast loads on the twin: both paths of the emitted kernel (the period table, and the general
+path's scalar loop for long periods) bit for bit against the CPU backend, and a broadcast plan that
+the kernel cannot honour (a window too short for a tile's reads) failing on a hardware rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from twin_cases import differing, mixed
+
+from codegen.api import artifact_for_target, kernel_for_spec
+from codegen.broadcast import MAX_RANK
+from codegen.nodes import InputSpec, NodeSpec
+from lowering.fused_ops import SMOOTH_L1_GRAD
+from runtime.backend import KernelCall
+from runtime.twin.errors import TwinRuleError
+
+TARGET = "ascend910b"
+
+
+def _call(shapes, dtype: str, rng: np.random.Generator) -> KernelCall:
+    x = {r: mixed(rng, s, dtype, 0.5) for r, s in zip(("predict", "label", "dout"), shapes)}
+    spec = NodeSpec("n", SMOOTH_L1_GRAD, {r: InputSpec(dtype, s) for r, s in zip(("predict", "label", "dout"), shapes)},
+                    {"sigma": 0.5, "reduction": "sum", "scale": 1.0})
+    return KernelCall(spec, x, TARGET)
+
+
+@pytest.mark.parametrize("shapes, tabled", [
+    (((300, 77), (77,), (300, 1)), True),  # a row label, a column dout: the period table
+    (((3, 60000), (3, 1), ()), False),  # a column of long rows: the general path
+], ids=["period-table", "general-path"])
+def test_both_paths_match_the_cpu_backend_bit_for_bit(twin, cpu, shapes, tabled, rng) -> None:
+    call = _call(shapes, "float16", rng)
+    got = twin.run(call)["gradient"]
+    want = cpu.run(call)["gradient"]
+    assert got.shape == shapes[0] and differing(got, want).size == 0
+    plan = twin.plan(artifact_for_target(kernel_for_spec(call.spec), TARGET), got.size, "n",
+                     {r: tuple(s) for r, s in zip(("predict", "label", "dout"), shapes)})
+    assert all(b.layout.tabled == tabled for b in plan.broadcasts)
+
+
+def test_a_window_too_short_for_the_tile_is_caught(twin, rng) -> None:
+    shapes = ((640, 30), (640, 1), ())  # a column: a core's tile reads about 448 / 30 label elements
+    call = _call(shapes, "float32", rng)
+    kernel = twin.kernel(artifact_for_target(kernel_for_spec(call.spec), TARGET))
+    plan = kernel.art.schedule(640 * 30, dict(zip(("predict", "label", "dout"), shapes)))
+    good = kernel.plan_tiling(plan, call.inputs)
+    entry, = good.broadcasts
+    window = 1 + 2 * MAX_RANK + 3  # rank, dims, strides, period, shift, table: then the window
+    short = entry[:window] + (1,) + entry[window + 1:]
+    with pytest.raises(TwinRuleError) as err:
+        kernel.run(call.inputs, good.with_fields(broadcasts=(short,)))
+    assert err.value.rule == "ub-bounds", str(err.value)
