@@ -27,8 +27,10 @@ def _call(shapes, dtype: str, rng: np.random.Generator) -> KernelCall:
 
 @pytest.mark.parametrize("shapes, tabled", [
     (((300, 77), (77,), (300, 1)), True),  # a row label, a column dout: the period table
+    (((300, 7), (1, 1), (300, 1)), True),  # a one-element label broadcast like any other
+    (((2, 5, 3, 4, 67), (5, 1, 4, 1), (3, 1, 67)), True),  # rank 5
     (((3, 60000), (3, 1), ()), False),  # a column of long rows: the general path
-], ids=["period-table", "general-path"])
+], ids=["period-table", "one-element-label", "rank-5", "general-path"])
 def test_both_paths_match_the_cpu_backend_bit_for_bit(twin, cpu, shapes, tabled, rng) -> None:
     call = _call(shapes, "float16", rng)
     got = twin.run(call)["gradient"]
