@@ -24,9 +24,11 @@ element from GM and writes it into the tile (GlobalTensor::GetValue, LocalTensor
 a scalar loop over the tile's lanes, which is why the period table is the path wherever it fits.
 
 Costs, honest in the plan: B is P + T uint32, the iota and offsets are T uint32 each (shared by
-the broadcast inputs on the table path), the window is at most
-ceil((P + T - 1) / P) * S + (last index of a period) + 1 elements per buffer; per tile one DMA
-of the window and two Gathers. The general path takes no UB beyond the tile.
+the broadcast inputs on the table path), a tile reads at most ceil((P + T - 1) / P) * S + (last
+index of a period) + 1 input elements (the window's DMA), and the window's buffer holds at least T
+elements, since Gather's count may not exceed its source's element count; per tile one DMA of
+the window and two Gathers, and a tile of at most MAX_GATHER_TILE elements. The general path takes
+no UB beyond the tile.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from codegen.errors import CodegenError
 
 MAX_RANK = 8
 OFFSET_BYTES = 4  # Gather's offsets are uint32 byte offsets
+# Level-2 Gather runs count / (256 B / element) repeats in a uint8 on A2/A3 (8.1.RC1's
+# inner_kernel_operator_vec_gather_intf.cppm): 255 repeats of 64 uint32 lanes, in whole tiles
+MAX_GATHER_TILE = 255 * 64 // 256 * 256
 
 
 class BroadcastError(CodegenError):
@@ -74,6 +79,10 @@ class BroadcastLayout:
 
     def table_elems(self, tile: int) -> int:
         return self.period + tile if self.tabled else 0
+
+    def window_buffer_elems(self, tile: int) -> int:
+        """Elements of the window's buffer: the window, and no fewer than a Gather's count."""
+        return max(self.window_elems(tile), tile) if self.tabled else 0
 
     def table_fits(self, budget: int) -> bool:
         """Whether the period table takes at most a quarter of `budget` UB bytes."""

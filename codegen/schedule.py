@@ -33,7 +33,7 @@ import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from codegen.broadcast import OFFSET_BYTES, BroadcastError, BroadcastLayout, layout
+from codegen.broadcast import MAX_GATHER_TILE, OFFSET_BYTES, BroadcastError, BroadcastLayout, layout
 from codegen.buffers import Allocation, Position
 from codegen.errors import CodegenError
 from codegen.ir import DTYPE_BYTES, LANES_PER_REPEAT, Kernel, Op
@@ -181,7 +181,7 @@ def _buffers(alloc: Allocation, tile: int, buffer_num: int,
     own = tuple(b for name, dtype, lay in layouts for b in (
         BufferPlan(f"table_{name}", Position.VECCALC, "uint32", 1, _round32(lay.table_elems(tile) * OFFSET_BYTES)),
         BufferPlan(f"window_{name}", Position.VECIN, dtype, buffer_num,
-                   _round32(lay.window_elems(tile) * DTYPE_BYTES[dtype]))))
+                   _round32(lay.window_buffer_elems(tile) * DTYPE_BYTES[dtype]))))
     return slots + shared + own
 
 
@@ -199,6 +199,8 @@ def max_tile(alloc: Allocation, budget: int, buffer_num: int,
     per_block = tile_block_bytes(alloc, buffer_num) + broadcast_block_bytes(sum(lay.tabled for _, _, lay in layouts))
     room = max(budget, 0) - sum(_round32(lay.period * OFFSET_BYTES) for _, _, lay in layouts if lay.tabled)
     tile = max(room, 0) // per_block * TILE_ALIGN if per_block else 0
+    if any(lay.tabled for _, _, lay in layouts):
+        tile = min(tile, MAX_GATHER_TILE)
     while tile > 0 and sum(b.count * b.bytes for b in _buffers(alloc, tile, buffer_num, layouts)) > budget:
         tile -= TILE_ALIGN
     return tile

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegen.broadcast import MAX_RANK, OFFSET_BYTES
+from codegen.broadcast import MAX_GATHER_TILE, MAX_RANK, OFFSET_BYTES
 from codegen.emit.cxx import BANNER, GE_TYPES, host_float_literal, input_index, scalar_expr
 from codegen.emit.kernel_src import (
     broadcast_names,
@@ -382,6 +382,7 @@ def _broadcast_functions(project: OperatorProject) -> list[str]:
     b = broadcast_struct(project)
     return [
         f"constexpr int64_t OFFSET_BYTES = {OFFSET_BYTES};  // Gather's offsets are uint32 byte offsets",
+        f"constexpr int64_t MAX_GATHER_TILE = {MAX_GATHER_TILE};  // Gather's repeats fit a uint8",
         f"constexpr int64_t BROADCASTS = {broadcast_slots(project)};",
         "",
         "int64_t Round32(int64_t n) { return (n + 31) / 32 * 32; }",
@@ -470,8 +471,10 @@ def _broadcast_plan_functions(project: OperatorProject) -> list[str]:
         "            continue;  // the general path: no UB beyond the tile",
         "        }",
         "        ++tabled;",
+        "        // the window's buffer holds no fewer elements than a Gather's count",
+        "        const int64_t window = WindowElems(b[i], tile) > tile ? WindowElems(b[i], tile) : tile;",
         "        bytes += Round32((b[i].period + tile) * OFFSET_BYTES) +",
-        "            bufferNum * Round32(WindowElems(b[i], tile) * v.broadcastBytes[i]);",
+        "            bufferNum * Round32(window * v.broadcastBytes[i]);",
         "    }",
         "    return bytes + (tabled > 0 ? 2 * Round32(tile * OFFSET_BYTES) : 0);  // the shared iota and offsets",
         "}",
@@ -490,6 +493,9 @@ def _broadcast_plan_functions(project: OperatorProject) -> list[str]:
         "    const int64_t per = (bufferNum == 1 ? v.tileBlockSingle : v.tileBlockDouble) +",
         "        (tabled > 0 ? (2 + tabled) * OFFSET_BYTES * TILE_ALIGN : 0);",
         "    int64_t tile = room > 0 ? room / per * TILE_ALIGN : 0;",
+        "    if (tabled > 0 && tile > MAX_GATHER_TILE) {",
+        "        tile = MAX_GATHER_TILE;  // Gather's repeats fit a uint8",
+        "    }",
         "    while (tile > 0 && PlanBytes(v, b, nb, tile, bufferNum, budget) > budget) {",
         "        tile -= TILE_ALIGN;",
         "    }",

@@ -350,7 +350,8 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
                 f"        if (bcast{n}_.tableElems > 0) {{  // {name} on the period-table path",
                 f"            pipe_.InitBuffer(table_{name}Buf_, static_cast<uint32_t>(bcast{n}_.tableElems * 4));",
                 f"            pipe_.InitBuffer(window_{name}Queue_, BUFFER_NUM,",
-                f"                static_cast<uint32_t>((bcast{n}_.windowElems * sizeof({t}) + 31) / 32 * 32));",
+                f"                static_cast<uint32_t>(((bcast{n}_.windowElems > tileElems_ ? bcast{n}_.windowElems : "
+                f"tileElems_) * sizeof({t}) + 31) / 32 * 32));  // no fewer elements than a Gather's count",
                 f"            {helpers}::FillTable(table_{name}Buf_.Get<uint32_t>(), bcast{n}_, sizeof({t}));",
                 "        }",
             ]

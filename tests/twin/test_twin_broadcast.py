@@ -1,6 +1,7 @@
 """Broadcast loads on the twin: both paths of the emitted kernel (the period table, and the general
-path's scalar loop for long periods) bit for bit against the CPU backend, and a broadcast plan that
-the kernel cannot honour (a window too short for a tile's reads) failing on a hardware rule."""
+path's scalar loop for long periods) bit for bit against the CPU backend, and broadcast tilings the
+kernel cannot honour: a table too short fails on a hardware rule, a window too short reads lanes
+the DMA never loaded."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ TARGET = "ascend910b"
 
 def _call(shapes, dtype: str, rng: np.random.Generator) -> KernelCall:
     x = {r: mixed(rng, s, dtype, 0.5) for r, s in zip(("predict", "label", "dout"), shapes)}
+    if not shapes[2]:  # a one-element dout of an edge value (NaN, say) would hide every other lane
+        x["dout"] = np.asarray(0.75, x["dout"].dtype)
     spec = NodeSpec("n", SMOOTH_L1_GRAD, {r: InputSpec(dtype, s) for r, s in zip(("predict", "label", "dout"), shapes)},
                     {"sigma": 0.5, "reduction": "sum", "scale": 1.0})
     return KernelCall(spec, x, TARGET)
@@ -41,15 +44,24 @@ def test_both_paths_match_the_cpu_backend_bit_for_bit(twin, cpu, shapes, tabled,
     assert all(b.layout.tabled == tabled for b in plan.broadcasts)
 
 
-def test_a_window_too_short_for_the_tile_is_caught(twin, rng) -> None:
+TABLE = 1 + 2 * MAX_RANK + 2  # the tiling entry: rank, dims, strides, period, shift, then the table
+WINDOW = TABLE + 1
+
+
+def test_broadcast_tilings_the_kernel_cannot_honour(twin, cpu, rng) -> None:
     shapes = ((640, 30), (640, 1), ())  # a column: a core's tile reads about 448 / 30 label elements
     call = _call(shapes, "float32", rng)
     kernel = twin.kernel(artifact_for_target(kernel_for_spec(call.spec), TARGET))
     plan = kernel.art.schedule(640 * 30, dict(zip(("predict", "label", "dout"), shapes)))
     good = kernel.plan_tiling(plan, call.inputs)
     entry, = good.broadcasts
-    window = 1 + 2 * MAX_RANK + 3  # rank, dims, strides, period, shift, table: then the window
-    short = entry[:window] + (1,) + entry[window + 1:]
+    want = cpu.run(call)["gradient"].reshape(-1)
+    got, _ = kernel.run(call.inputs, good)
+    assert differing(got["gradient"], want).size == 0
+    short_table = entry[:TABLE] + (450,) + entry[TABLE + 1:]  # a core's 448 lanes from p0 up to 28
     with pytest.raises(TwinRuleError) as err:
-        kernel.run(call.inputs, good.with_fields(broadcasts=(short,)))
+        kernel.run(call.inputs, good.with_fields(broadcasts=(short_table,)))
     assert err.value.rule == "ub-bounds", str(err.value)
+    short_window = entry[:WINDOW] + (1,) + entry[WINDOW + 1:]
+    got, _ = kernel.run(call.inputs, good.with_fields(broadcasts=(short_window,)))
+    assert differing(got["gradient"], want).size > 0

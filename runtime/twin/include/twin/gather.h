@@ -47,6 +47,17 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
 {
     static_assert(sizeof(T) == 2 || sizeof(T) == 4, "Gather takes 2- and 4-byte elements");
     const char* api = "Gather";
+    // count may not exceed src's elements (the API's documented limit), and its repeats of 256
+    // bytes go in a uint8 (8.1.RC1 splits the count form so)
+    const uint64_t repeats = static_cast<uint64_t>(count) * sizeof(T) / 256;
+    if (repeats > 255) {
+        twin::Fail("gather-count", "%s of %u elements takes %llu repeats, over the 255 a uint8 holds", api, count,
+                   static_cast<unsigned long long>(repeats));
+    }
+    if (src.twinBuffer_ != nullptr && static_cast<uint64_t>(count) * sizeof(T) > src.twinBuffer_->bytes - src.twinOffset_) {
+        twin::Fail("gather-count", "%s of %u elements from a source of %llu bytes (count may not exceed its elements)",
+                   api, count, static_cast<unsigned long long>(src.twinBuffer_->bytes - src.twinOffset_));
+    }
     twin::Span<T> d = twin::Operand(dst, static_cast<uint64_t>(count) * sizeof(T), api, "dst");
     twin::Span<uint32_t> o = twin::Operand(srcOffset, static_cast<uint64_t>(count) * 4, api, "srcOffset");
     // the source reaches to the end of its buffer: the offsets say which of its bytes are read
