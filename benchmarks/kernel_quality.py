@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.api import SAMPLE_ELEMENTS, artifact_for_target, kernel_for_spec  # noqa: E402
 from codegen.buffers import allocate  # noqa: E402
-from codegen.ir import F32, Kernel, KernelBuilder, Kind, Op  # noqa: E402
+from codegen.ir import DTYPE_BYTES, F32, Kernel, KernelBuilder, Kind, Op  # noqa: E402
 from codegen.nodes import InputSpec, NodeSpec  # noqa: E402
 from codegen.targets import TARGETS, get_target  # noqa: E402
 
@@ -144,12 +144,16 @@ def rows() -> list[list[str]]:
                 art = artifact_for_target(kernel_for_spec(v.spec), tgt, ("q",))
                 k = art.kernel
                 plan = art.schedule(SAMPLE_ELEMENTS, v.sample)
-                # a broadcast load on the period-table path is two Gathers, and its iota, offsets
-                # and table cost 4 bytes per element each (the table and window's fixed part aside)
-                tabled = sum(b.layout.tabled for b in plan.broadcasts)
-                extra = (8 + 4 * tabled) if tabled else 0
-                ours_i = k.vector_instruction_count() + 2 * tabled
-                ours_ub = (art.allocation.bytes_per_element(1) + extra, art.allocation.bytes_per_element(2) + extra)
+                # a broadcast load on the period-table path is two Gathers; its iota, offsets and
+                # table cost 4 bytes per element each (the table's period part aside) and its
+                # window (per buffer) holds at least a tile
+                tabled = [b for b in plan.broadcasts if b.layout.tabled]
+                offsets = (8 + 4 * len(tabled)) if tabled else 0
+                window = sum(DTYPE_BYTES[b.dtype] * max(b.window_elems, plan.tile_elems) / plan.tile_elems
+                             for b in tabled)
+                ours_i = k.vector_instruction_count() + 2 * len(tabled)
+                ours_ub = (art.allocation.bytes_per_element(1) + offsets + window,
+                           art.allocation.bytes_per_element(2) + offsets + 2 * window)
                 cann_i, cann_ub, src = cann_figures(v, dtype, target)
                 if cann_i is None or cann_ub is None:
                     verdict = "no CANN kernel to compare"
@@ -220,8 +224,9 @@ Notes
   there is no hand-written figure for it.
 * Broadcast rows (a label that broadcasts to predict's shape, docs/kernel-ir.md "Broadcast loads"):
   instr/tile adds the broadcast load's two Gathers; UB per element adds its iota, offsets and
-  period table (4 bytes each); the table's period part and the window are fixed per launch. CANN's
-  broadcast kernel (the 950 DAG's broadcast template) publishes no such figures.
+  period table (4 bytes each) and its window buffers (a tile of the input dtype each, as Gather's
+  count may not exceed its source); the table's period part is fixed per launch. CANN's broadcast
+  kernel (the 950 DAG's broadcast template) publishes no such figures.
 * SmoothL1LossGradV2: Compare(|x| >= sigma) + Select(sign(x), x * 1/sigma) replaces CANN's three
   compare/select branches and two adds; NaN in x stays NaN because the compare is false for NaN.
 """
