@@ -133,58 +133,84 @@ def def_cpp(project: OperatorProject) -> str:
     return "\n".join(lines)
 
 
+def _broadcasts(op: str) -> bool:
+    """Whether an input of the op may broadcast to input 0's shape (an axis with a broadcast value)."""
+    return any(a.source == INPUT_SHAPE and "broadcast" in a.values for a in axes_of(op))
+
+
+def _infer_shape_body(project: OperatorProject) -> list[str]:
+    """InferShape's body: input 0's shape, or the inputs' broadcast shape when the op broadcasts."""
+    if not _broadcasts(project.op_name):
+        return [
+            "    const gert::Shape* in = context->GetInputShape(0);",
+            "    gert::Shape* out = context->GetOutputShape(0);",
+            "    if (in == nullptr || out == nullptr) {",
+            "        return ge::GRAPH_FAILED;",
+            "    }",
+            "    *out = *in;",
+            "    return ge::GRAPH_SUCCESS;",
+        ]
+    n_inputs = len(project.variants[0].kernel.inputs)
+    return [
+        "    gert::Shape* out = context->GetOutputShape(0);",
+        "    if (out == nullptr) {",
+        "        return ge::GRAPH_FAILED;",
+        "    }",
+        "    size_t rank = 0;",
+        f"    int64_t dims[{MAX_RANK}] = {{0}};",
+        f"    for (size_t i = 0; i < {n_inputs}; ++i) {{",
+        "        const gert::Shape* in = context->GetInputShape(i);",
+        f"        if (in == nullptr || in->GetDimNum() > {MAX_RANK}) {{",
+        "            return ge::GRAPH_FAILED;",
+        "        }",
+        "        const size_t r = in->GetDimNum();",
+        "        // right-aligned: dim k of `in` meets dim k + (rank - r) of the shape so far",
+        "        if (r > rank) {",
+        f"            int64_t grown[{MAX_RANK}] = {{0}};",
+        "            for (size_t k = 0; k < r; ++k) {",
+        "                grown[k] = k < r - rank ? 1 : dims[k - (r - rank)];",
+        "            }",
+        "            for (size_t k = 0; k < r; ++k) {",
+        "                dims[k] = grown[k];",
+        "            }",
+        "            rank = r;",
+        "        }",
+        "        for (size_t k = 0; k < r; ++k) {",
+        "            const int64_t d = in->GetDim(k);",
+        "            int64_t& o = dims[k + (rank - r)];",
+        "            if (o == 1 || o == d) {",
+        "                o = d;",
+        "            } else if (d != 1) {",
+        "                return ge::GRAPH_FAILED;",
+        "            }",
+        "        }",
+        "    }",
+        "    out->SetDimNum(rank);",
+        "    for (size_t k = 0; k < rank; ++k) {",
+        "        out->SetDim(k, dims[k]);",
+        "    }",
+        "    return ge::GRAPH_SUCCESS;",
+    ]
+
+
 def infershape_cpp(project: OperatorProject) -> str:
     op = project.op_name
-    n_inputs = len(project.variants[0].kernel.inputs)
+    what = ([f"// {op}: the output has the broadcast shape of the inputs (numpy rules, rank <= {MAX_RANK})",
+             "// and the dtype of input 0. The kernels broadcast the other inputs to input 0's shape, so",
+             "// the tiling function refuses a call whose broadcast shape is not input 0's."]
+            if _broadcasts(op) else
+            [f"// {op}: the output has the shape and dtype of input 0 (no broadcasting: the",
+             "// tiling function refuses streamed inputs of another element count)."])
     return "\n".join(
         [
             f"// {BANNER}",
-            f"// {op}: the output has the broadcast shape of the inputs (numpy rules, rank <= {MAX_RANK})",
-            "// and the dtype of input 0. The kernels broadcast the other inputs to input 0's shape, so",
-            "// the tiling function refuses a call whose broadcast shape is not input 0's.",
+            *what,
             '#include "register/op_impl_registry.h"',
             "",
             "namespace ops {",
             f"static ge::graphStatus InferShape{op}(gert::InferShapeContext* context)",
             "{",
-            "    gert::Shape* out = context->GetOutputShape(0);",
-            "    if (out == nullptr) {",
-            "        return ge::GRAPH_FAILED;",
-            "    }",
-            "    size_t rank = 0;",
-            f"    int64_t dims[{MAX_RANK}] = {{0}};",
-            f"    for (size_t i = 0; i < {n_inputs}; ++i) {{",
-            "        const gert::Shape* in = context->GetInputShape(i);",
-            f"        if (in == nullptr || in->GetDimNum() > {MAX_RANK}) {{",
-            "            return ge::GRAPH_FAILED;",
-            "        }",
-            "        const size_t r = in->GetDimNum();",
-            "        // right-aligned: dim k of `in` meets dim k + (rank - r) of the shape so far",
-            "        if (r > rank) {",
-            f"            int64_t grown[{MAX_RANK}] = {{0}};",
-            "            for (size_t k = 0; k < r; ++k) {",
-            "                grown[k] = k < r - rank ? 1 : dims[k - (r - rank)];",
-            "            }",
-            "            for (size_t k = 0; k < r; ++k) {",
-            "                dims[k] = grown[k];",
-            "            }",
-            "            rank = r;",
-            "        }",
-            "        for (size_t k = 0; k < r; ++k) {",
-            "            const int64_t d = in->GetDim(k);",
-            "            int64_t& o = dims[k + (rank - r)];",
-            "            if (o == 1 || o == d) {",
-            "                o = d;",
-            "            } else if (d != 1) {",
-            "                return ge::GRAPH_FAILED;",
-            "            }",
-            "        }",
-            "    }",
-            "    out->SetDimNum(rank);",
-            "    for (size_t k = 0; k < rank; ++k) {",
-            "        out->SetDim(k, dims[k]);",
-            "    }",
-            "    return ge::GRAPH_SUCCESS;",
+            *_infer_shape_body(project),
             "}",
             "",
             f"static ge::graphStatus InferDataType{op}(gert::InferDataTypeContext* context)",
@@ -612,8 +638,7 @@ def tiling_cpp(project: OperatorProject) -> str:
         "const Variant VARIANTS[] = {",
         *[_variant_row(project, art) for art in project.variants],
         "};",
-        "",
-        *(_broadcast_plan_functions(project) if bcast else []),
+        *(["", *_broadcast_plan_functions(project)] if bcast else []),
         "}  // namespace",
         "",
         f"struct {op}CompileInfo {{}};",

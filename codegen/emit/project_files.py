@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
 from codegen.emit.golden import golden_function
-from codegen.ir import Kind
+from codegen.ir import Kind, Param
 from codegen.names import safe_text
 from codegen.op_interface import call_attributes, interface
 from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES, VARIANT_SHIFT
@@ -511,19 +511,23 @@ def example_cpp(project: OperatorProject) -> str:
     return "\n".join(lines)
 
 
+_READ_WAYS = ("streamed tile by tile", "one element, read once per launch on the scalar unit",
+              "any shape that broadcasts to input 0's, read by a broadcast load")
+
+
+def _how_read(p: Param) -> str:
+    if p.broadcast:
+        return _READ_WAYS[2]
+    return _READ_WAYS[0] if p.kind is Kind.TILE else _READ_WAYS[1]
+
+
 def _io_rows(project: OperatorProject) -> list[str]:
     k = project.variants[0].kernel
     iface = interface(k.op_type)
     rows = []
     for p in k.inputs:
-        kinds = {a.kernel.param(p.name).kind for a in project.variants}
-        how = " or ".join(
-            "streamed tile by tile" if kind is Kind.TILE
-            else "one element, read once per launch on the scalar unit"
-            for kind in sorted(kinds, key=lambda x: x.value)
-        )
-        if any(a.kernel.param(p.name).broadcast for a in project.variants):
-            how += " or any shape that broadcasts to input 0's, read by a broadcast load"
+        ways = {_how_read(a.kernel.param(p.name)) for a in project.variants}
+        how = " or ".join(w for w in _READ_WAYS if w in ways)
         dtypes = ", ".join(sorted({a.kernel.param(p.name).dtype for a in project.variants}))
         rows.append(f"| {p.name} | input | {dtypes} | {how} |")
     for p, name in zip(k.outputs, iface.outputs):
@@ -583,6 +587,13 @@ def readme(project: OperatorProject) -> str:
     op = project.op_name
     axes = "; ".join(f"{a.name} ({', '.join(a.values)})" for a in axes_of(op))
     variants = "\n".join(_variant_section(a) for a in project.variants)
+    if any(p.broadcast for a in project.variants for p in a.kernel.inputs):
+        shapes = ("Format ND, rank <= 8.\nThe output has input 0's shape; an input read by a broadcast load may "
+                  "have any shape that\nbroadcasts to it (numpy rules), the other streamed inputs must have its "
+                  "number of elements,\nand the tiling function refuses other shapes and logs why.")
+    else:
+        shapes = ("Format ND, any rank; the streamed inputs must have\nthe same number of elements (no "
+                  "broadcasting: the tiling function refuses other shapes and logs why).")
     return f"""# {op}
 
 {BANNER}
@@ -611,8 +622,7 @@ with CAST_RINT (round half to even, overflow to inf).
 {chr(10).join(_attr_rows(project))}
 
 Attributes CANN's operator lacks are optional, and their defaults give CANN's semantics, so a
-caller of CANN's interface gets CANN's result. Format ND, any rank; the streamed inputs must have
-the same number of elements (no broadcasting: the tiling function refuses other shapes and logs why).
+caller of CANN's interface gets CANN's result. {shapes}
 
 ## Variants and tiling keys
 
