@@ -36,6 +36,7 @@ from codegen.registry import (
     SHAPE_KINDS,
     STRING_ATTR,
     ZERO_ATTR,
+    Axis,
 )
 from codegen.schedule import (
     CORE_ALIGN,
@@ -298,10 +299,52 @@ def _axis_lines(project: OperatorProject) -> list[str]:
                 f'{", ".join(axis.values)})");',
                 "    }",
             ]
+        if axis in _widened_axes(op):
+            wide = axis.values.index("broadcast")
+            lines.append(f"    const uint64_t {lower_camel(name)}Widen = "
+                         f"static_cast<uint64_t>({wide} - {index}) * weight;")
         lines += [
             f"    code += static_cast<uint64_t>({index}) * weight;",
             f"    weight *= {len(axis.values)};",
         ]
+    return lines
+
+
+def _widened_axes(op: str) -> list[Axis]:
+    """Axes whose input a broadcast load can read whatever its kind: a package built for shapes
+    known only at run time may hold the broadcast variant of a call whose input turns out to have
+    input 0's element count (or one element), and that variant computes the same values."""
+    return [a for a in axes_of(op) if a.source == INPUT_SHAPE and "broadcast" in a.values]
+
+
+def _variant_search(op: str) -> list[str]:
+    """C++ that finds the call's variant: its own first, then the ones that read inputs of the
+    widened axes by broadcast loads (every subset of them, fewest first)."""
+    widened = [f"{lower_camel(a.name)}Widen" for a in _widened_axes(op)]
+    lines = ["    const Variant* variant = nullptr;"]
+    if widened:
+        lines += [
+            f"    const uint64_t widen[] = {{{', '.join(widened)}}};",
+            f"    for (uint32_t mask = 0; variant == nullptr && mask < {1 << len(widened)}u; ++mask) {{",
+            "        uint64_t widened = code;",
+            f"        for (uint32_t i = 0; i < {len(widened)}u; ++i) {{",
+            "            widened += (mask >> i & 1u) ? widen[i] : 0u;",
+            "        }",
+            "        const uint64_t keyBase = static_cast<uint64_t>(dtypeCode) | widened << VARIANT_SHIFT;",
+        ]
+        indent = "        "
+    else:
+        lines.append("    const uint64_t keyBase = static_cast<uint64_t>(dtypeCode) | code << VARIANT_SHIFT;")
+        indent = "    "
+    lines += [
+        f"{indent}for (const Variant& v : VARIANTS) {{",
+        f"{indent}    if (v.keyBase == keyBase) {{",
+        f"{indent}        variant = &v;",
+        f"{indent}    }}",
+        f"{indent}}}",
+    ]
+    if widened:
+        lines.append("    }")
     return lines
 
 
@@ -655,13 +698,7 @@ def tiling_cpp(project: OperatorProject) -> str:
         f'        return Refuse("{op}", "dtype is not float32, float16 or bfloat16");',
         "    }",
         *_axis_lines(project),
-        "    const uint64_t keyBase = static_cast<uint64_t>(dtypeCode) | code << VARIANT_SHIFT;",
-        "    const Variant* variant = nullptr;",
-        "    for (const Variant& v : VARIANTS) {",
-        "        if (v.keyBase == keyBase) {",
-        "            variant = &v;",
-        "        }",
-        "    }",
+        *_variant_search(op),
         "    if (variant == nullptr) {",
         f'        return Refuse("{op}", "this package has no kernel for the call\'s dtypes and '
         'attributes (README.md lists the variants it has)");',

@@ -12,9 +12,13 @@ from twin_cases import differing, mixed
 from codegen.api import artifact_for_target, kernel_for_spec
 from codegen.broadcast import MAX_RANK
 from codegen.nodes import InputSpec, NodeSpec
+from codegen.project import project_of
 from lowering.fused_ops import SMOOTH_L1_GRAD
 from runtime.backend import KernelCall
+from runtime.backends.cpu import plan_tiles
+from runtime.interpreter import execute
 from runtime.twin.errors import TwinRuleError
+from runtime.twin.kernel import TwinKernel
 
 TARGET = "ascend910b"
 
@@ -65,3 +69,21 @@ def test_broadcast_tilings_the_kernel_cannot_honour(twin, cpu, rng) -> None:
     short_window = entry[:WINDOW] + (1,) + entry[WINDOW + 1:]
     got, _ = kernel.run(call.inputs, good.with_fields(broadcasts=(short_window,)))
     assert differing(got["gradient"], want).size > 0
+
+
+def test_a_package_of_broadcast_variants_serves_inputs_of_predicts_shape(toolchain, rng) -> None:
+    """A package built for shapes known only at run time may hold only the broadcast variant; a call
+    whose label has predict's shape and whose dout holds one element runs it, with the values the
+    IR gives for these inputs."""
+    shapes = ((64, 40), (64, 1), (40,))
+    art = artifact_for_target(kernel_for_spec(_call(shapes, "float32", rng).spec), TARGET)
+    kernel = TwinKernel(art, toolchain, project_of([art]))
+    inputs = {"predict": mixed(rng, (64, 40), "float32", 0.5), "label": mixed(rng, (64, 40), "float32", 0.5),
+              "dout": np.array([0.75], np.float32)}
+    host = kernel.host_tiling(inputs)
+    assert host.tiling_key & ~0x100 == art.key_base
+    plan = art.schedule(64 * 40, {r: v.shape for r, v in inputs.items()})
+    kernel.check_host_tiling(host, kernel.plan_tiling(plan, inputs))
+    got, _ = kernel.run(inputs, host)
+    want = execute(art.kernel, plan_tiles(plan), inputs, 64 * 40, alloc=art.allocation, broadcasts=plan.broadcasts)
+    assert differing(got["gradient"], want["gradient"]).size == 0
