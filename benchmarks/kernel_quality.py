@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.api import SAMPLE_ELEMENTS, artifact_for_target, kernel_for_spec  # noqa: E402
 from codegen.buffers import allocate  # noqa: E402
-from codegen.ir import F32, Kernel, KernelBuilder, Kind, Op  # noqa: E402
+from codegen.ir import DTYPE_BYTES, F32, Kernel, KernelBuilder, Kind, Op  # noqa: E402
 from codegen.nodes import InputSpec, NodeSpec  # noqa: E402
 from codegen.targets import TARGETS, get_target  # noqa: E402
 
@@ -39,6 +39,14 @@ class Variant:
     op: str
     label: str
     spec: NodeSpec
+    sample: dict[str, tuple[int, ...]] | None = None  # shapes of the sample launch (broadcast rows)
+
+
+# the broadcast rows: a per-feature label (a row) and a per-sample label (a column) of a
+# [ROWS, COLS] predict, on the period-table path (codegen/broadcast.py)
+ROWS, COLS = SAMPLE_ELEMENTS // 1024, 1024
+BROADCAST_ROWS = (("label row [C], dout 1 element", ("C",), (1, COLS), ()),
+                  ("label column [R, 1], dout full shape", ("R", 1), (ROWS, 1), ("R", "C")))
 
 
 def _variants(dtype: str) -> list[Variant]:
@@ -52,6 +60,11 @@ def _variants(dtype: str) -> list[Variant]:
             "dout": InputSpec(dtype, dout),
         }
         out.append(Variant("SmoothL1LossGradV2", label, NodeSpec("q", "SmoothL1LossGradV2", inputs, sl1)))
+    for label, label_shape, sample_label, dout in BROADCAST_ROWS:
+        inputs = {"predict": InputSpec(dtype, ("R", "C")), "label": InputSpec(dtype, label_shape),
+                  "dout": InputSpec(dtype, dout)}
+        sample = {"predict": (ROWS, COLS), "label": sample_label, "dout": (ROWS, COLS) if dout else ()}
+        out.append(Variant("SmoothL1LossGradV2", label, NodeSpec("q", "SmoothL1LossGradV2", inputs, sl1), sample))
     constants = {"alpha": 0.01, "l1": 0.001, "l2": 0.01}
     for label, consts, extra in (
         ("runtime alpha/l1/l2", {}, {}),
@@ -99,6 +112,8 @@ def cann_smooth_l1_dag(dtype: str, scalar_dout: bool) -> Kernel:
 
 def cann_figures(v: Variant, dtype: str, target: str) -> tuple[int | None, tuple[float, float] | None, str]:
     """(instructions per tile, (UB B/elem single, double), source) of the hand-written kernel."""
+    if v.sample is not None:
+        return None, None, "CANN's broadcast cost is not published"
     if v.op == "ApplyProximalGradientDescent":
         if v.label == CLIP_VARIANT:
             return None, None, "CANN keeps inf"
@@ -128,9 +143,17 @@ def rows() -> list[list[str]]:
             for v in _variants(dtype):
                 art = artifact_for_target(kernel_for_spec(v.spec), tgt, ("q",))
                 k = art.kernel
-                plan = art.schedule(SAMPLE_ELEMENTS)
-                ours_i = k.vector_instruction_count()
-                ours_ub = (art.allocation.bytes_per_element(1), art.allocation.bytes_per_element(2))
+                plan = art.schedule(SAMPLE_ELEMENTS, v.sample)
+                # a broadcast load on the period-table path is two Gathers; its iota, offsets and
+                # table cost 4 bytes per element each (the table's period part aside) and its
+                # window (per buffer) holds at least a tile
+                tabled = [b for b in plan.broadcasts if b.layout.tabled]
+                offsets = (8 + 4 * len(tabled)) if tabled else 0
+                window = sum(DTYPE_BYTES[b.dtype] * max(b.window_elems, plan.tile_elems) / plan.tile_elems
+                             for b in tabled)
+                ours_i = k.vector_instruction_count() + 2 * len(tabled)
+                ours_ub = (art.allocation.bytes_per_element(1) + offsets + window,
+                           art.allocation.bytes_per_element(2) + offsets + 2 * window)
                 cann_i, cann_ub, src = cann_figures(v, dtype, target)
                 if cann_i is None or cann_ub is None:
                     verdict = "no CANN kernel to compare"
@@ -199,6 +222,11 @@ Notes
   selects NaN back through Compare(x, x, EQ) + Select (4 instructions), since Maxs/Mins on NaN are
   undocumented. CANN's kernel keeps inf, so
   there is no hand-written figure for it.
+* Broadcast rows (a label that broadcasts to predict's shape, docs/kernel-ir.md "Broadcast loads"):
+  instr/tile adds the broadcast load's two Gathers; UB per element adds its iota, offsets and
+  period table (4 bytes each) and its window buffers (a tile of the input dtype each, as Gather's
+  count may not exceed its source); the table's period part is fixed per launch. CANN's broadcast
+  kernel (the 950 DAG's broadcast template) publishes no such figures.
 * SmoothL1LossGradV2: Compare(|x| >= sigma) + Select(sign(x), x * 1/sigma) replaces CANN's three
   compare/select branches and two adds; NaN in x stays NaN because the compare is false for NaN.
 """

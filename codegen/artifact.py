@@ -3,6 +3,8 @@ the report. Kernels that differ only in values read at tiling time share one str
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -13,6 +15,7 @@ from codegen.schedule import VARIANT_SHIFT, Plan, check_plan, make_plan, variant
 from codegen.targets import Target
 
 SAMPLE_ELEMENTS = 1 << 24  # the size report() shows block dim and tile size for
+SAMPLE_ROW = 1024  # the row of the sample a broadcast input is (a per-feature label)
 _DTYPE_TAGS = {"float32": "F32", "float16": "F16", "bfloat16": "Bf16"}
 
 
@@ -69,13 +72,25 @@ class KernelArtifact:
         """snake_case of the op type: the project directory, file names and kernel entry."""
         return snake_case(self.op_name)
 
-    def schedule(self, num_elements: int) -> Plan:
-        plan = make_plan(self.kernel, self.allocation, self.target, num_elements)
+    def schedule(self, num_elements: int, shapes: Mapping[str, tuple[int, ...]] | None = None) -> Plan:
+        """The checked plan; `shapes` (input name -> shape) when the kernel has broadcast inputs."""
+        plan = make_plan(self.kernel, self.allocation, self.target, num_elements, shapes)
         check_plan(plan, self.kernel, self.allocation, self.target)
         return plan
 
+    def sample_shapes(self, sample_elements: int) -> dict[str, tuple[int, ...]] | None:
+        """Shapes for a sample plan: rows of SAMPLE_ROW elements, a broadcast input one row."""
+        if not any(p.broadcast for p in self.kernel.inputs):
+            return None
+        rows = (-(-sample_elements // SAMPLE_ROW), SAMPLE_ROW)
+        return {p.name: (1, SAMPLE_ROW) if p.broadcast else rows for p in self.kernel.inputs}
+
     def report(self, sample_elements: int = SAMPLE_ELEMENTS) -> dict[str, object]:
-        plan = self.schedule(sample_elements)
+        """For report.json; a kernel with broadcast inputs is sampled with them as row vectors."""
+        shapes = self.sample_shapes(sample_elements)
+        if shapes is not None:
+            sample_elements = math.prod(shapes[self.kernel.inputs[0].name])
+        plan = self.schedule(sample_elements, shapes)
         return {
             "kernel": self.file_stem,
             "op": self.kernel.op_type,

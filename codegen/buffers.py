@@ -110,7 +110,7 @@ def allocate(k: Kernel) -> Allocation:
     for ins in k.instrs:
         if ins.op is Op.COPY_OUT:
             src = ins.srcs[0]
-            if k.instrs[src].op in (Op.COPY_IN, Op.COPY_IN_BRC) or src in stored:
+            if k.instrs[src].op in (Op.COPY_IN, Op.COPY_IN_BRC, Op.COPY_IN_BCAST) or src in stored:
                 raise IRError(f"CopyOut of value {src} needs a compute step writing its own buffer")
             name = str(ins.attr("name"))
             slots.append(Slot(f"out_{name}", Position.VECOUT, str(k.instrs[src].dtype), name))

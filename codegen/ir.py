@@ -16,7 +16,9 @@ Instruction i defines the value with id i (SSA: defined once, used only after it
             unit; never per element
 
 Parameters: an input is either `tile` (streamed element by element with the output) or `scalar`
-(holds exactly one element; read by SInput or CopyInBrc). Outputs are streamed tiles.
+(holds exactly one element; read by SInput or CopyInBrc). A `tile` input marked `broadcast` has a
+shape that broadcasts to the output's (numpy rules, rank <= 8) and is read by CopyInBcast only;
+its shape is known at tiling time, never to the kernel. Outputs are streamed tiles.
 
 Execution model
 ---------------
@@ -35,6 +37,10 @@ operations give; no flush-to-zero is modelled. Per op ("t" = tile operand, "s" =
     CopyIn  name          lanes [0, n) = GM[name][off : off + n] in the input's dtype
                           (DataCopy for whole 32-byte blocks, DataCopyPad for a tail).
     CopyInBrc name        every lane = element 0 of the one-element input `name`.
+    CopyInBcast name      lanes [0, n) = GM[name][b(off + j)] for j < n, where b maps a flat index
+                          of the output shape to the flat index of the element of the broadcast
+                          input `name` that numpy's broadcasting puts there (codegen/broadcast.py
+                          computes b from the shapes on the host).
     Cast    t round=R     float16/bfloat16 -> float32 with CAST_NONE: exact.
                           float32 -> float16/bfloat16 with CAST_RINT: round half to even;
                           out-of-range -> +-inf, NaN -> NaN. A same-dtype Cast is invalid (on the
@@ -148,6 +154,7 @@ class Op(str, Enum):
     # data movement
     COPY_IN = "CopyIn"
     COPY_IN_BRC = "CopyInBrc"
+    COPY_IN_BCAST = "CopyInBcast"
     COPY_OUT = "CopyOut"
     # tile compute (one AscendC vector call each)
     CAST = "Cast"
@@ -198,11 +205,13 @@ class IRError(InternalError, ValueError):
 
 @dataclass(frozen=True)
 class Param:
-    """A kernel input or output. kind is TILE (streamed) or SCALAR (one element, inputs only)."""
+    """A kernel input or output. kind is TILE (streamed) or SCALAR (one element, inputs only);
+    a TILE input with `broadcast` broadcasts to the output's shape (read by CopyInBcast)."""
 
     name: str
     dtype: str
     kind: Kind = Kind.TILE
+    broadcast: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,8 +292,8 @@ class KernelBuilder:
     outputs: list[Param] = field(default_factory=list)
     instrs: list[Instr] = field(default_factory=list)
 
-    def input(self, name: str, dtype: str, kind: Kind = Kind.TILE) -> str:
-        self.inputs.append(Param(name, dtype, kind))
+    def input(self, name: str, dtype: str, kind: Kind = Kind.TILE, broadcast: bool = False) -> str:
+        self.inputs.append(Param(name, dtype, kind, broadcast))
         return name
 
     def output(self, name: str, dtype: str) -> str:
@@ -318,6 +327,10 @@ class KernelBuilder:
     def copy_in(self, name: str) -> int:
         dtype = self._param(name).dtype
         return self.emit(Instr(Op.COPY_IN, dtype, Kind.TILE, (), make_attrs(name=name)))
+
+    def copy_in_bcast(self, name: str) -> int:
+        dtype = self._param(name).dtype
+        return self.emit(Instr(Op.COPY_IN_BCAST, dtype, Kind.TILE, (), make_attrs(name=name)))
 
     def copy_in_brc(self, name: str) -> int:
         dtype = self._param(name).dtype
@@ -387,8 +400,11 @@ def _check_param_names(k: Kernel) -> None:
         if p.dtype not in FLOAT_DTYPES:
             raise IRError(f"parameter {p.name!r} has unsupported dtype {p.dtype!r}")
     for p in k.outputs:
-        if p.kind is not Kind.TILE:
-            raise IRError(f"output {p.name!r} must be a tile")
+        if p.kind is not Kind.TILE or p.broadcast:
+            raise IRError(f"output {p.name!r} must be a tile of the output shape")
+    for p in k.inputs:
+        if p.broadcast and p.kind is not Kind.TILE:
+            raise IRError(f"broadcast input {p.name!r} must be a tile input")
 
 
 def verify(k: Kernel) -> None:
@@ -457,14 +473,16 @@ def _verify_one(
             if not all(_is_f32(s, Kind.SCALAR) for s in src):
                 _fail(i, ins, "operands must be float32 scalars")
         return
-    if op in (Op.COPY_IN, Op.COPY_IN_BRC):
+    if op in (Op.COPY_IN, Op.COPY_IN_BRC, Op.COPY_IN_BCAST):
         _expect(i, ins, 0, src)
         name = cast(str, ins.attr("name"))
         if name not in inputs:
             _fail(i, ins, f"no input named {name!r}")
-        want = Kind.TILE if op is Op.COPY_IN else Kind.SCALAR
+        want = Kind.SCALAR if op is Op.COPY_IN_BRC else Kind.TILE
         if inputs[name].kind is not want:
             _fail(i, ins, f"input {name!r} is a {inputs[name].kind.value} input")
+        if inputs[name].broadcast != (op is Op.COPY_IN_BCAST):
+            _fail(i, ins, f"input {name!r} is {'' if inputs[name].broadcast else 'not '}a broadcast input")
         if ins.kind is not Kind.TILE or ins.dtype != inputs[name].dtype:
             _fail(i, ins, "result must be a tile of the input's dtype")
         return
@@ -629,7 +647,7 @@ def format_kernel(k: Kernel) -> str:
     Grammar (one item a line, two-space indent below the header):
         kernel <op_type> <dtype>
         variant <axis>=<value> ...            (when the kernel has a variant)
-        input <name>: <dtype> tile|scalar
+        input <name>: <dtype> tile|scalar [broadcast]
         output <name>: <dtype>
         <ref> = <Op> [<operand>, ...] [key=value ...] : tile<dtype> | mask | scalar<float32>
         CopyOut <output>, <ref>
@@ -639,7 +657,8 @@ def format_kernel(k: Kernel) -> str:
     lines = [f"kernel {k.op_type} {k.dtype}"]
     if k.variant:
         lines.append("  variant " + " ".join(f"{a}={v}" for a, v in k.variant))
-    lines += [f"  input {p.name}: {p.dtype} {p.kind.value}" for p in k.inputs]
+    lines += [f"  input {p.name}: {p.dtype} {p.kind.value}" + (" broadcast" if p.broadcast else "")
+              for p in k.inputs]
     lines += [f"  output {p.name}: {p.dtype}" for p in k.outputs]
     lines += [f"  {format_instr(k, i)}" for i in range(len(k.instrs))]
     return "\n".join(lines) + "\n"
@@ -681,8 +700,8 @@ def parse_kernel(text: str) -> Kernel:
         if word in ("input", "output"):
             name, _, spec = tail.partition(": ")
             parts = spec.split()
-            if word == "input" and len(parts) == 2:
-                b.input(name, parts[0], Kind(parts[1]))
+            if word == "input" and len(parts) in (2, 3) and parts[2:] in ([], ["broadcast"]):
+                b.input(name, parts[0], Kind(parts[1]), len(parts) == 3)
             elif word == "output" and len(parts) == 1:
                 b.output(name, parts[0])
             else:
@@ -704,7 +723,7 @@ def _parse_instr(n: int, ln: str, index: int) -> Instr:
         raise IRError(f"line {n}: value {m['ref']} out of order (expected id {index})")
     operands, attrs = _parse_operands(m["rest"] or "")
     kw: dict[str, object] = dict(attrs)
-    if op in (Op.COPY_IN, Op.COPY_IN_BRC, Op.COPY_OUT, Op.SINPUT, Op.SNUMEL) and operands:
+    if op in (Op.COPY_IN, Op.COPY_IN_BRC, Op.COPY_IN_BCAST, Op.COPY_OUT, Op.SINPUT, Op.SNUMEL) and operands:
         kw["name"] = operands.pop(0)
     elif op is Op.SCONST and operands:
         kw["value"] = f32(float(operands.pop(0)))

@@ -26,7 +26,13 @@ ZERO_ATTR = "zero_attr"  # float attribute `name` is 0: (no, yes)
 ONE_ATTR = "one_attr"  # float attribute `name` is 1: (yes, no)
 FINITE_ATTR = "finite_attr"  # float attribute `name` is finite: (no, yes)
 INPUT_DTYPE = "input_dtype"  # dtype of input `name`: the axis values are dtype names
-AXIS_SOURCES = (ONE_ELEMENT, STRING_ATTR, ZERO_ATTR, ONE_ATTR, FINITE_ATTR, INPUT_DTYPE)
+# how input `name`'s shape meets input 0's (the output's): a subsequence of SHAPE_KINDS
+INPUT_SHAPE = "input_shape"
+AXIS_SOURCES = (ONE_ELEMENT, STRING_ATTR, ZERO_ATTR, ONE_ATTR, FINITE_ATTR, INPUT_DTYPE, INPUT_SHAPE)
+# "tile": input 0's element count (numpy broadcasting then maps element i to element i);
+# "scalar": one element (where the axis has it); "broadcast": any other shape that broadcasts to
+# input 0's. The first that holds is the input's kind.
+SHAPE_KINDS = ("tile", "scalar", "broadcast")
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,10 @@ class Axis:
             raise InternalError(f"axis {self.name}: unknown source {self.source!r}")
         if self.source in (ONE_ELEMENT, ZERO_ATTR, ONE_ATTR, FINITE_ATTR) and len(self.values) != 2:
             raise InternalError(f"axis {self.name}: a {self.source} axis has two values")
+        if self.source == INPUT_SHAPE and (self.values[:1] != ("tile",) or
+                                           list(self.values) != [k for k in SHAPE_KINDS if k in self.values]):
+            raise InternalError(f"axis {self.name}: an {INPUT_SHAPE} axis takes values of {SHAPE_KINDS} in that "
+                                "order, starting with tile")
 
     def attribute_value(self, value: str) -> float | str | None:
         """The attribute value a variant with this axis value fixes, if it fixes one."""

@@ -17,6 +17,11 @@ and what the CPU backend follows:
   i.e. when there is a next tile to load while this one computes.
 * Tail: the last tile of a core moves `n` elements with DataCopyPad (exact byte length) and
   computes over compute_count(n) lanes, n rounded up to whole 256-byte float32 repeats.
+* Broadcast inputs (codegen/broadcast.py): the host reduces each one's shape against the output's
+  to a layout; its period table, the shared iota and offsets and its window are more UB buffers
+  (BufferPlan rows like the kernel's slots), so the tile shrinks by what they cost; a window
+  grows with the tile, so the largest tile is found by stepping down TILE_ALIGN elements at a
+  time until every buffer fits. A period table that leaves no room for one tile is refused.
 * Tiling key: dtype code | (buffer_num - 1) << 8 | variant code << 9: the ops-nn
   ApplyProximalGradientDescent encoding (DT_FLOAT 0, DT_FLOAT16 1, DT_BF16 27) and the kernel's
   variant (codegen/variants.py; 0 for a kernel built without one).
@@ -25,9 +30,10 @@ and what the CPU backend follows:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 
+from codegen.broadcast import MAX_GATHER_TILE, OFFSET_BYTES, BroadcastError, BroadcastLayout, layout
 from codegen.buffers import Allocation, Position
 from codegen.errors import CodegenError
 from codegen.ir import DTYPE_BYTES, LANES_PER_REPEAT, Kernel, Op
@@ -59,6 +65,17 @@ class BufferPlan:
 
 
 @dataclass(frozen=True)
+class BroadcastPlan:
+    """How one broadcast input is read: its layout and its table and window lengths (elements)."""
+
+    name: str
+    dtype: str
+    layout: BroadcastLayout
+    table_elems: int
+    window_elems: int
+
+
+@dataclass(frozen=True)
 class Plan:
     """How one launch runs. All counts are elements unless the name says bytes.
 
@@ -78,6 +95,7 @@ class Plan:
     ub_bytes: int  # bytes this plan allocates, fixed scratch included
     fixed_bytes: int  # Sign temp + Select temp space + reserve
     buffers: tuple[BufferPlan, ...]
+    broadcasts: tuple[BroadcastPlan, ...] = ()
 
     def core_range(self, core: int) -> tuple[int, int]:
         """(first element, element count) of a core."""
@@ -138,8 +156,13 @@ def tiling_key(kernel: Kernel, buffer_num: int) -> int:
     return variant_key_base(kernel) | ((buffer_num - 1) << 8)
 
 
-def _buffers(alloc: Allocation, tile: int, buffer_num: int) -> tuple[BufferPlan, ...]:
-    return tuple(
+def _round32(n: int) -> int:
+    return -(-n // UB_BLOCK_BYTES) * UB_BLOCK_BYTES
+
+
+def _buffers(alloc: Allocation, tile: int, buffer_num: int,
+             layouts: tuple[tuple[str, str, BroadcastLayout], ...] = ()) -> tuple[BufferPlan, ...]:
+    slots = tuple(
         BufferPlan(
             s.name,
             s.position,
@@ -149,20 +172,62 @@ def _buffers(alloc: Allocation, tile: int, buffer_num: int) -> tuple[BufferPlan,
         )
         for s in alloc.slots
     )
+    layouts = tuple(entry for entry in layouts if entry[2].tabled)
+    if not layouts:
+        return slots
+    offsets = _round32(tile * OFFSET_BYTES)
+    shared = (BufferPlan("bcast_iota", Position.VECCALC, "uint32", 1, offsets),
+              BufferPlan("bcast_offsets", Position.VECCALC, "uint32", 1, offsets))
+    own = tuple(b for name, dtype, lay in layouts for b in (
+        BufferPlan(f"table_{name}", Position.VECCALC, "uint32", 1, _round32(lay.table_elems(tile) * OFFSET_BYTES)),
+        BufferPlan(f"window_{name}", Position.VECIN, dtype, buffer_num,
+                   _round32(lay.window_buffer_elems(tile) * DTYPE_BYTES[dtype]))))
+    return slots + shared + own
 
 
 def _ub_bytes(buffers: tuple[BufferPlan, ...], fixed: int) -> int:
     return fixed + sum(b.count * b.bytes for b in buffers)
 
 
-def max_tile(alloc: Allocation, budget: int, buffer_num: int) -> int:
+def max_tile(alloc: Allocation, budget: int, buffer_num: int,
+             layouts: tuple[tuple[str, str, BroadcastLayout], ...] = ()) -> int:
     """Largest multiple of TILE_ALIGN whose buffers fit in budget bytes (0 if none does).
 
-    Integer arithmetic only (bytes per TILE_ALIGN elements), so the emitted C++ tiling function
-    computes the same number.
+    Integer arithmetic only (bytes per TILE_ALIGN elements; with broadcast inputs, steps of
+    TILE_ALIGN down from there), so the emitted C++ tiling function computes the same number.
     """
-    per_block = tile_block_bytes(alloc, buffer_num)
-    return max(budget, 0) // per_block * TILE_ALIGN if per_block else 0
+    per_block = tile_block_bytes(alloc, buffer_num) + broadcast_block_bytes(sum(lay.tabled for _, _, lay in layouts))
+    room = max(budget, 0) - sum(_round32(lay.period * OFFSET_BYTES) for _, _, lay in layouts if lay.tabled)
+    tile = max(room, 0) // per_block * TILE_ALIGN if per_block else 0
+    if any(lay.tabled for _, _, lay in layouts):
+        tile = min(tile, MAX_GATHER_TILE)
+    while tile > 0 and sum(b.count * b.bytes for b in _buffers(alloc, tile, buffer_num, layouts)) > budget:
+        tile -= TILE_ALIGN
+    return tile
+
+
+def broadcast_block_bytes(n_broadcasts: int) -> int:
+    """UB bytes TILE_ALIGN tile elements cost in the offset buffers of n broadcast inputs on the
+    period-table path: the shared iota and offsets, and each input's table (its windows are
+    stepped, see max_tile)."""
+    return (2 + n_broadcasts) * OFFSET_BYTES * TILE_ALIGN if n_broadcasts else 0
+
+
+def broadcast_layouts(kernel: Kernel, shapes: Mapping[str, tuple[int, ...]] | None, budget: int
+                      ) -> tuple[tuple[str, str, BroadcastLayout], ...]:
+    """(name, dtype, layout) of each broadcast input against input 0's shape (the output's),
+    on the period-table path where its table fits `budget` (codegen/broadcast.py)."""
+    wanted = [p for p in kernel.inputs if p.broadcast]
+    if not wanted:
+        return ()
+    if shapes is None:
+        raise PlanError(f"{kernel.op_type}: a kernel with broadcast inputs needs the input shapes")
+    out_shape = tuple(shapes[kernel.inputs[0].name])
+    try:
+        found = [(p.name, p.dtype, layout(tuple(shapes[p.name]), out_shape)) for p in wanted]
+    except BroadcastError as exc:
+        raise PlanError(f"{kernel.op_type}: {exc}") from None
+    return tuple((name, dtype, replace(lay, tabled=lay.table_fits(budget))) for name, dtype, lay in found)
 
 
 def tile_block_bytes(alloc: Allocation, buffer_num: int) -> int:
@@ -173,7 +238,10 @@ def tile_block_bytes(alloc: Allocation, buffer_num: int) -> int:
     )
 
 
-def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: int) -> Plan:
+def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: int,
+              shapes: Mapping[str, tuple[int, ...]] | None = None) -> Plan:
+    """The plan for num_elements output elements; `shapes` (input name -> shape) is needed
+    when the kernel has broadcast inputs."""
     if not isinstance(num_elements, int) or not 0 <= num_elements <= MAX_ELEMENTS:
         raise PlanError(f"element count must be an integer in [0, 2^62], got {num_elements!r}")
     fixed = fixed_bytes(kernel, target)
@@ -197,17 +265,20 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
     block_factor = -(-per_core // CORE_ALIGN) * CORE_ALIGN
     block_dim = -(-num_elements // block_factor)
     budget = target.ub_bytes - UB_RESERVE_BYTES - fixed
-    single, double = max_tile(alloc, budget, 1), max_tile(alloc, budget, 2)
+    layouts = broadcast_layouts(kernel, shapes, budget)
+    single, double = max_tile(alloc, budget, 1, layouts), max_tile(alloc, budget, 2, layouts)
     if single == 0:
+        tables = ", ".join(f"{name}'s window of {lay.window_elems(TILE_ALIGN)} elements" for name, _, lay in layouts)
         raise PlanError(
             f"{kernel.op_type} {kernel.dtype} needs more UB than {target.name} has for one tile"
+            + (f" (broadcast: {tables})" if tables else "")
         )
     buffer_num = 2 if double and block_factor > double else 1
     limit = double if buffer_num == 2 else single
     n_tiles = -(-block_factor // limit)
     per_tile = -(-block_factor // n_tiles)
     tile = -(-per_tile // TILE_ALIGN) * TILE_ALIGN
-    buffers = _buffers(alloc, tile, buffer_num)
+    buffers = _buffers(alloc, tile, buffer_num, layouts)
     return Plan(
         target=target.name,
         dtype=kernel.dtype,
@@ -221,7 +292,13 @@ def make_plan(kernel: Kernel, alloc: Allocation, target: Target, num_elements: i
         ub_bytes=_ub_bytes(buffers, fixed),
         fixed_bytes=fixed,
         buffers=buffers,
+        broadcasts=tuple(BroadcastPlan(name, dtype, lay, lay.table_elems(tile), lay.window_elems(tile))
+                         for name, dtype, lay in layouts),
     )
+
+
+def _plan_layouts(plan: Plan) -> tuple[tuple[str, str, BroadcastLayout], ...]:
+    return tuple((b.name, b.dtype, b.layout) for b in plan.broadcasts)
 
 
 def check_plan(plan: Plan, kernel: Kernel, alloc: Allocation, target: Target) -> None:
@@ -240,8 +317,17 @@ def check_plan(plan: Plan, kernel: Kernel, alloc: Allocation, target: Target) ->
         if plan.block_dim != 1 or plan.buffers or plan.ub_bytes or plan.tile_elems:
             raise PlanError("an empty launch must be one core without buffers")
         return
+    if [(b.name, b.dtype) for b in plan.broadcasts] != [(p.name, p.dtype) for p in kernel.inputs if p.broadcast]:
+        raise PlanError("plan broadcasts do not match the kernel's broadcast inputs")
+    budget = target.ub_bytes - UB_RESERVE_BYTES - plan.fixed_bytes
+    for bp in plan.broadcasts:
+        if bp.layout.tabled != bp.layout.table_fits(budget):
+            raise PlanError(f"broadcast {bp.name}: the period table path is taken exactly where its table fits")
+        if (bp.table_elems, bp.window_elems) != (bp.layout.table_elems(plan.tile_elems),
+                                                 bp.layout.window_elems(plan.tile_elems)):
+            raise PlanError(f"broadcast {bp.name}: table or window does not fit the tile")
     if plan.buffers != _buffers(
-        alloc, plan.tile_elems, plan.buffer_num
+        alloc, plan.tile_elems, plan.buffer_num, _plan_layouts(plan)
     ) or plan.ub_bytes != _ub_bytes(plan.buffers, plan.fixed_bytes):
         raise PlanError("plan buffers do not match the kernel's slots")
     if plan.fixed_bytes != fixed_bytes(kernel, target):

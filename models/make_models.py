@@ -1383,8 +1383,8 @@ def broadcast_label_and_tf_shrink_cases() -> list[Case]:
                   {"p": randn(4, 5, gen=gen), "t": randn(4, gen=gen)}, "dynamo", "smooth_l1_grad",
                   [sl1("mul_4", 0.11, "mean", "p", "unsqueeze", "expand")],
                   "torch.autograd.grad of a hand-written SmoothL1 loss against a per-row target, n = |p - t[:, None]|: "
-                  "the label [4, 1] broadcasts to p's [4, 5]; the pass puts Expand(label, Shape(p)) before the fused "
-                  "node.")]
+                  "the label [4, 1] broadcasts to p's [4, 5]; the fused node reads it as it is and the kernel "
+                  "broadcasts it.")]
     for exporter, suffix, label in (("dynamo-optimized", "dynopt", "unsqueeze"),
                                     ("torchscript", "ts", "/Unsqueeze_output_0")):
         cases.append(Case(fx(f"sl1_hand_where_row_target_mean_b05_f32_{suffix}.onnx"), row_target_sl1_fn,

@@ -10,9 +10,11 @@ outside the list, rank > 8, a failed broadcast, reduction outside 0..2 or beta <
 empty input succeeds with workspace 0 and launches nothing (the output stays untouched). The
 message of a failed call is in acl.aclGetRecentErrMsg().
 
-Like the real L2 layer, the shim promotes mixed dtypes, expands broadcast inputs and casts the
-kernel's result to the output tensor's dtype on the host; the kernel (run by the device's backend)
-sees what the fused node sees: predict and label of one shape, dout full or one element.
+Like the real L2 layer, the shim promotes mixed dtypes and casts the kernel's result to the output
+tensor's dtype on the host. The kernel broadcasts target and gradOut to self's shape itself
+(broadcast loads), as CANN's kernel does; only when self is the input that grows (the broadcast
+shape is not self's) does the shim expand self on the host, since the kernel writes an output of
+its first input's shape.
 `run_fused` is the same path for a fused node of a graph, whose attributes the fused-op contract
 defines (lowering/fused_ops.py) rather than the built-in aclnn signature.
 """
@@ -164,15 +166,14 @@ def aclnnSmoothL1LossBackwardGetWorkspaceSize(
 
     numel = int(np.prod(shape, dtype=np.int64))
     predict = np.broadcast_to(_host(self, promoted), shape)
-    label = np.broadcast_to(_host(target, promoted), shape)
+    label = _host(target, promoted)
     dout = _host(grad_out, promoted)
-    dout = dout.reshape(1) if dout.size == 1 else np.broadcast_to(dout, shape)
     red = REDUCTIONS[int(reduction)]  # aclnn numbers them in this order
     # The kernel's mean norm is 1/numel(predict); aclnn's is 1/numel(self) before broadcasting.
     scale = numel / self.numel if red == "mean" else 1.0
     dt = DTYPE_NAMES[promoted]
     spec = NodeSpec("aclnnSmoothL1LossBackward", SMOOTH_L1_GRAD, {
-        "predict": InputSpec(dt, shape), "label": InputSpec(dt, shape),
+        "predict": InputSpec(dt, shape), "label": InputSpec(dt, tuple(label.shape)),
         "dout": InputSpec(dt, tuple(dout.shape)),
     }, {"sigma": float(beta), "reduction": red, "scale": float(scale)})
     inputs = {"predict": np.asarray(predict, order="C"), "label": np.asarray(label, order="C"),

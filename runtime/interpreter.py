@@ -12,7 +12,10 @@ values given one slot corrupt each other here just as they would on the hardware
 sizes (from the plan) a tile whose lanes do not fit a slot is an error.
 
 A wrong schedule cannot go unnoticed: a tile outside [0, N), an output element written twice or
-never, or a buffer too small for a tile is a KernelExecutionError naming the core and tile.
+never, or a buffer too small for a tile is a KernelExecutionError naming the core and tile. A
+broadcast load (CopyInBcast) reads through its plan the way the kernel does (codegen/broadcast.py):
+every element a tile reads must lie in the window the tile loads, and the period table must
+reach the tile's last lane, else the plan is wrong and the run fails.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from codegen import ir
 from codegen.buffers import Allocation
 from codegen.ir import Kernel, Kind, Op
 from codegen.scalar_eval import eval_scalar
+from codegen.schedule import BroadcastPlan
 from lowering.errors import InternalError
 from runtime import numerics
 from runtime.numerics import NUMPY_DTYPES, NanPolicy
@@ -191,20 +195,33 @@ def execute(
     nan_policy: NanPolicy = "propagate",
     alloc: Allocation | None = None,
     buffer_bytes: Mapping[str, int] | None = None,
+    broadcasts: Sequence[BroadcastPlan] = (),
 ) -> dict[str, np.ndarray]:
     """Run `kernel` over `tiles` of a launch with `total` output elements.
 
     `inputs` maps every kernel input name to its GM data: `total` elements for a tile input, one
-    element for a scalar input. `alloc` places values in UB slots; `buffer_bytes` (slot name ->
-    bytes, from the plan) bounds each slot. Returns each output as a flat array of `total`.
+    element for a scalar input, its own elements for a broadcast input, whose plan (layout,
+    table and window) `broadcasts` gives. `alloc` places values in UB slots; `buffer_bytes`
+    (slot name -> bytes, from the plan) bounds each slot. Returns each output as a flat array
+    of `total`.
     """
     ir.verify(kernel)
     gm: dict[str, np.ndarray] = {}
+    bcast = {b.name: b for b in broadcasts}
     for p in kernel.inputs:
         arr = np.asarray(inputs[p.name])
         if arr.dtype != NUMPY_DTYPES[p.dtype]:
             raise KernelExecutionError(f"input {p.name} is {arr.dtype}, the kernel wants {p.dtype}")
-        want = 1 if p.kind is Kind.SCALAR else total
+        if p.kind is Kind.SCALAR:
+            want = 1
+        elif not p.broadcast:
+            want = total
+        elif total:
+            if p.name not in bcast:
+                raise KernelExecutionError(f"broadcast input {p.name} has no broadcast plan")
+            want = bcast[p.name].layout.input_elems
+        else:  # an empty launch reads nothing
+            want = arr.size
         if arr.size != want:
             raise KernelExecutionError(f"input {p.name} holds {arr.size} elements, the launch needs {want}")
         gm[p.name] = arr.reshape(-1)
@@ -226,7 +243,7 @@ def execute(
                 shape = (len(batch), round_up(batch[0].length, LANE_GRANULE))
                 if shape not in slots:
                     slots[shape] = _Slots(kernel, alloc, *shape)
-                _run_batch(kernel, batch, gm, outs, scalars, slots[shape], nan_policy)
+                _run_batch(kernel, batch, gm, outs, scalars, slots[shape], nan_policy, bcast)
 
     if workers == 1:
         run_group(batches)
@@ -237,9 +254,33 @@ def execute(
     return outs
 
 
+def broadcast_load(b: BroadcastPlan, data: np.ndarray, batch: list[Tile], count: int) -> np.ndarray:
+    """The lanes [0, n) of each tile of a batch as CopyInBcast loads them (rows, n), checking
+    each tile's reads against the window and table the plan gives it."""
+    lay, n = b.layout, batch[0].length
+    offsets = np.array([t.offset for t in batch], np.int64)
+    src = lay.source_index(offsets[:, None] + np.arange(n, dtype=np.int64)[None, :])
+    if not lay.tabled:  # the general path reads each lane's element from GM
+        return data[src]
+    base = offsets // lay.period * lay.shift
+    length = np.minimum(b.window_elems, lay.input_elems - base)
+    rel = src - base[:, None]
+    bad = np.flatnonzero(((rel < 0) | (rel >= length[:, None])).any(axis=1))
+    if bad.size:
+        t = batch[int(bad[0])]
+        raise KernelExecutionError(f"core {t.core} tile {t.index}: broadcast input {b.name} reads outside the "
+                                   f"{int(length[bad[0]])} elements of its window at {int(base[bad[0]])}")
+    short = np.flatnonzero(offsets % lay.period + count > b.table_elems)
+    if short.size:
+        t = batch[int(short[0])]
+        raise KernelExecutionError(f"core {t.core} tile {t.index}: the period table of {b.name} "
+                                   f"({b.table_elems} entries) ends before the tile's last lane")
+    return data[src]
+
+
 def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
                outs: dict[str, np.ndarray], scalars: dict[int, np.float32], ub: _Slots,
-               nan_policy: NanPolicy) -> None:
+               nan_policy: NanPolicy, bcast: Mapping[str, BroadcastPlan]) -> None:
     n, rows = batch[0].length, len(batch)
     count = ub.count
     start = batch[0].offset
@@ -251,8 +292,10 @@ def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
         op = ins.op
         if ins.kind is Kind.SCALAR:
             continue
-        if op is Op.COPY_IN:
-            src = gm[str(ins.attr("name"))][start:start + rows * n].reshape(rows, n)
+        if op in (Op.COPY_IN, Op.COPY_IN_BCAST):
+            name = str(ins.attr("name"))
+            src = (broadcast_load(bcast[name], gm[name], batch, count) if op is Op.COPY_IN_BCAST
+                   else gm[name][start:start + rows * n].reshape(rows, n))
             if count == n and ub.alloc is None:
                 ub.write(i, src)
                 continue

@@ -7,6 +7,8 @@ result is compared with the same computation done at higher precision.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from codegen.emit.cxx import nan_max_expr, nan_min_expr, scalar_expr
 from codegen.ir import Kernel, Kind, Op
 
@@ -14,11 +16,13 @@ _BIN = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.DIV: "/", Op.MULS: "*", Op.ADD
 _CMP = {"LT": "<", "GT": ">", "EQ": "==", "LE": "<=", "GE": ">=", "NE": "!="}
 
 
-def _tile_expr(k: Kernel, i: int, v: dict[int, str]) -> str:
+def _tile_expr(k: Kernel, i: int, v: dict[int, str], index: Mapping[str, str]) -> str:
     ins = k.instrs[i]
     a = [v[s] for s in ins.srcs]
     if ins.op is Op.COPY_IN:
         return f"{ins.attr('name')}[e]"
+    if ins.op is Op.COPY_IN_BCAST:
+        return f"{ins.attr('name')}[{index[str(ins.attr('name'))]}]"
     if ins.op is Op.COPY_IN_BRC:
         return f"{ins.attr('name')}[0]"
     if ins.op is Op.CAST:
@@ -42,8 +46,10 @@ def _tile_expr(k: Kernel, i: int, v: dict[int, str]) -> str:
     raise ValueError(f"no golden for {ins.op.value}")
 
 
-def golden_function(k: Kernel) -> str:
-    """C++ `static void Golden(...)`: streamed inputs as vectors, scalar inputs as 1-element ones."""
+def golden_function(k: Kernel, index: Mapping[str, str] | None = None) -> str:
+    """C++ `static void Golden(...)`: streamed inputs as vectors, scalar inputs as 1-element ones;
+    `index` gives, per broadcast input, the C++ expression of the element output element e reads."""
+    index = index or {}
     params = ", ".join(f"const std::vector<double>& {p.name}" for p in k.inputs)
     outs = ", ".join(f"std::vector<double>& {p.name}" for p in k.outputs)
     first = next(p.name for p in k.inputs if p.kind is Kind.TILE)
@@ -72,6 +78,6 @@ def golden_function(k: Kernel) -> str:
             continue
         v[i] = f"v{i}"
         ctype = "bool" if ins.kind is Kind.MASK else "double"
-        lines.append(f"        const {ctype} v{i} = {_tile_expr(k, i, v)};")
+        lines.append(f"        const {ctype} v{i} = {_tile_expr(k, i, v, index)};")
     lines += ["    }", "}"]
     return "\n".join(lines)

@@ -9,12 +9,18 @@ AscendC call per IR tile instruction, on the UB slots the buffer allocation chos
 IR line as a comment above it. Full tiles move with DataCopy (whole 32-byte blocks by
 construction); a core's last, partial tile with DataCopyPad. Every vector call runs over
 `count` = n rounded up to 64 lanes (whole 256-byte repeats for Compare).
+
+A broadcast input (codegen/broadcast.py) has its layout in the tiling data. On the period-table
+path (tableElems > 0) Init fills its period table and the shared iota once (scalar unit, then a
+barrier), CopyIn loads the tile's window with DataCopyPad, and Compute gathers the offsets and
+then the lanes (two Gathers); on the general path Compute's scalar loop reads each lane from GM.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from codegen.broadcast import MAX_RANK
 from codegen.buffers import Position, Slot
 from codegen.emit.cxx import BANNER, CPP_TYPES, float_literal, scalar_expr
 from codegen.ir import (
@@ -44,6 +50,25 @@ def host_scalars(art: KernelArtifact) -> list[int]:
     return [i for i, st in stages.items() if st == "host"]
 
 
+def broadcast_names(art: KernelArtifact) -> list[str]:
+    """The kernel's broadcast inputs, in the order of the tiling data's broadcast entries."""
+    return [p.name for p in art.kernel.inputs if p.broadcast]
+
+
+def broadcast_slots(project: OperatorProject) -> int:
+    """Length of the tiling data's broadcast array: the most broadcast inputs a variant has."""
+    return max(len(broadcast_names(a)) for a in project.variants)
+
+
+def project_helpers(art: KernelArtifact) -> str:
+    """The namespace of the broadcast helpers of the artifact's operator."""
+    return f"{art.op_name}_broadcast"
+
+
+def broadcast_struct(project: OperatorProject) -> str:
+    return f"{project.op_name}BroadcastTiling"
+
+
 def scalar_slots(project: OperatorProject) -> int:
     """Length of the tiling data's scalar array: the most host scalars a variant has (>= 1)."""
     return max([1] + [len(host_scalars(a)) for a in project.variants])
@@ -51,6 +76,22 @@ def scalar_slots(project: OperatorProject) -> int:
 
 def tiling_data_h(project: OperatorProject) -> str:
     guard = f"{project.file_stem.upper()}_TILING_DATA_H"
+    n_bcast = broadcast_slots(project)
+    bcast = [
+        "// One broadcast input against the output (codegen/broadcast.py): merged output dims,",
+        "// the input's element stride along each (0 where it broadcasts), and its buffers.",
+        f"struct {broadcast_struct(project)} {{",
+        "    int64_t rank;",
+        f"    int64_t dims[{MAX_RANK}];",
+        f"    int64_t strides[{MAX_RANK}];",
+        "    int64_t period;       // product of dims[1:]",
+        "    int64_t shift;        // strides[0]",
+        "    int64_t tableElems;   // period + tileElems byte offsets; 0: the general path (no table)",
+        "    int64_t windowElems;  // input elements one tile may read (0 on the general path)",
+        "    int64_t inputElems;",
+        "};",
+        "",
+    ] if n_bcast else []
     return "\n".join(
         [
             f"// {BANNER}",
@@ -59,11 +100,14 @@ def tiling_data_h(project: OperatorProject) -> str:
             "",
             "#include <cstdint>",
             "",
+            *bcast,
             f"struct {tiling_struct(project)} {{",
             "    int64_t numElements;  // elements of the output",
             "    int64_t blockFactor;  // elements per core (the last core gets the rest)",
             "    int64_t tileElems;    // elements per full tile (multiple of 256)",
             f"    float scalars[{scalar_slots(project)}];  // the variant's host scalars (see <op>.h)",
+            *([f"    {broadcast_struct(project)} broadcasts[{n_bcast}];  // the variant's broadcast inputs, in order"]
+              if n_bcast else []),
             "};",
             "",
             f"#endif  // {guard}",
@@ -143,6 +187,20 @@ def _tile_call(art: KernelArtifact, i: int, ref: dict[int, str]) -> str:
         return f"Duplicate({dst}, {a[0]}, count);"
     if ins.op is Op.COPY_IN_BRC:
         return f"Duplicate({dst}, brc{i}_, count);"
+    if ins.op is Op.COPY_IN_BCAST:
+        name = str(ins.attr("name"))
+        n = broadcast_names(art).index(name)
+        t = CPP_TYPES[k.param(name).dtype]
+        return "\n        ".join([
+            f"if (bcast{n}_.tableElems > 0) {{",
+            f"    Gather(bcastOffsets, table_{name}, bcastIota, static_cast<uint32_t>((start_ + offset) % "
+            f"bcast{n}_.period * 4), count);",
+            f"    Gather({dst}, window_{name}, bcastOffsets, 0u, count);",
+            "} else {  // the general path: the scalar unit reads each lane from GM",
+            "    PipeBarrier<PIPE_ALL>();  // vector work on this buffer is done",
+            f"    {project_helpers(art)}::FillLanes<{t}>({dst}, {name}Gm_, bcast{n}_, start_ + offset, n);",
+            "    PipeBarrier<PIPE_ALL>();  // the lanes land before vector work reads them",
+            "}"])
     raise ValueError(f"no AscendC call for {ins.op.value}")
 
 
@@ -191,7 +249,10 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     data_t = CPP_TYPES[k.dtype]
     cls = "Pipeline"
     ns = variant_namespace(project, art)
-    streamed = [p for p in k.inputs if p.kind is Kind.TILE] + list(k.outputs)
+    streamed = [p for p in k.inputs if p.kind is Kind.TILE and not p.broadcast] + list(k.outputs)
+    bcast = broadcast_names(art)
+    helpers = project_helpers(art)
+    off_arg = "offset, " if bcast else ""
     scalar_params = _scalar_params(art)
     gm_args = ", ".join(f"GM_ADDR {p.name}" for p in k.inputs + k.outputs)
     has_sign = any(ins.op is Op.SIGN for ins in k.instrs)
@@ -251,6 +312,15 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     for name in scalar_params:
         t = CPP_TYPES[k.param(name).dtype]
         out.append(f"        {name}Gm_.SetGlobalBuffer(reinterpret_cast<__gm__ {t}*>({name}), 1);")
+    for n, name in enumerate(bcast):
+        t = CPP_TYPES[k.param(name).dtype]
+        out += [
+            f"        bcast{n}_ = tilingData.broadcasts[{n}];",
+            f"        {name}Gm_.SetGlobalBuffer(reinterpret_cast<__gm__ {t}*>({name}),"
+            f" static_cast<uint64_t>(bcast{n}_.inputElems));",
+        ]
+    if bcast:
+        out.append("        start_ = start;")
     for i, ins in enumerate(k.instrs):
         if ins.op is Op.COPY_IN_BRC:
             out.append(
@@ -264,6 +334,29 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
             out.append(f"        pipe_.InitBuffer({s.name}Queue_, BUFFER_NUM, {_slot_bytes(s)});")
     if has_sign:
         out.append("        pipe_.InitBuffer(signTmpBuf_, SIGN_TMP_BYTES);")
+    if bcast:
+        tabled = " || ".join(f"bcast{n}_.tableElems > 0" for n in range(len(bcast)))
+        out += [
+            f"        tabled_ = {tabled};",
+            "        if (tabled_) {  // the iota and offsets of the period-table path",
+            "            pipe_.InitBuffer(bcastIotaBuf_, static_cast<uint32_t>(tileElems_ * 4));",
+            "            pipe_.InitBuffer(bcastOffsetsBuf_, static_cast<uint32_t>(tileElems_ * 4));",
+            f"            {helpers}::FillIota(bcastIotaBuf_.Get<uint32_t>(), tileElems_);",
+            "        }",
+        ]
+        for n, name in enumerate(bcast):
+            t = CPP_TYPES[k.param(name).dtype]
+            out += [
+                f"        if (bcast{n}_.tableElems > 0) {{  // {name} on the period-table path",
+                f"            pipe_.InitBuffer(table_{name}Buf_, static_cast<uint32_t>(bcast{n}_.tableElems * 4));",
+                f"            pipe_.InitBuffer(window_{name}Queue_, BUFFER_NUM,",
+                f"                static_cast<uint32_t>(((bcast{n}_.windowElems > tileElems_ ? bcast{n}_.windowElems : "
+                f"tileElems_) * sizeof({t}) + 31) / 32 * 32));  // no fewer elements than a Gather's count",
+                f"            {helpers}::FillTable(table_{name}Buf_.Get<uint32_t>(), bcast{n}_, sizeof({t}));",
+                "        }",
+            ]
+        # the scalar unit's table writes must land before a Gather reads them
+        out.append("        PipeBarrier<PIPE_ALL>();")
     out += [
         "    }",
         "",
@@ -278,7 +371,7 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
         "            const int64_t left = coreElems_ - offset;",
         "            const uint32_t n = static_cast<uint32_t>(left < tileElems_ ? left : tileElems_);",
         "            CopyIn(offset, n);",
-        "            Compute(n);",
+        f"            Compute({off_arg}n);",
         "            CopyOut(offset, n);",
         "        }",
         "    }",
@@ -320,10 +413,25 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
                 f"        Load({s.name}, {s.param}Gm_, offset, n);",
                 f"        {s.name}Queue_.EnQue({s.name});",
             ]
+    for n, name in enumerate(bcast):
+        t = CPP_TYPES[k.param(name).dtype]
+        out += [
+            f"        if (bcast{n}_.tableElems > 0) {{",
+            f"            // the input elements this tile reads: [base, base + len) ({name}'s window)",
+            f"            const int64_t base = (start_ + offset) / bcast{n}_.period * bcast{n}_.shift;",
+            f"            const int64_t left = bcast{n}_.inputElems - base;",
+            f"            const int64_t len = left < bcast{n}_.windowElems ? left : bcast{n}_.windowElems;",
+            f"            LocalTensor<{t}> window = window_{name}Queue_.AllocTensor<{t}>();",
+            f"            DataCopyExtParams params{{1, static_cast<uint32_t>(len * sizeof({t})), 0, 0, 0}};",
+            f"            DataCopyPadExtParams<{t}> pad{{false, 0, 0, 0}};",
+            f"            DataCopyPad(window, {name}Gm_[static_cast<uint64_t>(base)], params, pad);",
+            f"            window_{name}Queue_.EnQue(window);",
+            "        }",
+        ]
     out += [
         "    }",
         "",
-        "    __aicore__ inline void Compute(uint32_t n)",
+        f"    __aicore__ inline void Compute({'int64_t offset, ' if bcast else ''}uint32_t n)",
         "    {",
         "        const uint32_t count = (n + LANES_PER_REPEAT - 1) / LANES_PER_REPEAT * LANES_PER_REPEAT;",
     ]
@@ -337,6 +445,21 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
             out.append(f"        LocalTensor<{t}> {s.name} = {s.name}Buf_.Get<{t}>();")
     if has_sign:
         out.append("        LocalTensor<uint8_t> signTmp = signTmpBuf_.Get<uint8_t>();")
+    if bcast:
+        out += ["        LocalTensor<uint32_t> bcastIota;",
+                "        LocalTensor<uint32_t> bcastOffsets;",
+                "        if (tabled_) {",
+                "            bcastIota = bcastIotaBuf_.Get<uint32_t>();",
+                "            bcastOffsets = bcastOffsetsBuf_.Get<uint32_t>();",
+                "        }"]
+    for n, name in enumerate(bcast):
+        t = CPP_TYPES[k.param(name).dtype]
+        out += [f"        LocalTensor<uint32_t> table_{name};",
+                f"        LocalTensor<{t}> window_{name};",
+                f"        if (bcast{n}_.tableElems > 0) {{",
+                f"            table_{name} = table_{name}Buf_.Get<uint32_t>();",
+                f"            window_{name} = window_{name}Queue_.DeQue<{t}>();",
+                "        }"]
     for i in tile_ids:
         out.append(f"        // {format_instr(k, i)}")
         out.append(f"        {_tile_call(art, i, ref)}")
@@ -346,6 +469,10 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     for s in alloc.slots:
         if s.position is Position.VECIN:
             out.append(f"        {s.name}Queue_.FreeTensor({s.name});")
+    for n, name in enumerate(bcast):
+        out += [f"        if (bcast{n}_.tableElems > 0) {{",
+                f"            window_{name}Queue_.FreeTensor(window_{name});",
+                "        }"]
     out += [
         "    }",
         "",
@@ -364,6 +491,15 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     out += [_slot_decl(s) for s in alloc.slots]
     if has_sign:
         out.append("    TBuf<TPosition::VECCALC> signTmpBuf_;")
+    if bcast:
+        out += ["    TBuf<TPosition::VECCALC> bcastIotaBuf_;", "    TBuf<TPosition::VECCALC> bcastOffsetsBuf_;"]
+    for n, name in enumerate(bcast):
+        out += [f"    TBuf<TPosition::VECCALC> table_{name}Buf_;",
+                f"    TQue<TPosition::VECIN, 1> window_{name}Queue_;",
+                f"    GlobalTensor<{CPP_TYPES[k.param(name).dtype]}> {name}Gm_;",
+                f"    {broadcast_struct(project)} bcast{n}_;"]
+    if bcast:
+        out += ["    int64_t start_ = 0;", "    bool tabled_ = false;"]
     for p in streamed:
         out.append(f"    GlobalTensor<{CPP_TYPES[p.dtype]}> {p.name}Gm_;")
     for name in scalar_params:
@@ -383,6 +519,71 @@ def _variant_block(project: OperatorProject, art: KernelArtifact) -> list[str]:
     return out
 
 
+def _broadcast_helpers(project: OperatorProject) -> list[str]:
+    """FillIota and FillTable: the broadcast loads' offset tables, written by the scalar unit
+    once per core (codegen/broadcast.py)."""
+    return [
+        f"namespace {project_helpers(project.variants[0])} {{",
+        "using namespace AscendC;",
+        "",
+        "// iota[j] = 4 * j: the byte offsets of consecutive uint32 table entries",
+        "__aicore__ inline void FillIota(const LocalTensor<uint32_t>& iota, int64_t len)",
+        "{",
+        "    for (int64_t j = 0; j < len; ++j) {",
+        "        iota.SetValue(static_cast<uint32_t>(j), static_cast<uint32_t>(j * 4));",
+        "    }",
+        "}",
+        "",
+        "// table[k] = byte offset of the input element output element k reads, k < tableElems; a",
+        "// mixed-radix counter over the layout's dims (the outermost wraps past the output's end)",
+        f"__aicore__ inline void FillTable(const LocalTensor<uint32_t>& table, const {broadcast_struct(project)}& b,",
+        "                                 uint32_t elemBytes)",
+        "{",
+        f"    int64_t digit[{MAX_RANK}] = {{0}};",
+        "    int64_t source = 0;",
+        "    for (int64_t k = 0; k < b.tableElems; ++k) {",
+        "        table.SetValue(static_cast<uint32_t>(k), static_cast<uint32_t>(source * elemBytes));",
+        "        for (int64_t d = b.rank - 1; d >= 0; --d) {",
+        "            source += b.strides[d];",
+        "            if (++digit[d] < b.dims[d]) {",
+        "                break;",
+        "            }",
+        "            source -= b.strides[d] * b.dims[d];",
+        "            digit[d] = 0;",
+        "        }",
+        "    }",
+        "}",
+        "",
+        "// The general path: lane j = the input element output element first + j reads, j < n",
+        "template <typename T>",
+        "__aicore__ inline void FillLanes(const LocalTensor<T>& dst, const GlobalTensor<T>& src,",
+        f"                                 const {broadcast_struct(project)}& b, int64_t first, uint32_t n)",
+        "{",
+        f"    int64_t digit[{MAX_RANK}] = {{0}};",
+        "    int64_t rest = first;",
+        "    int64_t source = 0;",
+        "    for (int64_t d = b.rank - 1; d >= 0; --d) {",
+        "        digit[d] = rest % b.dims[d];",
+        "        rest /= b.dims[d];",
+        "        source += digit[d] * b.strides[d];",
+        "    }",
+        "    for (uint32_t j = 0; j < n; ++j) {",
+        "        dst.SetValue(j, src.GetValue(static_cast<uint64_t>(source)));",
+        "        for (int64_t d = b.rank - 1; d >= 0; --d) {",
+        "            source += b.strides[d];",
+        "            if (++digit[d] < b.dims[d]) {",
+        "                break;",
+        "            }",
+        "            source -= b.strides[d] * b.dims[d];",
+        "            digit[d] = 0;",
+        "        }",
+        "    }",
+        "}",
+        f"}}  // namespace {project_helpers(project.variants[0])}",
+        "",
+    ]
+
+
 def kernel_h(project: OperatorProject) -> str:
     guard = f"{project.file_stem.upper()}_H"
     out = [
@@ -395,6 +596,8 @@ def kernel_h(project: OperatorProject) -> str:
         f'#include "{project.file_stem}_tiling_data.h"',
         "",
     ]
+    if broadcast_slots(project):
+        out += _broadcast_helpers(project)
     for art in project.variants:
         out += _variant_block(project, art)
     out += [f"#endif  // {guard}", ""]

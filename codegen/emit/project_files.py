@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING
 
 from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
 from codegen.emit.golden import golden_function
-from codegen.ir import Kind
+from codegen.ir import Kind, Param
 from codegen.names import safe_text
 from codegen.op_interface import call_attributes, interface
 from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES, VARIANT_SHIFT
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
     from codegen.project import OperatorProject
 
 EXAMPLE_ELEMENTS = 8 * 1024 + 37  # a partial last tile on purpose
+# a variant with broadcast inputs runs on [EXAMPLE_ROWS, EXAMPLE_COLS] (a partial last tile too), its
+# broadcast inputs alternately a column [EXAMPLE_ROWS, 1] and a row [1, EXAMPLE_COLS]
+EXAMPLE_ROWS, EXAMPLE_COLS = 37, 229
 
 
 VENDOR = "ascend_lowering"  # vendor_name: the directory the package installs under
@@ -325,7 +329,8 @@ struct DeviceTensor {
     aclTensor* tensor = nullptr;
 };
 
-static int ToDevice(const std::vector<double>& host, aclDataType type, DeviceTensor& dt)
+static int ToDevice(const std::vector<double>& host, aclDataType type, const std::vector<int64_t>& shape,
+                    DeviceTensor& dt)
 {
     const size_t width = type == ACL_FLOAT ? 4 : 2;
     std::vector<uint8_t> raw(host.size() * width);
@@ -340,10 +345,12 @@ static int ToDevice(const std::vector<double>& host, aclDataType type, DeviceTen
     }
     CHECK_RET(aclrtMalloc(&dt.addr, raw.size(), ACL_MEM_MALLOC_HUGE_FIRST));
     CHECK_RET(aclrtMemcpy(dt.addr, raw.size(), raw.data(), raw.size(), ACL_MEMCPY_HOST_TO_DEVICE));
-    std::vector<int64_t> shape = {static_cast<int64_t>(host.size())};
-    std::vector<int64_t> strides = {1};
-    dt.tensor = aclCreateTensor(shape.data(), 1, type, strides.data(), 0, ACL_FORMAT_ND,
-                                shape.data(), 1, dt.addr);
+    std::vector<int64_t> strides(shape.size(), 1);
+    for (size_t k = shape.size(); k-- > 1;) {
+        strides[k - 1] = strides[k] * shape[k];
+    }
+    dt.tensor = aclCreateTensor(shape.data(), shape.size(), type, strides.data(), 0, ACL_FORMAT_ND,
+                                shape.data(), shape.size(), dt.addr);
     return dt.tensor == nullptr ? 1 : 0;
 }
 """
@@ -370,6 +377,15 @@ def example_cpp(project: OperatorProject) -> str:
     out = k.outputs[0]
     out_tensor = iface.ref_output or out.name
     dev_t, from_dev = _FROM_DEVICE[k.dtype]
+    bcast = [p.name for p in k.inputs if p.broadcast]
+    full = f"{{{EXAMPLE_ROWS}, {EXAMPLE_COLS}}}" if bcast else "{static_cast<int64_t>(n)}"
+    shapes = {p.name: full if p.kind is Kind.TILE else "{1}" for p in list(k.inputs) + list(k.outputs)}
+    index: dict[str, str] = {}
+    for m, name in enumerate(bcast):
+        column = m % 2 == 0
+        shapes[name] = f"{{{EXAMPLE_ROWS}, 1}}" if column else f"{{1, {EXAMPLE_COLS}}}"
+        index[name] = f"e / {EXAMPLE_COLS}" if column else f"e % {EXAMPLE_COLS}"
+    sizes = {name: EXAMPLE_ROWS if m % 2 == 0 else EXAMPLE_COLS for m, name in enumerate(bcast)}
     lines = [
         f"// {BANNER}",
         f"// aclnn example for {project.op_name}: run variant {art.variant_tag} ({art.variant_label})",
@@ -394,11 +410,11 @@ def example_cpp(project: OperatorProject) -> str:
         "",
         _CONVERSIONS,
         _HOST_IO,
-        golden_function(k),
+        golden_function(k, index),
         "",
         "int main()",
         "{",
-        f"    const size_t n = {EXAMPLE_ELEMENTS};",
+        f"    const size_t n = {EXAMPLE_ROWS * EXAMPLE_COLS if bcast else EXAMPLE_ELEMENTS};",
         "    uint32_t seed = 12345u;",
         "    auto next = [&seed]() {",
         "        seed = seed * 1664525u + 1013904223u;",
@@ -407,7 +423,7 @@ def example_cpp(project: OperatorProject) -> str:
     ]
     for p in k.inputs:
         if p.kind is Kind.TILE:
-            lines.append(f"    std::vector<double> {p.name}(n);")
+            lines.append(f"    std::vector<double> {p.name}({sizes.get(p.name, 'n')});")
             lines += [
                 f"    for (double& v : {p.name}) {{",
                 f"        v = RoundTrip(next(), {ACL_TYPES[p.dtype]});",
@@ -433,7 +449,7 @@ def example_cpp(project: OperatorProject) -> str:
     for p in params:
         lines += [
             f"    DeviceTensor d_{p.name};",
-            f"    CHECK_RET(ToDevice({p.name}, {ACL_TYPES[p.dtype]}, d_{p.name}));",
+            f"    CHECK_RET(ToDevice({p.name}, {ACL_TYPES[p.dtype]}, {shapes[p.name]}, d_{p.name}));",
         ]
     args = [f"d_{p.name}.tensor" for p in k.inputs]
     args += [f"{_attr_arg(a.kind, attrs[a.name])} /* {a.name} */" for a in iface.attributes]
@@ -495,17 +511,23 @@ def example_cpp(project: OperatorProject) -> str:
     return "\n".join(lines)
 
 
+_READ_WAYS = ("streamed tile by tile", "one element, read once per launch on the scalar unit",
+              "any shape that broadcasts to input 0's, read by a broadcast load")
+
+
+def _how_read(p: Param) -> str:
+    if p.broadcast:
+        return _READ_WAYS[2]
+    return _READ_WAYS[0] if p.kind is Kind.TILE else _READ_WAYS[1]
+
+
 def _io_rows(project: OperatorProject) -> list[str]:
     k = project.variants[0].kernel
     iface = interface(k.op_type)
     rows = []
     for p in k.inputs:
-        kinds = {a.kernel.param(p.name).kind for a in project.variants}
-        how = " or ".join(
-            "streamed tile by tile" if kind is Kind.TILE
-            else "one element, read once per launch on the scalar unit"
-            for kind in sorted(kinds, key=lambda x: x.value)
-        )
+        ways = {_how_read(a.kernel.param(p.name)) for a in project.variants}
+        how = " or ".join(w for w in _READ_WAYS if w in ways)
         dtypes = ", ".join(sorted({a.kernel.param(p.name).dtype for a in project.variants}))
         rows.append(f"| {p.name} | input | {dtypes} | {how} |")
     for p, name in zip(k.outputs, iface.outputs):
@@ -524,7 +546,11 @@ def _attr_rows(project: OperatorProject) -> list[str]:
 
 def _variant_section(art: KernelArtifact) -> str:
     k, alloc, t = art.kernel, art.allocation, art.target
-    plan = art.schedule(1 << 24)
+    shapes = art.sample_shapes(1 << 24)
+    elems = math.prod(shapes[k.inputs[0].name]) if shapes else 1 << 24
+    plan = art.schedule(elems, shapes)
+    row = [list(v) for n, v in (shapes or {}).items() if k.param(n).broadcast][:1]
+    sample = f"{elems} elements, the broadcast inputs of shape {row[0]}" if row else "2^24 elements"
     slots = ", ".join(f"{s.name} ({s.position.value}, {s.dtype})" for s in alloc.slots)
     nodes = ", ".join(f"`{safe_text(n)}`" for n in art.nodes[:20])
     more = f" and {len(art.nodes) - 20} more" if len(art.nodes) > 20 else ""
@@ -542,7 +568,7 @@ reads each call's from the tiling data):
 * vector instructions per tile: {k.vector_instruction_count()}
 * UB bytes per element: {alloc.bytes_per_element(1):g} (single buffer), \
 {alloc.bytes_per_element(2):g} (double buffer); slots: {slots}
-* for 2^24 elements: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, \
+* for {sample}: block dim {plan.block_dim}, tile {plan.tile_elems} elements, buffer_num {plan.buffer_num}, \
 {plan.ub_bytes} of {t.ub_bytes} UB bytes
 """
 
@@ -561,6 +587,13 @@ def readme(project: OperatorProject) -> str:
     op = project.op_name
     axes = "; ".join(f"{a.name} ({', '.join(a.values)})" for a in axes_of(op))
     variants = "\n".join(_variant_section(a) for a in project.variants)
+    if any(p.broadcast for a in project.variants for p in a.kernel.inputs):
+        shapes = ("Format ND, rank <= 8.\nThe output has input 0's shape; an input read by a broadcast load may "
+                  "have any shape that\nbroadcasts to it (numpy rules), the other streamed inputs must have its "
+                  "number of elements,\nand the tiling function refuses other shapes and logs why.")
+    else:
+        shapes = ("Format ND, any rank; the streamed inputs must have\nthe same number of elements (no "
+                  "broadcasting: the tiling function refuses other shapes and logs why).")
     return f"""# {op}
 
 {BANNER}
@@ -589,8 +622,7 @@ with CAST_RINT (round half to even, overflow to inf).
 {chr(10).join(_attr_rows(project))}
 
 Attributes CANN's operator lacks are optional, and their defaults give CANN's semantics, so a
-caller of CANN's interface gets CANN's result. Format ND, any rank; the streamed inputs must have
-the same number of elements (no broadcasting: the tiling function refuses other shapes and logs why).
+caller of CANN's interface gets CANN's result. {shapes}
 
 ## Variants and tiling keys
 

@@ -11,21 +11,24 @@ only matters for NaN, so it multiplies by 1 (removed by the simplifier) instead 
 division, never a NaN that the contract does not have. |x| == sigma gives exactly +-1.
 
 A one-element dout is read once on the scalar unit and folded with norm and scale into one Muls;
-a full-shape dout is a streamed tile. sigma and scale are attributes the host reads at tiling
-time, and norm = 1/numel(predict) for "mean" is computed there too, so one kernel serves every
-shape, sigma > 0 and scale; the variant (codegen/variants.py) is the dout kind, the reduction
-and whether sigma is 0 and scale 1.
+a full-shape dout is a streamed tile. A label or dout of another shape that broadcasts to
+predict's (CANN's op broadcasts its three inputs) is read by a broadcast load (CopyInBcast,
+codegen/broadcast.py); the gradient has predict's shape, as the gradient of predict must.
+sigma and scale are attributes the host reads at tiling time, and norm = 1/numel(predict) for
+"mean" is computed there too, so one kernel serves every shape, sigma > 0 and scale; the variant
+(codegen/variants.py) is the dout kind (predict's shape, one element or broadcast), the reduction,
+whether sigma is 0 and scale 1, and the label kind (predict's shape or broadcast).
 """
 
 from __future__ import annotations
 
 import math
 
-from codegen.ir import Kernel, KernelBuilder, Kind, Op
+from codegen.ir import F32, Kernel, KernelBuilder, Kind, Op
 from codegen.nodes import NodeSpec
 from codegen.registry import (
+    INPUT_SHAPE,
     ONE_ATTR,
-    ONE_ELEMENT,
     STRING_ATTR,
     ZERO_ATTR,
     Attribute,
@@ -34,21 +37,26 @@ from codegen.registry import (
     Rule,
     register_rule,
 )
-from codegen.rules.common import common_dtype, fail, load_f32, same_shape, store
+from codegen.rules.common import common_dtype, fail, load_f32, shape_kind, store
 from lowering.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD
 
+LABEL_KINDS = ("tile", "broadcast")
+DOUT_KINDS = ("tile", "scalar", "broadcast")
 
-def _dout_is_scalar(spec: NodeSpec) -> bool:
-    predict, dout = spec.inputs["predict"], spec.inputs["dout"]
-    if dout.numel() == 1:
-        return True
-    if same_shape(predict.shape, dout.shape):
-        return False
-    raise fail(
-        spec,
-        f"dout must hold one element or have predict's shape {predict.shape}; "
-        f"got {dout.shape} (other broadcasts are refused at fusion time)",
-    )
+
+def _dout_kind(spec: NodeSpec) -> str:
+    # one element is the scalar fast path even when predict holds one element too
+    if spec.inputs["dout"].numel() == 1:
+        return "scalar"
+    return shape_kind(spec, "dout", "predict", DOUT_KINDS)
+
+
+def _load(b: KernelBuilder, name: str, kind: str) -> int:
+    """A streamed input as float32: a plain load, or a broadcast load (then a cast up)."""
+    if kind != "broadcast":
+        return load_f32(b, name)
+    v = b.copy_in_bcast(name)
+    return v if b.instrs[v].dtype == F32 else b.cast(v, F32)
 
 
 def _check(spec: NodeSpec) -> tuple[float, str, float]:
@@ -59,8 +67,6 @@ def _check(spec: NodeSpec) -> tuple[float, str, float]:
         raise fail(spec, f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if not isinstance(scale, float):
         raise fail(spec, f"scale must be a float, got {scale!r}")
-    if not same_shape(spec.inputs["predict"].shape, spec.inputs["label"].shape):
-        raise fail(spec, "predict and label must have one (known) shape")
     return sigma, str(reduction), scale
 
 
@@ -69,22 +75,25 @@ def smooth_l1_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
     sigma, reduction, scale = _check(spec)
     common_dtype(spec, ("predict", "label", "dout"))
     return (
-        ("dout", "scalar" if _dout_is_scalar(spec) else "tile"),
+        ("dout", _dout_kind(spec)),
         ("reduction", reduction),
         ("sigma", "zero" if sigma == 0 else "positive"),
         ("scale", "one" if scale == 1 else "other"),
+        ("label", shape_kind(spec, "label", "predict", LABEL_KINDS)),
     )
 
 
 def lower_smooth_l1_grad(spec: NodeSpec) -> Kernel:
     sigma, reduction, scale = _check(spec)
     dtype = common_dtype(spec, ("predict", "label", "dout"))
-    scalar_dout = _dout_is_scalar(spec)
+    variant = smooth_l1_variant(spec)
+    dout_kind, label_kind = dict(variant)["dout"], dict(variant)["label"]
+    scalar_dout = dout_kind == "scalar"
 
-    b = KernelBuilder(spec.op_type, dtype, smooth_l1_variant(spec))
+    b = KernelBuilder(spec.op_type, dtype, variant)
     b.input("predict", dtype)
-    b.input("label", dtype)
-    b.input("dout", dtype, Kind.SCALAR if scalar_dout else Kind.TILE)
+    b.input("label", dtype, broadcast=label_kind == "broadcast")
+    b.input("dout", dtype, Kind.SCALAR if scalar_dout else Kind.TILE, broadcast=dout_kind == "broadcast")
     b.output("gradient", dtype)
 
     # scalars: norm * scale, optionally times dout; 1/sigma (1 when sigma = 0, see the docstring)
@@ -96,11 +105,11 @@ def lower_smooth_l1_grad(spec: NodeSpec) -> Kernel:
     s_sigma = b.sattr("sigma", sigma) if sigma > 0 else b.sconst(0.0)
     inv_sigma = b.sop(Op.SRECIP, s_sigma) if sigma > 0 else b.sconst(1.0)
 
-    x = b.binary(Op.SUB, load_f32(b, "predict"), load_f32(b, "label"))
+    x = b.binary(Op.SUB, load_f32(b, "predict"), _load(b, "label", label_kind))
     outside = b.compare(b.unary(Op.ABS, x), s_sigma, "GE")
     s = b.select(outside, b.unary(Op.SIGN, x), b.tile_scalar(Op.MULS, x, inv_sigma))
     if not scalar_dout:
-        s = b.binary(Op.MUL, s, load_f32(b, "dout"))
+        s = b.binary(Op.MUL, s, _load(b, "dout", dout_kind))
     store(b, "gradient", b.tile_scalar(Op.MULS, s, factor), dtype)
     return b.build()
 
@@ -110,10 +119,11 @@ register_rule(Rule(
     lower=lower_smooth_l1_grad,
     variant=smooth_l1_variant,
     axes=(
-        Axis("dout", ("tile", "scalar"), ONE_ELEMENT, "dout"),  # dout has predict's shape, or one element
+        Axis("dout", DOUT_KINDS, INPUT_SHAPE, "dout"),
         Axis("reduction", REDUCTIONS, STRING_ATTR, "reduction"),
         Axis("sigma", ("positive", "zero"), ZERO_ATTR, "sigma"),
         Axis("scale", ("one", "other"), ONE_ATTR, "scale"),  # scale 1 (CANN's op) needs no multiply
+        Axis("label", LABEL_KINDS, INPUT_SHAPE, "label"),
     ),
     interface=OpInterface(
         outputs=("gradient",),

@@ -50,8 +50,7 @@ ARITHMETIC_SELECT_CAVEAT = (
 HALF_SIGN_CAVEAT = "native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN"
 INF_OVER_INF_CAVEAT = ("x / max(|x|, beta): where x is +-inf the graph computes inf/inf = NaN, the kernel gives "
                        "the gradient's +-1")
-BROADCAST_LABEL_CAVEAT = ("label ({label}) is broadcast to predict's shape by an Expand before the fused node "
-                          "(the kernel takes a label of predict's shape)")
+BROADCAST_CAVEAT = "{role} ({shape}) broadcasts to predict's shape in the kernel (the fused node reads it as it is)"
 # relative rounding of a constant stored in each compute dtype
 _EPS: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10,
                           onnx.TensorProto.BFLOAT16: 2.0**-7}
@@ -662,10 +661,10 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     if sub is None or len(sub[1].input) != 2:
         raise NoMatch("x is not predict - label")
     predict, label = sub[1].input
-    # a label of another shape broadcasts to predict's: an Expand before the fused node gives the
-    # kernel a label of predict's shape, and x - and so the gradient - has predict's shape either way
-    expand_label = not same_shape(index, predict, label)
-    require(not expand_label or broadcasts_to(index, label, predict),
+    # a label of another shape broadcasts to predict's: the kernel reads it as it is (a broadcast
+    # load), and x - and so the gradient - has predict's shape either way
+    label_broadcasts = not same_shape(index, predict, label)
+    require(not label_broadcasts or broadcasts_to(index, label, predict),
             shapes_differ(index, predict, label, "predict and label")
             + "; only a label that broadcasts to predict's shape is taken")
     boundary: set[int] = set()
@@ -673,7 +672,7 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     runtime: dict[str, int] = {}
     for name, exp in scale.factors.items():
         numel = alg.numel_of(name) if exp == -1 else None
-        if numel is not None and (numel[0] in (predict, x) or (numel[0] == label and not expand_label)
+        if numel is not None and (numel[0] in (predict, x) or (numel[0] == label and not label_broadcasts)
                                   or same_shape(index, numel[0], predict)):
             require(not mean_at_runtime, "the gradient is divided by numel(predict) twice")
             mean_at_runtime = True
@@ -700,8 +699,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     if douts:
         dout = douts[0]
         require(require_float(index, dout, "dout") == dtype, "dout's dtype differs from predict's")
-        require(is_single_element(index, dout) or same_shape(index, dout, predict),
-                "dout is neither a single element nor predict's shape (other broadcasts are not supported)")
+        require(is_single_element(index, dout) or broadcasts_to(index, dout, predict),
+                "dout's shape does not broadcast to predict's (the gradient of predict has predict's shape)")
     else:
         one_type = onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32
         dout = np.array(1.0, one_type)
@@ -723,12 +722,21 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
            for i in interior):
         caveats.append(HALF_SIGN_CAVEAT)
-    if expand_label:
-        caveats.append(BROADCAST_LABEL_CAVEAT.format(label=shape_text(index, label)))
+    caveats += broadcast_caveats(index, predict, label, douts[0] if douts else None)
     return Match(form, SMOOTH_L1_GRAD, out, target if wrapped is not None else dtype, inputs,
                  {"sigma": float(beta), "reduction": reduction, "scale": factor},
-                 interior=interior - boundary, boundary=boundary, caveats=caveats,
-                 expand={1: 0} if expand_label else {})
+                 interior=interior - boundary, boundary=boundary, caveats=caveats)
+
+
+def broadcast_caveats(index: GraphIndex, predict: str, label: str, dout: str | None) -> list[str]:
+    """What the report says of a label or dout that broadcasts to predict's shape: the fused node
+    reads it as it is and the kernel broadcasts it (a broadcast load)."""
+    out = []
+    for role, value in (("label", label), ("dout", dout)):
+        if value is not None and not same_shape(index, predict, value) and not (
+                role == "dout" and is_single_element(index, value)):
+            out.append(BROADCAST_CAVEAT.format(role=role, shape=shape_text(index, value)))
+    return out
 
 
 def _const_like(value: np.ndarray, dtype: int) -> np.ndarray:
@@ -764,7 +772,7 @@ _HUBER_MIN = Reach(_MIN_OPS, _TO_MIN | {"Max"}, 10, _caps_abs)
 _FLOORED_ABS = Reach(frozenset({"Max", "Clip"}), _PRODUCT_OPS | {"Cast"}, 4, _floors_abs)
 _MASK_END = Reach(_MASK_OPS, _TO_MASK, 6)
 _SELECT_SUM_ENDS = (_MASK_END, Reach(_WHERE_OPS, _TO_MASK, 6, _selects_against_zero))
-_EVERY_FORM = (BROADCAST_LABEL_CAVEAT,)
+_EVERY_FORM = (BROADCAST_CAVEAT,)
 
 SELECT_ON_ABS_X = Form(
     FAMILY, "select",

@@ -60,12 +60,13 @@ class CpuBackend(Backend):
         spec = call.spec
         art = artifact_for(spec, call.target)
         first = np.asarray(call.inputs[OP_SPECS[spec.op_type].inputs[0]])
+        shapes = {name: tuple(np.shape(value)) for name, value in call.inputs.items()}
         try:
-            plan = art.schedule(int(first.size))
+            plan = art.schedule(int(first.size), shapes)
         except CodegenError as exc:
             raise BackendError(f"node {spec.name!r}: no plan for {first.size} elements: {exc}") from None
         kernel = art.kernel
         outs = execute(kernel, plan_tiles(plan), {p.name: call.inputs[p.name] for p in kernel.inputs},
                        int(first.size), self.nan_policy, art.allocation,
-                       {b.name: b.bytes for b in plan.buffers})
+                       {b.name: b.bytes for b in plan.buffers}, plan.broadcasts)
         return {name: arr.reshape(first.shape) for name, arr in outs.items()}

@@ -40,7 +40,7 @@ class TwinBackend(Backend):
             raise BackendError(f"twin backend: workers must be a positive integer, got {workers!r}")
         self.workers = workers or max(1, os.cpu_count() or 1)
         self._kernels: dict[tuple[str, str], TwinKernel] = {}
-        self._plans: dict[tuple[str, str, int], Plan] = {}
+        self._plans: dict[tuple, Plan] = {}
         self._lock = threading.Lock()
         self.last_stats: LaunchStats | None = None
 
@@ -62,14 +62,17 @@ class TwinBackend(Backend):
             for fut in [pool.submit(self.kernel, a) for a in arts]:
                 fut.result()
 
-    def plan(self, art: KernelArtifact, num_elements: int, node: str) -> Plan:
-        """codegen's checked plan, memoised per kernel, target and size (plans are deterministic)."""
-        key = (art.ir_text, art.target.name, num_elements)
+    def plan(self, art: KernelArtifact, num_elements: int, node: str,
+             shapes: Mapping[str, tuple[int, ...]] | None = None) -> Plan:
+        """codegen's checked plan, memoised per kernel, target, size and the shapes of broadcast
+        inputs (plans are deterministic)."""
+        bcast = () if shapes is None else tuple(sorted(shapes.items()))
+        key = (art.ir_text, art.target.name, num_elements, bcast)
         with self._lock:
             found = self._plans.get(key)
         if found is None:
             try:
-                found = art.schedule(num_elements)
+                found = art.schedule(num_elements, shapes)
             except CodegenError as exc:
                 raise BackendError(f"node {node!r}: no plan for {num_elements} elements: {exc}") from None
             with self._lock:
@@ -83,7 +86,9 @@ class TwinBackend(Backend):
         spec = call.spec
         art = artifact_for(spec, call.target)
         first = np.asarray(call.inputs[OP_SPECS[spec.op_type].inputs[0]])
-        plan = self.plan(art, int(first.size), spec.name)
+        shapes = ({p.name: tuple(np.shape(call.inputs[p.name])) for p in art.kernel.inputs}
+                  if any(p.broadcast for p in art.kernel.inputs) else None)
+        plan = self.plan(art, int(first.size), spec.name, shapes)
         kernel = self.kernel(art)
         host = kernel.host_tiling(call.inputs)
         kernel.check_host_tiling(host, kernel.plan_tiling(plan, call.inputs))

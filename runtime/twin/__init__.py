@@ -19,6 +19,8 @@ call checks the hardware rules and throws; the launcher reports the first rule b
     select-mode       a Select mode that does not fit the overload (tensor vs scalar src1)
     sign-tmp          Sign's temp buffer under GetSignMaxMinTmpSize's minimum
     cast-mode, cast-same-type  a rounding mode the Cast table does not allow; float->float Cast
+    gather-offset     a Gather offset or base that is not a whole element
+    gather-count      a Gather count over its source's elements or over 255 repeats
     dtype             Compare/Select on bfloat16 outside ascend950
     count             a negative element count
     gm-bounds, gm-write, gm-coverage  GM access outside its buffer, a write to an input,

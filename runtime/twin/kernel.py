@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from codegen.api import KernelArtifact
-from codegen.emit.kernel_src import host_scalars, scalar_slots
+from codegen.broadcast import MAX_RANK
+from codegen.emit.kernel_src import broadcast_names, broadcast_slots, host_scalars, scalar_slots
 from codegen.ir import Kind
 from codegen.op_interface import call_attributes, interface
 from codegen.project import OperatorProject, project_of
@@ -48,19 +49,49 @@ class Tiling:
     block_dim: int
     tiling_key: int
     workspace: int = 0
+    # each broadcast input's tiling entry: rank, dims, strides, period, shift, table, window, input elements
+    broadcasts: tuple[tuple[int, ...], ...] = ()
 
     def with_fields(self, **changes: Any) -> Tiling:  # a value of any field, as dataclasses.replace takes
         return replace(self, **changes)
 
 
-def _tiling_struct(n_scalars: int) -> type[ctypes.Structure]:
-    """The ctypes layout of the emitted TilingData struct with `n_scalars` float scalars."""
+class BroadcastTiling(ctypes.Structure):
+    """The emitted <Op>BroadcastTiling struct (codegen/emit/kernel_src.py tiling_data_h)."""
+
+    _fields_ = [("rank", ctypes.c_int64), ("dims", ctypes.c_int64 * MAX_RANK), ("strides", ctypes.c_int64 * MAX_RANK),
+                ("period", ctypes.c_int64), ("shift", ctypes.c_int64), ("tableElems", ctypes.c_int64),
+                ("windowElems", ctypes.c_int64), ("inputElems", ctypes.c_int64)]
+
+    def values(self) -> tuple[int, ...]:
+        return (self.rank, *self.dims, *self.strides, self.period, self.shift, self.tableElems, self.windowElems,
+                self.inputElems)
+
+
+def _tiling_struct(n_scalars: int, n_broadcasts: int = 0) -> type[ctypes.Structure]:
+    """The ctypes layout of the emitted TilingData struct with `n_scalars` float scalars and
+    `n_broadcasts` broadcast entries."""
+
+    fields: list[tuple[str, Any]] = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64),
+                                     ("tileElems", ctypes.c_int64), ("scalars", ctypes.c_float * n_scalars)]
+    if n_broadcasts:
+        fields.append(("broadcasts", BroadcastTiling * n_broadcasts))
 
     class TilingData(ctypes.Structure):
-        _fields_ = [("numElements", ctypes.c_int64), ("blockFactor", ctypes.c_int64), ("tileElems", ctypes.c_int64),
-                    ("scalars", ctypes.c_float * n_scalars)]
+        _fields_ = fields
 
     return TilingData
+
+
+def broadcast_values(plan: Plan) -> tuple[tuple[int, ...], ...]:
+    """The tiling entries of the plan's broadcast inputs, as the emitted tiling writes them."""
+    out = []
+    for b in plan.broadcasts:
+        lay = b.layout
+        pad = (0,) * (MAX_RANK - lay.rank)
+        out.append((lay.rank, *lay.dims, *pad, *lay.strides, *pad, lay.period, lay.shift, b.table_elems,
+                    b.window_elems, lay.input_elems))
+    return tuple(out)
 
 
 def _bits(v: float) -> int:
@@ -86,7 +117,8 @@ class TwinKernel:
             raise BackendError(f"twin: {art.variant_label} is not a variant of the given {project.op_name} project")
         self.library = TwinLibrary(build(kernel_sources(project), tc, art.file_stem), art.file_stem)
         self._scalar_ids = host_scalars(art)
-        self._struct = _tiling_struct(scalar_slots(project))
+        self._n_broadcasts = len(broadcast_names(art))
+        self._struct = _tiling_struct(scalar_slots(project), broadcast_slots(project))
         if ctypes.sizeof(self._struct) != self.library.tiling_size:
             raise BackendError(f"twin: {art.file_stem}'s tiling struct is {self.library.tiling_size} bytes in C++, "
                                f"{ctypes.sizeof(self._struct)} in the twin's layout")
@@ -114,24 +146,29 @@ class TwinKernel:
         host = self.library.host_tiling(shapes, dtypes, attrs, self.art.target.aiv_cores, self.art.target.ub_bytes)
         data = self._struct.from_buffer_copy(host.data.ljust(ctypes.sizeof(self._struct), b"\0"))
         scalars = tuple((i, float(data.scalars[n])) for n, i in enumerate(self._scalar_ids))
+        broadcasts = tuple(data.broadcasts[n].values() for n in range(self._n_broadcasts)) if data.numElements else ()
         return Tiling(data.numElements, data.blockFactor, data.tileElems, scalars, host.block_dim, host.tiling_key,
-                      host.workspace)
+                      host.workspace, broadcasts)
 
     def plan_tiling(self, plan: Plan, inputs: Mapping[str, np.ndarray]) -> Tiling:
         """The tiling codegen's scheduler computes: the Plan plus the IR's host scalars."""
         values = eval_scalars(self.art.kernel, self._arrays(inputs))
         scalars = tuple((i, float(values[i])) for i in self._scalar_ids)
         return Tiling(plan.num_elements, plan.block_factor, plan.tile_elems, scalars, plan.block_dim,
-                      plan.tiling_key)
+                      plan.tiling_key, broadcasts=broadcast_values(plan))
 
     def check_host_tiling(self, host: Tiling, planned: Tiling) -> None:
         """BackendError naming the first field where the emitted tiling and the scheduler differ."""
-        pairs = [("numElements", host.num_elements, planned.num_elements),
+        pairs: list[tuple[str, object, object]] = [("numElements", host.num_elements, planned.num_elements),
                  ("blockFactor", host.block_factor, planned.block_factor),
                  ("tileElems", host.tile_elems, planned.tile_elems),
                  ("block dim", host.block_dim, planned.block_dim),
                  ("tiling key", host.tiling_key, planned.tiling_key)]
         pairs += [(f"host scalar ${i}", _bits(a), _bits(b)) for (i, a), (_, b) in zip(host.scalars, planned.scalars)]
+        pairs += [(f"broadcast entry {n}", got, want)
+                  for n, (got, want) in enumerate(zip(host.broadcasts, planned.broadcasts))]
+        if len(host.broadcasts) != len(planned.broadcasts):
+            pairs.append(("broadcast entries", len(host.broadcasts), len(planned.broadcasts)))
         for name, got, want in pairs:
             if got != want:
                 raise BackendError(f"twin: the emitted tiling of {self.art.file_stem} computes {name} = {got}, "
@@ -141,6 +178,12 @@ class TwinKernel:
         data = self._struct(tiling.num_elements, tiling.block_factor, tiling.tile_elems)
         for n, (_, v) in enumerate(tiling.scalars):
             data.scalars[n] = v
+        for n, values in enumerate(tiling.broadcasts):
+            entry = data.broadcasts[n]
+            entry.rank, entry.period, entry.shift, entry.tableElems, entry.windowElems, entry.inputElems = (
+                values[0], *values[1 + 2 * MAX_RANK:])
+            entry.dims[:] = values[1:1 + MAX_RANK]
+            entry.strides[:] = values[1 + MAX_RANK:1 + 2 * MAX_RANK]
         return bytes(data)
 
     def run(self, inputs: Mapping[str, np.ndarray], tiling: Tiling, workers: int = 1,

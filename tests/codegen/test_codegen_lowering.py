@@ -214,9 +214,12 @@ def test_smooth_l1_numerics(dtype: str, reduction: str, sigma: float, scalar_dou
 
 def test_smooth_l1_refusals() -> None:
     spec = sl1_spec("float32", "mean", 1.0, True)
-    bad_dout = NodeSpec("n", SMOOTH_L1_GRAD, {**spec.inputs, "dout": InputSpec("float32", (1, 80))}, spec.attrs)
-    with pytest.raises(CodegenError, match="dout must hold one element"):
+    bad_dout = NodeSpec("n", SMOOTH_L1_GRAD, {**spec.inputs, "dout": InputSpec("float32", (3, 80))}, spec.attrs)
+    with pytest.raises(CodegenError, match="dout .* must have .* one element or a shape that broadcasts"):
         kernel_for_spec(bad_dout)
+    growing = NodeSpec("n", SMOOTH_L1_GRAD, {**spec.inputs, "label": InputSpec("float32", (2, 4, 80))}, spec.attrs)
+    with pytest.raises(CodegenError, match="label .* must have .* a shape that broadcasts to predict's"):
+        kernel_for_spec(growing)
     with pytest.raises(CodegenError, match="sigma"):
         kernel_for_spec(NodeSpec("n", SMOOTH_L1_GRAD, spec.inputs, {**spec.attrs, "sigma": -1.0}))
     with pytest.raises(CodegenError, match="reduction"):

@@ -22,7 +22,7 @@ def _load():
 def test_every_row_meets_the_cann_bar() -> None:
     bench = _load()
     rows = bench.rows()
-    assert len(rows) == 3 * 3 * 5  # targets x dtypes x variants
+    assert len(rows) == 3 * 3 * (5 + len(bench.BROADCAST_ROWS))  # targets x dtypes x variants
     for row in rows:
         assert row[-1] in ("meets", "no CANN kernel to compare"), row
     apgd_f32 = [r for r in rows if r[1] == "ApplyProximalGradientDescent" and r[3] == "float32"
@@ -34,6 +34,12 @@ def test_every_row_meets_the_cann_bar() -> None:
     assert {r[4] for r in apgd_f32 if r[0] != "ascend950"} == {"14"}
     clip_f32 = {r[4] for r in rows if r[2] == bench.CLIP_VARIANT and r[3] == "float32" and r[0] == "ascend950"}
     assert clip_f32 == {"12"}  # the 8 of the general form + the NaN-safe clamp at shrink_max
+    # a broadcast label costs its two Gathers over the same kernel with a streamed label
+    sl1 = {(r[0], r[2], r[3]): int(r[4]) for r in rows if r[1] == "SmoothL1LossGradV2"}
+    for target in bench.TARGETS:
+        for dtype in bench.DTYPES:
+            row = sl1[(target, bench.BROADCAST_ROWS[0][0], dtype)]
+            assert row == sl1[(target, "dout 1 element", dtype)] + 2
 
 
 def test_no_chunked_sign_on_targets_without_a_native_one() -> None:

@@ -313,3 +313,29 @@ def test_the_aclnn_example_compiles_against_the_generated_api(projects, target, 
         err = _run([CXX, "-fsyntax-only", "-std=c++11", "-I", ".", "-I", str(TOOLKIT.include),
                     "-I", str(TOOLKIT.include / "aclnn"), f"test_aclnn_{project.file_stem}.cpp"], examples)
         assert err == "", f"{project.op_name} example for {target}:\n{err}"
+
+
+def test_the_aclnn_example_of_a_broadcast_variant_compiles(tmp_path: Path) -> None:
+    """A project whose first variant broadcasts writes its example on [rows, cols] tensors with a
+    column label and a row dout (the golden indexes them so)."""
+    if TOOLKIT is None:
+        pytest.skip(NO_TOOLKIT)
+    if CXX is None:
+        pytest.skip("no g++ on PATH")
+    from codegen.api import artifact_for_target, kernel_for_spec
+    from codegen.nodes import InputSpec, NodeSpec
+    from codegen.project import project_of
+
+    for dtype in ("float32", "float16", "bfloat16"):
+        shapes = {"predict": (3, 4), "label": (3, 1), "dout": (4,)}
+        spec = NodeSpec("n", "SmoothL1LossGradV2", {r: InputSpec(dtype, s) for r, s in shapes.items()},
+                        {"sigma": 0.5, "reduction": "mean", "scale": 1.0})
+        project = project_of([artifact_for_target(kernel_for_spec(spec), "ascend910b")])
+        emit_project(project, tmp_path / dtype)
+        examples = tmp_path / dtype / project.file_stem / "examples"
+        text = (examples / f"test_aclnn_{project.file_stem}.cpp").read_text()
+        assert "label[e / 229]" in text and "dout[e % 229]" in text
+        (examples / f"aclnn_{project.file_stem}.h").write_text(aclnn_header_standin(project))
+        err = _run([CXX, "-fsyntax-only", "-std=c++11", "-I", ".", "-I", str(TOOLKIT.include),
+                    "-I", str(TOOLKIT.include / "aclnn"), f"test_aclnn_{project.file_stem}.cpp"], examples)
+        assert err == "", f"{dtype}:\n{err}"

@@ -1,27 +1,32 @@
-"""SmoothL1 backward with a label that broadcasts to predict's shape (p - t[:, None], a per-row
-target): fused with an Expand(label, Shape(predict)) before the fused node, since the kernel takes
-a label of predict's shape; labels that do not broadcast to predict's shape stay refused."""
+"""SmoothL1 backward with a label (or dout) that broadcasts to predict's shape (p - t[:, None], a
+per-row target): fused with the fused node reading the label as it is, since the kernel broadcasts
+it (a broadcast load); labels that do not broadcast to predict's shape stay refused."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
+from onnx.reference import ReferenceEvaluator
 from pass_forms import SL1, F, G, H, autograd_where_loss
 from pass_numerics import assert_same_outputs, fused_nodes, precision_ok, run_ort
 
 import lowering
 from codegen.api import build_kernels
+from codegen.nodes import node_spec
 from lowering.fused_ops import smooth_l1_grad_reference
+from runtime.backend import KernelCall
+from runtime.backends.cpu import CpuBackend
 
 _PREDICT = object()  # the output shape default: predict's
 
 
-def _where_form(label_shape, predict_shape=(3, 4), dtype: int = F, out_shape=_PREDICT) -> onnx.ModelProto:
+def _where_form(label_shape, predict_shape=(3, 4), dtype: int = F, out_shape=_PREDICT,
+                dout_shape=()) -> onnx.ModelProto:
     """PyTorch's decomposition, sum reduction, beta 0.5, Cast-wrapped for float16."""
     g = G()
     p, t, go = g.input("predict", dtype, predict_shape), g.input("label", dtype,
-                                                                 label_shape), g.input("dout", dtype, ())
+                                                                 label_shape), g.input("dout", dtype, dout_shape)
     if dtype != F:
         p, t, go = (g.op("Cast", v, to=F) for v in (p, t, go))
     x = g.op("Sub", p, t)
@@ -47,28 +52,40 @@ def _feeds(model: onnx.ModelProto, rng: np.random.Generator,
     return feeds
 
 
-def _assert_fuses_with_broadcast(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> onnx.NodeProto:
+def _assert_fuses_with_broadcast(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                                 roles: tuple[str, ...] = ("label",)) -> onnx.NodeProto:
     fused, report = lowering.fuse(model)
     onnx.checker.check_model(fused, full_check=True)
     assert report.counts() == {SL1: 1}, report.summary()
     fusion, = report.fusions
-    assert any("broadcast to predict's shape" in c for c in fusion.caveats)
+    for role in roles:
+        assert any(c.startswith(f"{role} (") and "broadcasts to predict's shape in the kernel" in c
+                   for c in fusion.caveats), fusion.caveats
     node, = fused_nodes(fused)
-    expand = next(n for n in fused.graph.node if n.output[0] == node.input[1])
-    shape = next(n for n in fused.graph.node if n.output[0] == expand.input[1])
-    assert (expand.op_type, shape.op_type, shape.input[0]) == ("Expand", "Shape", node.input[0])
+    # the fused node reads the broadcast inputs as they are: the pass adds no Expand or Shape
+    def expands(m: onnx.ModelProto) -> int:
+        return sum(n.op_type in ("Expand", "Shape") for n in m.graph.node)
+
+    assert expands(fused) <= expands(model)
+    assert node.input[1] == "label" and ("dout" not in roles or node.input[2] == "dout")
     assert_same_outputs(model, fused, feeds)
-    # the node against the float64 formula on the broadcast label
+    # the node (its function body) and the kernel against the float64 formula
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    predict = feeds[node.input[0]]
-    golden = smooth_l1_grad_reference(predict, np.broadcast_to(feeds["label"], predict.shape), feeds["dout"],
-                                      sigma=attrs["sigma"], reduction=attrs["reduction"].decode(), scale=attrs["scale"])
+    # the node's inputs as the graph computes them (dout may be an intermediate value)
+    values = dict(zip(node.input, ReferenceEvaluator(fused).run(list(node.input), feeds)))
+    predict, label, dout = (values[v] for v in node.input)
+    golden = smooth_l1_grad_reference(predict, label, dout, sigma=attrs["sigma"],
+                                      reduction=attrs["reduction"].decode(), scale=attrs["scale"])
     actual = run_ort(fused, feeds)[0]
     ok, detail = precision_ok(actual, golden, actual.dtype)
     assert ok, detail
-    # the kernel generator takes it: the fused node's label has predict's shape and type
     kernel, = build_kernels(fused, "ascend950")
-    assert kernel.kernel.op_type == SL1
+    assert kernel.kernel.param("label").broadcast
+    spec = node_spec(fused, node)
+    inputs = {"predict": predict, "label": label, "dout": dout}
+    out = CpuBackend().run(KernelCall(spec, inputs, "ascend950"))["gradient"]
+    ok, detail = precision_ok(out, golden, out.dtype)
+    assert ok, detail
     return node
 
 
@@ -76,6 +93,19 @@ def _assert_fuses_with_broadcast(model: onnx.ModelProto, feeds: dict[str, np.nda
 def test_label_that_broadcasts_to_predict_fuses(label_shape, rng: np.random.Generator) -> None:
     model = _where_form(label_shape)
     _assert_fuses_with_broadcast(model, _feeds(model, rng))
+
+
+@pytest.mark.parametrize("dout_shape", [(4,), (3, 1), (1, 4)])
+def test_dout_that_broadcasts_to_predict_fuses(dout_shape, rng: np.random.Generator) -> None:
+    model = _where_form((3, 1), dout_shape=dout_shape)
+    _assert_fuses_with_broadcast(model, _feeds(model, rng), ("label", "dout"))
+
+
+def test_dout_that_would_grow_the_gradient_is_refused(rng: np.random.Generator) -> None:
+    model = _where_form((4,), out_shape=(2, 3, 4), dout_shape=(2, 1, 1))
+    fused, report = lowering.fuse(model, by_meaning=False)
+    assert not report.fusions, report.summary()
+    assert any("dout's shape does not broadcast to predict's" in r.reason for r in report.rejections), report.summary()
 
 
 def test_broadcast_label_with_a_dynamic_batch_fuses(rng: np.random.Generator) -> None:

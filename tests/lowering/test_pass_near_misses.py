@@ -141,12 +141,14 @@ def test_abs_rounded_to_half_and_back_is_refused_with_its_reason(family: str) ->
     _assert_rejected(_rounded_abs_graph(family), family, "rounded to float16 and back while x is float32")
 
 
-def test_dout_partial_broadcast_is_refused() -> None:
+def test_dout_that_would_grow_the_gradient_is_refused() -> None:
+    # a dout that broadcasts to predict's shape is the kernel's (a broadcast load); one that makes
+    # the result bigger than predict is no gradient of predict
     def mutate(g, parts, stage):
         if stage == "pre":
             g.inputs.pop(2)
-            parts["go"] = g.input("dout", shape=(4,))
-    _assert_rejected(_sl1_graph(mutate), SL1, "neither a single element")
+            parts["go"] = g.input("dout", shape=(2, 1, 4))
+    _assert_rejected(_sl1_graph(mutate), SL1, "dout's shape does not broadcast to predict's")
 
 
 def test_less_or_equal_with_beta_zero_is_refused() -> None:

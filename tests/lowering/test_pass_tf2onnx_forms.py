@@ -189,14 +189,23 @@ def test_scaling_after_the_select_joins_the_fusion(mean: bool, rng: np.random.Ge
     assert [n.op_type for n in fused.graph.node] == ["SmoothL1LossGradV2"]
 
 
-@pytest.mark.parametrize("case", ["broadcast-scale", "select-used-twice"])
-def test_scaling_that_cannot_join_leaves_the_select_fused_alone(case: str, rng: np.random.Generator) -> None:
-    if case == "broadcast-scale":  # a [1, 8] scale is neither one element nor predict's shape
-        model = _where_then_scaled([h.make_node("Mul", ["sel", "row"], ["grad"])], ["p", "t"],
-                                   {"row": np.full((1, SHAPE[1]), 0.25)})
-    else:  # the select is also a graph output: the Mul cannot own it
-        model = _where_then_scaled([h.make_node("Mul", ["sel", "go"], ["grad"])], ["go", "p", "t"], {},
-                                   extra_outputs=["sel"])
+def test_a_broadcast_scale_after_the_select_joins_as_dout(rng: np.random.Generator) -> None:
+    """A [1, 8] scale broadcasts to predict's shape: it becomes the fused node's dout, which the
+    kernel broadcasts."""
+    model = _where_then_scaled([h.make_node("Mul", ["sel", "row"], ["grad"])], ["p", "t"],
+                               {"row": np.full((1, SHAPE[1]), 0.25)})
+    fused, report = lowering.fuse(model)
+    onnx.checker.check_model(fused, full_check=True)
+    fusion, = report.fusions
+    assert fusion.output == "grad" and [n.op_type for n in fused.graph.node] == ["SmoothL1LossGradV2"]
+    assert any(c.startswith("dout (") for c in fusion.caveats), fusion.caveats
+    assert_same_outputs(model, fused, _feeds(model, rng))
+
+
+def test_scaling_that_cannot_join_leaves_the_select_fused_alone(rng: np.random.Generator) -> None:
+    # the select is also a graph output: the Mul cannot own it
+    model = _where_then_scaled([h.make_node("Mul", ["sel", "go"], ["grad"])], ["go", "p", "t"], {},
+                               extra_outputs=["sel"])
     fused, report = lowering.fuse(model)
     onnx.checker.check_model(fused, full_check=True)
     fusion, = report.fusions

@@ -21,6 +21,7 @@ from runtime.twin.kernel import TwinKernel
 
 TARGET = "ascend910b"
 N = 5_000
+COLS = 40  # a kernel with broadcast inputs runs on [N / COLS, COLS], its broadcast inputs rows [COLS]
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +33,20 @@ def projects():
     return operator_projects(list(arts.values()))
 
 
+def _shapes(art) -> dict[str, tuple[int, ...]] | None:
+    if not any(p.broadcast for p in art.kernel.inputs):
+        return None
+    return {p.name: (COLS,) if p.broadcast else (N // COLS, COLS) for p in art.kernel.inputs}
+
+
 def _inputs(art, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Edge-laden streamed inputs; scalars (dout, alpha, l1, l2) of one element."""
     scalars = dict(zip(("alpha", "l1", "l2"), PROX_SCALARS), dout=0.75)
+    shapes = _shapes(art) or {}
     out = {}
     for p in art.kernel.inputs:
         if p.kind is Kind.TILE:
-            out[p.name] = mixed(rng, (N,), p.dtype, 0.5)
+            out[p.name] = mixed(rng, shapes.get(p.name, (N,)), p.dtype, 0.5)
         else:
             out[p.name] = np.asarray([scalars[p.name]], NUMPY_DTYPES[p.dtype])
     return out
@@ -53,13 +61,13 @@ def test_each_variant_of_the_whole_operator_runs_as_alone(projects, toolchain, t
             inputs = _inputs(art, np.random.default_rng([seed, art.key_base]))
             whole = TwinKernel(art, toolchain, project)
             host = whole.host_tiling(inputs)
-            whole.check_host_tiling(host, whole.plan_tiling(art.schedule(N), inputs))
+            plan = art.schedule(N, _shapes(art))
+            whole.check_host_tiling(host, whole.plan_tiling(plan, inputs))
             got, _ = whole.run(inputs, host)
             alone = twin.kernel(art)
             want, _ = alone.run(inputs, alone.host_tiling(inputs))
-            plan = art.schedule(N)
             interpreted = execute(art.kernel, plan_tiles(plan), inputs, N, alloc=art.allocation,
-                                  buffer_bytes={b.name: b.bytes for b in plan.buffers})
+                                  buffer_bytes={b.name: b.bytes for b in plan.buffers}, broadcasts=plan.broadcasts)
             for name, value in got.items():
                 assert differing(value, want[name]).size == 0, f"seed {seed}: {art.variant_label}"
                 assert differing(value, interpreted[name]).size == 0, f"seed {seed}: {art.variant_label}"

@@ -1,7 +1,9 @@
 """The kernel variants the twin tests run, as unfused ONNX graphs, plus their input data.
 
-A variant is op x dtype x (reduction and dout kind | runtime or constant scalars); each runs on
-every target. float16/bfloat16 graphs compute in float32 between Casts, as exporters write them.
+A variant is op x dtype x (reduction, dout kind and label kind | runtime or constant scalars);
+each runs on every target. Broadcast variants give label (and dout) a shape that broadcasts to
+predict's: a row, a column, or a rank-4 pattern with leading and inner 1s.
+float16/bfloat16 graphs compute in float32 between Casts, as exporters write them.
 Sizes rotate through three classes so every op, dtype and target meets each: a tail shorter than
 one repeat (one core, DataCopyPad only, 2 to 63 elements), a split over all cores whose last core is partial, and
 several double-buffered tiles per core with partial tails.
@@ -35,12 +37,15 @@ class Variant:
     scalar_dout: bool = False  # sl1: dout holds one element
     beta: float = 1.0  # sl1
     runtime_scalars: bool = False  # prox: alpha/l1/l2 are graph inputs
+    label: str = "full"  # sl1: full, row, column or rank4 (see shapes_of)
+    broadcast_dout: bool = False  # sl1: dout is a row that broadcasts to predict's shape
 
     @property
     def name(self) -> str:
         if self.op == "sl1":
-            dout = "dout1" if self.scalar_dout else "doutN"
-            return f"sl1-{self.dtype}-{self.reduction}-{dout}-b{self.beta:g}"
+            dout = "dout1" if self.scalar_dout else "doutRow" if self.broadcast_dout else "doutN"
+            label = "" if self.label == "full" else f"-label{self.label.capitalize()}"
+            return f"sl1-{self.dtype}-{self.reduction}-{dout}-b{self.beta:g}{label}"
         return f"prox-{self.dtype}-{'runtime' if self.runtime_scalars else 'const'}"
 
 
@@ -54,7 +59,28 @@ def variants() -> list[Variant]:
                 out.append(Variant("sl1", dtype, reduction, scalar_dout, betas[len(out) % len(betas)]))
         for runtime in (False, True):
             out.append(Variant("prox", dtype, runtime_scalars=runtime))
+    # broadcast loads: three variants keep the twin's compile time down; tests/runtime and
+    # tests/twin/test_twin_broadcast.py run more shapes ([1, 1], rank 5, the general path)
+    out += [Variant("sl1", "float32", "mean", beta=0.5, label="row", broadcast_dout=True),
+            Variant("sl1", "float16", "sum", True, 1.0, label="column"),
+            Variant("sl1", "bfloat16", "none", beta=0.0, label="rank4", broadcast_dout=True)]
     return out
+
+
+def shapes_of(v: Variant, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(predict, label, dout) shapes of an sl1 variant on about `shape`'s element count: a
+    broadcast variant works on a 2-D (rank4: 4-D) predict of roughly as many elements."""
+    if v.label == "full" and not v.broadcast_dout:
+        out = shape
+    else:
+        n = int(np.prod(shape))
+        rows = max(2, min(n // 2, int(np.sqrt(n)) // 3 + 2))
+        out = (rows, max(2, n // rows))
+        if v.label == "rank4":
+            out = (2, max(1, rows // 2), 3, max(2, n // rows // 3))
+    label = {"full": out, "row": out[-1:], "column": out[:-1] + (1,), "rank4": out[1:2] + (1,) + out[3:]}[v.label]
+    dout = () if v.scalar_dout else out[-1:] if v.broadcast_dout else out
+    return out, label, dout
 
 
 def cases() -> list[tuple[Variant, str, str]]:
@@ -93,6 +119,7 @@ def _wrap_out(nodes: list, value: str, out: str, dtype: str) -> None:
 
 def sl1_model(v: Variant, shape: tuple[int, ...]) -> onnx.ModelProto:
     """PyTorch's decomposition: Where(|x| < beta, g*x/beta, g*sign(x)), g = dout * norm."""
+    shape, label_shape, dout_shape = shapes_of(v, shape)
     numel = int(np.prod(shape))
     nodes: list = []
     p, lab, d = (_wrap_in(nodes, n, v.dtype) for n in ("predict", "label", "dout"))
@@ -108,8 +135,8 @@ def sl1_model(v: Variant, shape: tuple[int, ...]) -> onnx.ModelProto:
               h.make_node("Mul", [g, "sx"], ["sg"]), h.make_node("Where", ["c", "lin", "sg"], ["y"])]
     _wrap_out(nodes, "y", "gradient", v.dtype)
     e = ELEM[v.dtype]
-    ins = [h.make_tensor_value_info("predict", e, list(shape)), h.make_tensor_value_info("label", e, list(shape)),
-           h.make_tensor_value_info("dout", e, [] if v.scalar_dout else list(shape))]
+    ins = [h.make_tensor_value_info("predict", e, list(shape)), h.make_tensor_value_info("label", e, list(label_shape)),
+           h.make_tensor_value_info("dout", e, list(dout_shape))]
     graph = h.make_graph(nodes, "sl1", ins, [h.make_tensor_value_info("gradient", e, list(shape))], initializer=inits)
     return h.make_model(graph, opset_imports=[h.make_opsetid("", OPSET)])
 
@@ -168,13 +195,14 @@ def mixed(rng: np.random.Generator, shape: tuple[int, ...], dtype: str, beta: fl
 def feeds_of(v: Variant, shape: tuple[int, ...], rng: np.random.Generator) -> dict[str, np.ndarray]:
     np_t = NUMPY_DTYPES[v.dtype]
     if v.op == "sl1":
-        p = mixed(rng, shape, v.dtype, v.beta).reshape(-1)
-        lab = mixed(rng, shape, v.dtype, v.beta).reshape(-1)
-        k = p.size // 7  # |p - l| == beta exactly: l = 0, p = +-beta
-        lab[:k] = 0
-        p[:k] = np.resize(np.array([v.beta, -v.beta]).astype(np_t), k)
-        dout = np.asarray(rng.normal(), np_t) if v.scalar_dout else mixed(rng, shape, v.dtype)
-        return {"predict": p.reshape(shape), "label": lab.reshape(shape), "dout": dout}
+        shape, label_shape, dout_shape = shapes_of(v, shape)
+        p = mixed(rng, shape, v.dtype, v.beta)
+        lab = mixed(rng, label_shape, v.dtype, v.beta)
+        lab.reshape(-1)[: max(1, lab.size // 7)] = 0  # |p - l| == beta exactly: l = 0, p = +-beta
+        zero = np.broadcast_to(lab, shape) == 0
+        p[zero] = np.resize(np.array([v.beta, -v.beta]).astype(np_t), int(zero.sum()))
+        dout = np.asarray(rng.normal(), np_t) if v.scalar_dout else mixed(rng, dout_shape, v.dtype)
+        return {"predict": p, "label": lab, "dout": dout}
     feeds = {"var": mixed(rng, shape, v.dtype), "delta": mixed(rng, shape, v.dtype)}
     feeds["delta"].reshape(-1)[: feeds["delta"].size // 7] = 0  # |prox| == threshold where var is one
     if v.runtime_scalars:

@@ -18,8 +18,8 @@ import onnx
 
 from ...fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
 from ...graph import GraphIndex
-from ..base import NoMatch, broadcasts_to, is_single_element, require, same_shape, shape_text, shapes_differ
-from ..smooth_l1_grad import split_reduction
+from ..base import NoMatch, broadcasts_to, is_single_element, require, same_shape, shapes_differ
+from ..smooth_l1_grad import broadcast_caveats, split_reduction
 from .evaluate import ELEMENTWISE
 from .hypothesis import (
     Counterexample,
@@ -58,15 +58,15 @@ def propose(index: GraphIndex, region: Region, rng: np.random.Generator) -> list
 def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str | None,
           rng: np.random.Generator) -> Proposal:
     dtype = tensor_type(index, region, [predict, label] + ([dout] if dout else []), "predict and label")
-    expand = not same_shape(index, predict, label)
-    require(not expand or broadcasts_to(index, label, predict),
+    label_broadcasts = not same_shape(index, predict, label)
+    require(not label_broadcasts or broadcasts_to(index, label, predict),
             shapes_differ(index, predict, label, "predict and label") + "; only a label that broadcasts to "
             "predict's shape is taken")
-    require(dout is None or is_single_element(index, dout) or same_shape(index, dout, predict),
-            "dout is neither a single element nor predict's shape (other broadcasts are not supported)")
+    require(dout is None or is_single_element(index, dout) or broadcasts_to(index, dout, predict),
+            "dout's shape does not broadcast to predict's (the gradient of predict has predict's shape)")
     inside = set(region.nodes)
     for source in region.numels.values():
-        require(source == predict or (source == label and not expand) or same_shape(index, source, predict)
+        require(source == predict or (source == label and not label_broadcasts) or same_shape(index, source, predict)
                 or index.producer.get(source) in inside,
                 f"divides by the element count of {source}, which is not predict's")
     mags = magnitudes(region)
@@ -98,10 +98,8 @@ def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str
     roles = {predict: "predict", label: "label", **({dout: "dout"} if dout else {})}
     probes = _probes(index, region, predict, label, dout, sigma, mags, rng)
     dout_input = dout if dout else _one(dtype)
-    caveats = [f"label ({shape_text(index, label)}) is broadcast to predict's shape by an Expand before the fused "
-               "node (the kernel takes a label of predict's shape)"] if expand else []
     return Proposal(SMOOTH_L1_GRAD, attrs, [predict, label, dout_input], roles, contract, probes, dtype,
-                    expand={1: 0} if expand else {}, caveats=caveats)
+                    caveats=broadcast_caveats(index, predict, label, dout))
 
 
 _INFER_N = 4  # element count of the inference probes

@@ -9,6 +9,7 @@
 #include "twin/operand.h"
 #include "twin/copy.h"
 #include "twin/vector.h"
+#include "twin/gather.h"
 #include "twin/kernel.h"
 
 #endif  // TWIN_KERNEL_OPERATOR_H

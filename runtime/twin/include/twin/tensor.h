@@ -187,6 +187,10 @@ public:
         return t;
     }
 
+    // One element written by the scalar unit (defined after the operand checks, twin/scalar.h).
+    template <typename T1>
+    __aicore__ inline void SetValue(const uint32_t index, const T1 value) const;
+
     twin::UbBuffer* twinBuffer_ = nullptr;
     uint32_t twinOffset_ = 0;  // bytes from the start of the buffer
 };
