@@ -3,23 +3,9 @@ the asked number of nodes, the diff PASSes, and the table is printed. No timing 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from bench_scripts import load
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "diff_scaling.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("diff_scaling_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load()
+bench = load("diff_scaling")
 
 
 def test_builder_fuses_exactly_the_asked_number_of_nodes():

@@ -6,28 +6,15 @@ and the planted positives / near misses are what the fusion counts are compared 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import onnx
 import pytest
+from bench_scripts import load
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "pass_speed.py"
 SEEDS = (0, 1, 2, 3)
 SIZE = 500
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("pass_speed_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load()
+bench = load("pass_speed")
 
 
 @pytest.fixture(scope="module", params=SEEDS)
