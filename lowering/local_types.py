@@ -93,13 +93,17 @@ class LocalTypes:
         """Infers `name` after every input of its producer, depth first without recursion (an
         undeclared chain can be as long as the model). A complete declared type is taken as it is."""
         types, producers = self._types, self._producers
+        waiting: dict[str, ValueType | None] = {}  # declared types of values whose inputs come first
         stack = [name]
         while stack:
             value = stack[-1]
             if value in types:
                 stack.pop()
                 continue
-            declared = self._declared(value)
+            if value in waiting:
+                declared = waiting[value]
+            else:
+                declared = waiting[value] = self._declared(value)
             node = producers.get(value)
             if node is None or _complete(declared):
                 types[value] = declared
@@ -121,14 +125,12 @@ class LocalTypes:
         return self.get(name) if name else None
 
     def _node_types(self, node: NodeLike) -> list[ValueType | None]:
-        function = self._functions.get((node.domain, node.op_type))
+        op = node.op_type
+        function = self._functions.get((node.domain, op)) if self._functions else None
         if function is not None:
             return self._call_types(node, function)
-        if (node.domain, node.op_type) in SAME_AS_FIRST_INPUT:
-            return [self._type(node.input[0])] if node.input else []
         if node.domain not in ("", "ai.onnx"):
-            return []
-        op = node.op_type
+            return [self._type(node.input[0])] if (node.domain, op) in SAME_AS_FIRST_INPUT and node.input else []
         inputs = [self._type(v) for v in node.input]
         first = inputs[0] if inputs else None
         if op in _BROADCAST or op in _COMPARE or op == "Where":
@@ -138,6 +140,8 @@ class LocalTypes:
                 return [None]
             elem = TensorProto.BOOL if op in _COMPARE else typed.elem_type
             shape = broadcast([s for s in shapes if s is not None])
+            if shape == typed.shape and elem == typed.elem_type:
+                return [typed]  # most elementwise values have their first input's type: share it
             return [None if shape is None else ValueType(elem, shape)]
         if op in _SAME:
             return [first]
