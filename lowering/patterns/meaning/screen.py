@@ -33,7 +33,7 @@ from .hypothesis import numel_leaves
 from .proof import fmt
 from .region import MAX_NODES, MAX_RUNTIME_LEAVES, Region, RegionRefused, Walks, build_joint
 
-_POINTS = 8  # points per image; one failing is enough, and a true region passes at all of them
+_POINTS = 8  # points per point set; one failing is enough, and a true region passes at all of them
 _NUMEL = 7  # the element count numel leaves hold (any positive count: it is fixed across the point sets)
 _FLOATS = frozenset(FLOAT_TYPES) | {None}  # a leaf of unknown type is drawn as a float, as the proof draws it
 _RTOL = 1e-9  # far above the rounding of a spelling that distributes a division, far below a real difference
