@@ -19,6 +19,7 @@ from .onnx_values import Shape as Shape
 from .onnx_values import ValueType as ValueType
 from .onnx_values import attr as attr
 from .onnx_values import constant_node_value as constant_node_value
+from .onnx_values import is_complete
 from .onnx_values import tensor_value as tensor_value
 from .onnx_values import type_of_type_proto as type_of_type_proto
 from .onnx_values import value_type_of as value_type_of
@@ -178,8 +179,6 @@ def decode_nodes(graph: onnx.GraphProto) -> list[Node]:
     return nodes
 
 
-def _complete(vt: ValueType | None) -> bool:
-    return vt is not None and vt.shape is not None and None not in vt.shape
 
 
 class ValueTypes:
@@ -209,7 +208,7 @@ class ValueTypes:
         if name in self._cache:
             return self._cache[name]
         vt = self._lookup(name)
-        if not _complete(vt):
+        if not is_complete(vt):
             found = self._locally().get(name)
             if found is not None and found is not vt:
                 vt = found

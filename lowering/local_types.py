@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from .onnx_values import Dim, ValueType, attr, constant_node_value, tensor_value, type_of_type_proto
+from .onnx_values import Dim, ValueType, attr, constant_node_value, is_complete, tensor_value, type_of_type_proto
 
 # a shape tensor's value: one entry per element, a number, a dim's symbolic name, or unknown
 ShapeValue = tuple[Dim, ...]
@@ -105,7 +105,7 @@ class LocalTypes:
             else:
                 declared = waiting[value] = self._declared(value)
             node = producers.get(value)
-            if node is None or _complete(declared):
+            if node is None or is_complete(declared):
                 types[value] = declared
                 stack.pop()
                 continue
@@ -415,8 +415,6 @@ def _small_integers(value: np.ndarray | None) -> ShapeValue | None:
     return tuple(int(v) for v in value.reshape(-1))
 
 
-def _complete(vt: ValueType | None) -> bool:
-    return vt is not None and vt.shape is not None and None not in vt.shape
 
 
 def _known_dims(vt: ValueType) -> int:

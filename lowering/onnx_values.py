@@ -38,6 +38,11 @@ class ValueType:
         return f"ValueType(elem_type={self.elem_type}, shape={self.shape})"
 
 
+def is_complete(vt: ValueType | None) -> bool:
+    """Whether a type knows its rank and every dim (a number or a symbolic name)."""
+    return vt is not None and vt.shape is not None and None not in vt.shape
+
+
 def value_type_of(vi: onnx.ValueInfoProto) -> ValueType | None:
     return type_of_type_proto(vi.type)
 
