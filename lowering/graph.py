@@ -197,12 +197,13 @@ class ValueTypes:
         self._cache: dict[str, ValueType | None] = {}
         self._parsed: dict[bytes, ValueType | None] = {}
         self._local: LocalTypes | None = None
-        self._producers: dict[str, NodeLike] | None = None
+        self._nodes: list[Node] | None = None
         self.inferred: set[str] = set()  # values whose type came from inference
 
     def attach(self, nodes: list[Node]) -> None:
-        """The model's nodes, decoded: inference then finds producers without reading the protos."""
-        self._producers = {name: node for node in nodes for name in node.output}
+        """The model's nodes, decoded: inference, if a type is ever missing, then finds producers
+        without reading the protos."""
+        self._nodes = nodes
 
     def get(self, name: str) -> ValueType | None:
         if name in self._cache:
@@ -225,9 +226,8 @@ class ValueTypes:
 
     def _locally(self) -> LocalTypes:
         if self._local is None:
-            producers = self._producers
-            if producers is None:
-                producers = {name: node for node in self._model.graph.node for name in node.output}
+            nodes: list[Node] | list[onnx.NodeProto] = self._nodes or list(self._model.graph.node)
+            producers: dict[str, NodeLike] = {name: node for node in nodes for name in node.output}
             overridable = {vi.name for vi in self._model.graph.input}
             opsets = {o.domain: o.version for o in self._model.opset_import}
             functions = {(f.domain, f.name): f for f in self._model.functions}
