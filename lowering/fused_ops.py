@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -99,6 +101,7 @@ class OpSpec:
     scalar_draws: Mapping[str, ScalarDraw] = field(default_factory=dict)
     kinks: Callable[[Mapping[str, object], Mapping[str, float]], tuple[Kink, ...]] = field(
         default=lambda attrs, scalars: ())
+    proof: ProofSpec | None = None
 
     @property
     def attrs(self) -> dict[str, object]:
@@ -116,6 +119,34 @@ class OpSpec:
     def golden(self, inputs: Mapping[str, np.ndarray], attrs: Mapping[str, object]) -> tuple[np.ndarray, ...]:
         """The float64 reference with attributes checked and defaulted."""
         return self.reference(inputs, self.check_attrs(attrs))
+
+
+@dataclass(frozen=True)
+class ProofSpec:
+    """The op as a formula a proof compares a region with (lowering.proof).
+
+    `contract(m, inputs, params, attrs)` builds the output from the inputs (extended-real values,
+    by contract name) with the semantics `m` (lowering.proof.semantics.Semantics), so one text
+    serves exact evaluation and the solver. `params` are the real numbers the kernel derives from
+    the attributes (sigma and 1/sigma, ...) plus `norm` (1/numel(first input) for reduction mean,
+    else 1), given exactly as the region holds them; `derive(attrs, at, snap, big)` finds them: `at`
+    evaluates the region exactly at inputs given by name (divided by norm there), `snap` replaces
+    an attribute's float by the region constant (or product or quotient of two) it rounds, `big` is
+    beyond every constant. `kernel(attrs)` are the same parameters as the kernel computes them from
+    the attributes: each derived one must equal its kernel twin up to the rounding of a float32
+    attribute.
+    `domain(m, inputs, attrs)` is what the op assumes of its runtime scalar inputs, and `finite`
+    names the inputs that must be finite numbers (a step size, a penalty).
+    """
+
+    contract: Callable[[Any, Mapping[str, Any], Mapping[str, Any], Mapping[str, object]], Any]
+    derive: Callable[[Mapping[str, object], Callable[..., Fraction | None], Callable[[float], Fraction], Fraction],
+                     dict[str, Fraction]]
+    kernel: Callable[[Mapping[str, object]], dict[str, Fraction]]
+    domain: Callable[[Any, Mapping[str, Any], Mapping[str, object]], Any] = field(
+        default=lambda m, inputs, attrs: True)
+    finite: tuple[str, ...] = ()
+    domain_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -238,6 +269,42 @@ def _proximal_kinks(a: Mapping[str, object], x: Mapping[str, float]) -> tuple[Ki
     return (Kink("var", "delta", (threshold, -threshold, 0.0, -0.0)),)
 
 
+def _smooth_l1_contract(m: Any, x: Mapping[str, Any], p: Mapping[str, Any], a: Mapping[str, object]) -> Any:
+    diff = m.sub(x["predict"], x["label"])
+    g = m.mul(m.mul(p["scale"], p["norm"]), x["dout"])
+    if "sigma" not in p:
+        return m.mul(g, m.sign(diff))
+    inside = m.lt(m.abs(diff), p["sigma"])
+    return m.mul(g, m.where(inside, m.mul(diff, p["inv_sigma"]), m.sign(diff)))
+
+
+def _smooth_l1_derive(a: Mapping[str, object], at: Callable[..., Fraction | None], snap: Callable[[float], Fraction],
+                      big: Fraction) -> dict[str, Fraction]:
+    """scale from the plateau beyond sigma; sigma from the region's constants; 1/sigma from the
+    slope at sigma / 2 (a region that multiplies by a rounded 1/beta holds that number)."""
+    plateau = at(predict=big, label=0, dout=1)
+    out: dict[str, Fraction] = {}
+    if plateau is None or plateau == 0:
+        return out
+    out["scale"] = plateau
+    sigma = float(a["sigma"])  # type: ignore[arg-type]
+    if sigma > 0:
+        b = snap(sigma)
+        inner = at(predict=b / 2, label=0, dout=1)
+        if inner is not None and b > 0:
+            out["sigma"] = b
+            out["inv_sigma"] = inner / (plateau * b / 2)
+    return out
+
+
+def _smooth_l1_kernel(a: Mapping[str, object]) -> dict[str, Fraction]:
+    sigma = Fraction(float(a["sigma"]))  # type: ignore[arg-type]
+    out = {"scale": Fraction(float(a["scale"]))}  # type: ignore[arg-type]
+    if sigma > 0:
+        out.update(sigma=sigma, inv_sigma=1 / sigma)
+    return out
+
+
 register(OpSpec(
     SMOOTH_L1_GRAD,
     inputs=("predict", "label", "dout"),
@@ -251,7 +318,48 @@ register(OpSpec(
              "gradient = scale * norm * dout * s,  norm = 1/numel(predict) for reduction mean, else 1"),
     example_scalars={"dout": 0.5},
     kinks=_smooth_l1_kinks,
+    proof=ProofSpec(_smooth_l1_contract, _smooth_l1_derive, _smooth_l1_kernel),
 ))
+
+def _proximal_contract(m: Any, x: Mapping[str, Any], p: Mapping[str, Any], a: Mapping[str, object]) -> Any:
+    alpha, l1, l2 = x["alpha"], x["l1"], x["l2"]
+    form = a["scalar_form"]
+    if form == "raw":
+        threshold, divisor = m.mul(alpha, l1), m.add(m.const(1), m.mul(alpha, l2))
+    elif form == "folded":
+        threshold, divisor = l1, l2
+    else:
+        threshold, divisor = l1, m.div(m.const(1), l2)
+    prox = m.sub(x["var"], m.mul(alpha, x["delta"]))
+    shrunk = m.max(m.sub(m.abs(prox), threshold), m.const(0))
+    if "shrink_max" in p:
+        shrunk = m.min(shrunk, p["shrink_max"])
+    return m.div(m.mul(m.sign(prox), shrunk), divisor)
+
+
+def _proximal_derive(a: Mapping[str, object], at: Callable[..., Fraction | None], snap: Callable[[float], Fraction],
+                     big: Fraction) -> dict[str, Fraction]:
+    cap = float(a["shrink_max"])  # type: ignore[arg-type]
+    return {"shrink_max": Fraction(cap)} if cap != float("inf") else {}
+
+
+def _proximal_domain(m: Any, x: Mapping[str, Any], a: Mapping[str, object]) -> Any:
+    """A step and penalties as TensorFlow and CANN mean them: alpha, l1, l2 >= 0, so the
+    threshold is >= 0 and the divisor >= 1 (its reciprocal in (0, 1])."""
+    b = m.b
+    zero, one = m.const(0), m.const(1)
+    form = a["scalar_form"]
+    if form == "raw":
+        return b.and_(m.le(zero, x["alpha"]), m.le(zero, x["l1"]), m.le(zero, x["l2"]))
+    if form == "folded":
+        return b.and_(m.le(zero, x["alpha"]), m.le(zero, x["l1"]), m.le(one, x["l2"]))
+    return b.and_(m.le(zero, x["alpha"]), m.le(zero, x["l1"]), m.lt(zero, x["l2"]), m.le(x["l2"], one))
+
+
+def _proximal_kernel(a: Mapping[str, object]) -> dict[str, Fraction]:
+    cap = float(a["shrink_max"])  # type: ignore[arg-type]
+    return {"shrink_max": Fraction(cap)} if cap != float("inf") else {}
+
 
 register(OpSpec(
     PROXIMAL_GD,
@@ -270,4 +378,6 @@ register(OpSpec(
     scalar_draws={"alpha": ScalarDraw((0.5, 0.125), 0.01, 1.0),
                   "l1": ScalarDraw((0.0, 0.25), 0.0, 0.5), "l2": ScalarDraw((0.0, 0.25), 0.0, 0.5)},
     kinks=_proximal_kinks,
+    proof=ProofSpec(_proximal_contract, _proximal_derive, _proximal_kernel, _proximal_domain, finite=("alpha", "l1", "l2"),
+                    domain_text="alpha >= 0 and l1 >= 0 and l2 >= 0, finite (the threshold >= 0, the divisor >= 1)"),
 ))
