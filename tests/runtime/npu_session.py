@@ -7,13 +7,14 @@ ASCEND_HOME_PATH and FAKE_ACL_LOG come from the environment (a fake toolkit). Th
 two backends, runs a SmoothL1 node on the first and a proximal update on the second, runs the
 first again from another thread, shows that the fake refuses device memory in a thread with no
 context, uses and closes a third backend in a `with` block, closes the second and leaves the
-first for the exit. OUT.npz gets the inputs, the results and what the session saw.
+first for the exit. OUT.npz gets the results and what the session saw.
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import os
 import sys
 import threading
 
@@ -27,14 +28,8 @@ from runtime.backends.npu import NpuBackend
 SHAPE = (4, 300)
 
 
-def main(out: str, seed: int, preinit: bool) -> None:
-    rng = np.random.default_rng(seed)
-    if preinit:  # another library of the process initialised ACL first
-        from runtime.npu.toolkit import find_toolkit
-
-        acl = ctypes.CDLL(str(find_toolkit().library("libascendcl.so")))
-        assert acl.aclInit(None) == 0
-        atexit.register(acl.aclFinalize)  # registered first, so it runs after the backend's handler
+def calls(rng: np.random.Generator) -> tuple[KernelCall, KernelCall]:
+    """A SmoothL1 node (one-element dout, mean) and a proximal update with runtime scalars."""
     p, lab = (rng.normal(0, 2, SHAPE).astype(np.float32) for _ in range(2))
     dout = np.array(rng.normal(), np.float32)
     var, delta = (rng.normal(size=SHAPE).astype(np.float32) for _ in range(2))
@@ -48,6 +43,18 @@ def main(out: str, seed: int, preinit: bool) -> None:
                                {"var": InputSpec(f32, SHAPE), "delta": InputSpec(f32, SHAPE),
                                 **{n: InputSpec(f32, ()) for n in scalars}}, {"scalar_form": "raw"}),
                       {"var": var, "delta": delta, **scalars})
+    return sl1, prox
+
+
+def main(out: str, seed: int, preinit: bool) -> None:
+    rng = np.random.default_rng(seed)
+    if preinit:  # another library of the process initialised ACL first
+        from runtime.npu.toolkit import find_toolkit
+
+        acl = ctypes.CDLL(str(find_toolkit().library("libascendcl.so")))
+        assert acl.aclInit(None) == 0
+        atexit.register(acl.aclFinalize)  # registered first, so it runs after the backend's handler
+    sl1, prox = calls(rng)
     notes: list[str] = []
     first = NpuBackend(notify=notes.append)
     second = NpuBackend(notify=notes.append)
@@ -79,11 +86,12 @@ def main(out: str, seed: int, preinit: bool) -> None:
     second.close()
     tensors = ctypes.CDLL(str(first.runtime.toolkit.library("libnnopbase.so"))).fake_live_tensors
     tensors.restype = ctypes.c_long
-    np.savez(out, p=p, label=lab, dout=dout, var=var, delta=delta, **scalars,
-             first=r_first, second=r_second, third=r_third, threaded=threaded["gradient"],
+    np.savez(out, first=r_first, second=r_second, third=r_third, threaded=threaded["gradient"],
              thread_id=threaded["tid"], main_id=threading.get_native_id(),
              unbound_status=threaded["unbound_status"], after_close=after_close,
              notes="\n".join(notes), live_tensors=tensors(), owns_acl=first.runtime.owns_acl)
+    with open(os.environ["FAKE_ACL_LOG"], "a", encoding="utf-8") as log:
+        log.write("session end\n")
 
 
 if __name__ == "__main__":
