@@ -11,9 +11,9 @@ everything released at exit) and has a stream of its own, released by `close()` 
 a `with` block. A backend can run from any thread: each call first makes the device's context
 current in the calling thread. Calls on one backend are serialised (they share its stream).
 
-What it found (the toolkit, the package each operator comes from) and what looks wrong (a
-package not built from this model's kernels, per its build stamp) goes to `notify`, by default
-one `npu backend: ...` line on stderr.
+What it found (the toolkit, the package each operator comes from; not with `quiet`) and what
+looks wrong (a package not built from this model's kernels, per its build stamp) goes to
+`notify`, by default one `npu backend: ...` line on stderr.
 
 Each call is the documented aclnn sequence: aclrtMalloc + aclrtMemcpy per tensor, aclCreateTensor,
 aclnn<Op>GetWorkspaceSize(inputs..., attributes..., outputs..., &workspaceSize, &executor),
@@ -52,10 +52,13 @@ def _to_stderr(message: str) -> None:
 class NpuBackend(Backend):
     name = "npu"
 
-    def __init__(self, device_id: int = 0, notify: Callable[[str], None] | None = None) -> None:
+    def __init__(self, device_id: int = 0, notify: Callable[[str], None] | None = None,
+                 quiet: bool = False) -> None:
         if not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0:
             raise BackendError(f"npu backend: device_id must be a non-negative integer, got {device_id!r}")
-        self._notify = notify or _to_stderr
+        say = notify or _to_stderr
+        self._warn = say
+        self._notify = (lambda message: None) if quiet else say
         self.runtime = shared_runtime(self._notify)
         toolkit = self.runtime.toolkit
         search = find_packages(toolkit.opp_path, toolkit.opp_source)
@@ -106,7 +109,7 @@ class NpuBackend(Backend):
             self._checked.add((art.op_name, art.key_base))
             problem = stamp_problem(entry.package.library, art)
             if problem is not None:
-                self._notify(f"warning: aclnn{art.op_name} comes from {entry.package.describe()}, but {problem}; "
+                self._warn(f"warning: aclnn{art.op_name} comes from {entry.package.describe()}, but {problem}; "
                              f"rebuild kernels/{art.file_stem} (build.sh) and install its custom_opp_*.run")
         return entry
 

@@ -72,20 +72,30 @@ def _problem(path: Path) -> str | None:
 def find_toolkit(env: Mapping[str, str] | None = None, roots: Sequence[Path] | None = None) -> Toolkit:
     """The toolkit, or BackendError listing every place looked at and what each lacked."""
     env = os.environ if env is None else env
-    looked: list[str] = []
+    looked: list[tuple[str, str]] = []
     passed_over: list[str] = []
     for how, path in candidates(env, default_roots() if roots is None else roots):
         if path is None:
-            looked.append(f"{how} (not set)")
+            looked.append((how, "not set"))
             continue
         problem = _problem(path)
         if problem is None:
             opp = env.get("ASCEND_OPP_PATH")
             opp_path, opp_source = (Path(opp), "ASCEND_OPP_PATH") if opp else (path / "opp", "the toolkit's opp")
             return Toolkit(path, how, opp_path, opp_source, tuple(passed_over))
-        where = f"{how}={path}" if how in ENV_VARS else f"{path} ({how})"
-        looked.append(f"{where}: {problem}")
+        looked.append((f"{how}={path}" if how in ENV_VARS else str(path), problem))
         if how in ENV_VARS:
             passed_over.append(f"{how}={path} ({problem})")
-    raise BackendError("npu backend: no CANN toolkit found; looked at " + "; ".join(looked)
+    raise BackendError("npu backend: no CANN toolkit found; looked at, in order, " + _grouped(looked)
                        + ". Install the toolkit and source its set_env.sh, or use --backend cpu")
+
+
+def _grouped(looked: list[tuple[str, str]]) -> str:
+    """'a, b (not set); c, d (no such directory)': places in order, each run of one problem once."""
+    runs: list[tuple[list[str], str]] = []
+    for where, problem in looked:
+        if runs and runs[-1][1] == problem:
+            runs[-1][0].append(where)
+        else:
+            runs.append(([where], problem))
+    return "; ".join(f"{', '.join(places)} ({problem})" for places, problem in runs)

@@ -6,7 +6,7 @@
 ASCEND_HOME_PATH and FAKE_ACL_LOG come from the environment (a fake toolkit). The session makes
 two backends, runs a SmoothL1 node on the first and a proximal update on the second, runs the
 first again from another thread, shows that the fake refuses device memory in a thread with no
-context, uses and closes a third backend in a `with` block, closes the second and leaves the
+context, uses and closes a third backend in a `with` block (and a quiet one), closes the second and leaves the
 first for the exit. OUT.npz gets the results and what the session saw.
 """
 
@@ -77,6 +77,9 @@ def main(out: str, seed: int, preinit: bool) -> None:
         t.join()
     with NpuBackend(notify=notes.append) as third:
         r_third = third.run(prox)["var_out"]
+    quiet_notes: list[str] = []
+    with NpuBackend(notify=quiet_notes.append, quiet=True) as quiet:
+        quiet.run(sl1)
     try:
         third.run(prox)
         after_close = ""
@@ -89,7 +92,8 @@ def main(out: str, seed: int, preinit: bool) -> None:
     np.savez(out, first=r_first, second=r_second, third=r_third, threaded=threaded["gradient"],
              thread_id=threaded["tid"], main_id=threading.get_native_id(),
              unbound_status=threaded["unbound_status"], after_close=after_close,
-             notes="\n".join(notes), live_tensors=tensors(), owns_acl=first.runtime.owns_acl)
+             notes="\n".join(notes), quiet_notes="\n".join(quiet_notes), live_tensors=tensors(),
+             owns_acl=first.runtime.owns_acl)
     with open(os.environ["FAKE_ACL_LOG"], "a", encoding="utf-8") as log:
         log.write("session end\n")
 
