@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # npu_fakes.py and npu_session.p
 from npu_fakes import CC, FakeLibraries, compile_fakes, install_package, make_toolkit
 from npu_session import calls
 
+from codegen.emit import project_files
 from codegen.emit.build_stamp import build_stamp, installed_stamp_name
 from codegen.project import project_of
 from lowering.fused_ops import proximal_gd_reference, smooth_l1_grad_reference
@@ -312,4 +313,14 @@ def test_the_build_stamp_tells_whose_kernels_a_package_holds(tmp_path: Path, art
     stamp.write_text("not json")
     assert "is not one lower wrote" in (stamp_problem(lib, sl1) or "")
     assert "no build stamp" in (stamp_problem(lib, prox) or "")  # one stamp per operator
+
+
+def test_the_emitted_project_installs_its_stamp_beside_its_aclnn_library(artifacts: tuple) -> None:
+    project = project_of([artifacts[0]])
+    files = project_files(project)
+    assert files["build_stamp.json"] == build_stamp(project)
+    cmake = files["op_host/CMakeLists.txt"]
+    assert ("install(FILES ${CMAKE_SOURCE_DIR}/build_stamp.json DESTINATION ${VENDOR_DIR}/op_api/lib\n"
+            "        RENAME smooth_l1_loss_grad_v2.build_stamp.json)") in cmake
+    assert "install(TARGETS cust_opapi LIBRARY DESTINATION ${VENDOR_DIR}/op_api/lib)" in cmake
 
