@@ -137,8 +137,11 @@ def check_input_options(args: argparse.Namespace, model: onnx.ModelProto) -> Inp
         check_npz(npz, specs)
     else:
         shapes = resolve_shapes(specs, parse_shape_options(getattr(args, "shape", None)))
+    name = getattr(args, "backend", None) or "cpu"
+    # the npu backend says which toolkit and packages it uses; -q keeps only its warnings
+    options = {"quiet": True} if name == "npu" and getattr(args, "quiet", False) else {}
     try:
-        backend = get_backend(getattr(args, "backend", None) or "cpu")
+        backend = get_backend(name, **options)
     except BackendError as exc:
         raise InputError(f"--backend: {exc}") from None
     seed = getattr(args, "seed", None)
