@@ -322,19 +322,22 @@ register(OpSpec(
 ))
 
 def _proximal_contract(m: Any, x: Mapping[str, Any], p: Mapping[str, Any], a: Mapping[str, object]) -> Any:
+    """As the kernel computes it: the threshold and 1 / divisor on the scalar unit, then one
+    multiply (codegen.rules.proximal), so its overflows are the kernel's."""
     alpha, l1, l2 = x["alpha"], x["l1"], x["l2"]
+    one = m.const(1)
     form = a["scalar_form"]
     if form == "raw":
-        threshold, divisor = m.mul(alpha, l1), m.add(m.const(1), m.mul(alpha, l2))
+        threshold, scale = m.mul(alpha, l1), m.div(one, m.add(one, m.mul(alpha, l2)))
     elif form == "folded":
-        threshold, divisor = l1, l2
+        threshold, scale = l1, m.div(one, l2)
     else:
-        threshold, divisor = l1, m.div(m.const(1), l2)
-    prox = m.sub(x["var"], m.mul(alpha, x["delta"]))
+        threshold, scale = l1, l2
+    prox = m.sub(x["var"], m.mul(x["delta"], alpha))
     shrunk = m.max(m.sub(m.abs(prox), threshold), m.const(0))
     if "shrink_max" in p:
         shrunk = m.min(shrunk, p["shrink_max"])
-    return m.div(m.mul(m.sign(prox), shrunk), divisor)
+    return m.mul(m.mul(m.sign(prox), shrunk), scale)
 
 
 def _proximal_derive(a: Mapping[str, object], at: Callable[..., Fraction | None], snap: Callable[[float], Fraction],
@@ -343,17 +346,24 @@ def _proximal_derive(a: Mapping[str, object], at: Callable[..., Fraction | None]
     return {"shrink_max": Fraction(cap)} if cap != float("inf") else {}
 
 
+_STEP_BOUND = 256  # how large a runtime step, threshold or divisor the proof admits
+
+
 def _proximal_domain(m: Any, x: Mapping[str, Any], a: Mapping[str, object]) -> Any:
-    """A step and penalties as TensorFlow and CANN mean them: alpha, l1, l2 >= 0, so the
-    threshold is >= 0 and the divisor >= 1 (its reciprocal in (0, 1])."""
+    """A step and penalties as TensorFlow and CANN mean them (alpha, l1, l2 >= 0: the threshold
+    is >= 0, the divisor >= 1) and of a size training uses (none of alpha, the threshold and the
+    divisor above 256): beyond that a float16 graph that computes them in float16 overflows
+    where the kernel, which computes them in float32, does not."""
     b = m.b
-    zero, one = m.const(0), m.const(1)
+    zero, one, top = m.const(0), m.const(1), m.const(_STEP_BOUND)
+    alpha, l1, l2 = x["alpha"], x["l1"], x["l2"]
     form = a["scalar_form"]
+    step = b.and_(m.le(zero, alpha), m.le(alpha, top))
     if form == "raw":
-        return b.and_(m.le(zero, x["alpha"]), m.le(zero, x["l1"]), m.le(zero, x["l2"]))
+        return b.and_(step, m.le(zero, l1), m.le(zero, l2), m.le(m.mul(alpha, l1), top), m.le(m.mul(alpha, l2), top))
     if form == "folded":
-        return b.and_(m.le(zero, x["alpha"]), m.le(zero, x["l1"]), m.le(one, x["l2"]))
-    return b.and_(m.le(zero, x["alpha"]), m.le(zero, x["l1"]), m.lt(zero, x["l2"]), m.le(x["l2"], one))
+        return b.and_(step, m.le(zero, l1), m.le(l1, top), m.le(one, l2), m.le(l2, top))
+    return b.and_(step, m.le(zero, l1), m.le(l1, top), m.le(m.div(one, top), l2), m.le(l2, one))
 
 
 def _proximal_kernel(a: Mapping[str, object]) -> dict[str, Fraction]:
@@ -379,5 +389,5 @@ register(OpSpec(
                   "l1": ScalarDraw((0.0, 0.25), 0.0, 0.5), "l2": ScalarDraw((0.0, 0.25), 0.0, 0.5)},
     kinks=_proximal_kinks,
     proof=ProofSpec(_proximal_contract, _proximal_derive, _proximal_kernel, _proximal_domain, finite=("alpha", "l1", "l2"),
-                    domain_text="alpha >= 0 and l1 >= 0 and l2 >= 0, finite (the threshold >= 0, the divisor >= 1)"),
+                    domain_text="alpha, l1, l2 >= 0 (threshold >= 0, divisor >= 1) and alpha, threshold, divisor <= 256"),
 ))

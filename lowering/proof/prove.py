@@ -43,10 +43,12 @@ from ..patterns.base import Match
 from . import relations
 from .formula import run
 from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
-from .structure import Structure, Unprovable, build, float_max, overflow_at
+from .structure import Structure, Unprovable, build, exact_value, float_max, overflow_at
 
 TIMEOUT_MS = 4000  # per solver query; unknown is a refusal, never a proof
-OVERFLOW_MARGIN = Fraction(2) ** 20  # an exact result within this factor of the float range may overflow
+# an exact result within this factor of its type's range may come from an overflowing intermediate
+OVERFLOW_MARGIN = {onnx.TensorProto.FLOAT: Fraction(2) ** 20, onnx.TensorProto.DOUBLE: Fraction(2) ** 20,
+                   onnx.TensorProto.FLOAT16: Fraction(2) ** 10, onnx.TensorProto.BFLOAT16: Fraction(2) ** 10}
 _ATTR_ROUNDING = Fraction(1, 1 << 20)  # how far a derived parameter may be from its float32 attribute
 _CACHE_SIZE = 4096
 
@@ -151,15 +153,16 @@ def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[
     constants: list[Fraction | float | bool] = list(s.constants)
     roles: list[tuple[str, tuple[str, int]]] = []
     for role, value in zip(role_names, match.inputs):
-        if isinstance(value, str):
-            if value in s.leaves:
-                roles.append((role, ("in", s.leaves.index(value))))
-            else:  # an input the region does not read (dout folded to 1 elsewhere, an unused l2)
-                roles.append((role, ("free", len(roles))))
-        else:
-            from .structure import exact_value
+        const = index.const(value) if isinstance(value, str) else np.asarray(value)
+        if isinstance(value, str) and value in s.leaves:
+            roles.append((role, ("in", s.leaves.index(value))))
+        elif isinstance(value, str) and s.leaf_refs.get(value, ("", 0))[0] == "c":
+            roles.append((role, s.leaf_refs[value]))
+        elif const is not None:
             roles.append((role, ("c", len(constants))))
-            constants.append(exact_value(np.asarray(value)))
+            constants.append(exact_value(const))
+        else:  # an input the region does not read (dout folded to 1 elsewhere, an unused l2)
+            roles.append((role, ("free", len(roles))))
     main = match.inputs[0] if isinstance(match.inputs[0], str) else None
     counts: dict[str, tuple[str, int]] = {}
     unknown = 0
@@ -402,7 +405,7 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
             top = float_max(dtype)
             if top is not None:
                 e.solver.add(x.real <= m.b.num(top), x.real >= m.b.num(-top))
-        bound = m.b.num(out_max / OVERFLOW_MARGIN)
+        bound = m.b.num(out_max / OVERFLOW_MARGIN.get(s.out_dtype or 0, Fraction(2) ** 20))
         conds = [m.differs(e.region, e.contract), m.finite(exact), exact.real < bound, exact.real > -bound]
         if assume_finite:
             conds.append(m.finite(e.region))

@@ -133,11 +133,11 @@ def build(alg: Algebra, match: Match) -> Structure:
         if value in seen or not value:
             continue
         seen.add(value)
-        if value in inputs:
+        const = index.const(value)
+        if value in inputs and const is None:
             refs[value] = ("in", len(leaves))
             leaves.append(value)
             continue
-        const = index.const(value)
         if const is not None:
             if const.size == 0 or not (const.reshape(-1) == const.reshape(-1)[0]).all() \
                     and not np.isnan(const.astype(np.float64)).all():
