@@ -14,8 +14,8 @@ kernel; each is computed here as that kernel computes it, in the kernel's own dt
   scale float, double, int64 or int32; the kernel refuses a scale of 0.
 - `InPlaceAccumulatorV2(accumulation_buffer, value, overwrite_flag?)`: "in-place accumulator
   for tensors"; with `overwrite_flag` true the buffer becomes `value`, otherwise `buffer + value`
-  (broadcast as Add). The buffer is written in place; output 0 `updated_flag` is a 0-D true and
-  the optional output 1 a copy of the updated buffer
+  (broadcast as Add). The buffer is written in place; output 0 `updated_flag` is a one-element
+  true, the optional output 1 a copy of the updated buffer
   (orttraining/orttraining/training_ops/cpu/optimizer/gradient_control.cc, float only).
 
 Anything outside those dtypes is refused with ContribOpError rather than guessed.
@@ -94,7 +94,7 @@ def _in_place_accumulator_v2(node: onnx.NodeProto, inputs: Sequence[np.ndarray |
             raise _fail(node, f"buffer {list(buffer.shape)} and value {list(value.shape)} do not broadcast") from None
         if updated.shape != buffer.shape:
             raise _fail(node, f"buffer {list(buffer.shape)} cannot hold buffer + value {list(updated.shape)}")
-    outputs: list[np.ndarray | None] = [np.array(True)]
+    outputs: list[np.ndarray | None] = [np.ones(1, np.bool_)]
     if len(node.output) > 1 and node.output[1]:
         outputs.append(updated.reshape(value.shape).copy())
     return ContribResult(outputs, {0: updated})
