@@ -124,8 +124,7 @@ def plan(model: onnx.ModelProto, functions: LocalFunctions | None = None) -> Cov
         if alien:
             cov.not_in_ort[op_label(node)] += 1
         if not why and alien and not implements(node):
-            why = (f"needs {op_label(node)} (node '{printable(node.name)}'), which neither onnxruntime "
-                   "nor lower runs")
+            why = f"needs {op_label(node)}, which neither onnxruntime nor lower runs"
         if why:
             cov.skipped.add(position)
             cov.dead.update((o, why) for o in node.output if o)

@@ -33,8 +33,9 @@ def describe_partial(rows: Sequence[Row], cov: Coverage) -> tuple[str, dict[str,
     resting = [r for r in ran if r.partial and r.reference != "float64 formula"]
     parts = [f"onnxruntime cannot run the unfused graph's {_nodes(cov.not_in_ort)}"]
     if cov.lower_ran:
-        parts.append(f"lower ran {', '.join(cov.lower_ran)} as onnxruntime-training's CPU kernels do, "
-                     f"and {len(resting)} of the {len(ran)} comparisons that ran rest on that")
+        rest = (f"{len(resting)} of the {len(ran)} comparisons that ran rest on that" if resting
+                else "no comparison that ran rests on that")
+        parts.append(f"lower ran {', '.join(cov.lower_ran)} as onnxruntime-training's CPU kernels do ({rest})")
     if formula:
         parts.append(f"{_named(formula)} held to the float64 formula: the matched subgraph holds such ops")
     by_reason: dict[str, list[Row]] = {}

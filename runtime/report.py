@@ -31,6 +31,8 @@ class Row:
         d = self.comparison.to_json()
         d.update(kind=self.kind, name=self.name, op_type=self.op_type, reference=self.reference,
                  status=self.status, skipped=self.skipped or None, partial=self.partial or None)
+        if self.skipped:  # nothing was compared: no dtype, shape or threshold either
+            d.update(dtype=None, shape=None, threshold=None)
         return d
 
 
