@@ -84,9 +84,10 @@ class OrtOps:
 
 @dataclass
 class Coverage:
-    """How the nodes of one graph run when onnxruntime cannot run them all (node positions in
-    graph order). Empty when onnxruntime runs every node: the plain path."""
+    """How the nodes of one graph run (node positions in graph order): fused nodes as kernels,
+    the rest in onnxruntime except those it cannot run."""
 
+    kernels: set[int] = field(default_factory=set)  # fused nodes that run as kernels on the backend
     by_lower: set[int] = field(default_factory=set)  # lower runs them (runtime/contrib_ops.py)
     skipped: set[int] = field(default_factory=set)  # nothing runs them, or an input cannot be computed
     dead: dict[str, str] = field(default_factory=dict)  # value -> why it cannot be computed
@@ -96,6 +97,7 @@ class Coverage:
 
     @property
     def complete(self) -> bool:
+        """onnxruntime runs every node that does not run as a kernel."""
         return not self.not_in_ort
 
     def dead_reads(self, node: onnx.NodeProto) -> str:
@@ -110,13 +112,14 @@ def _reads(node: onnx.NodeProto) -> list[str]:
     return [n for n in node.input if n] + sorted(subgraph_inputs(node))
 
 
-def plan(model: onnx.ModelProto, functions: LocalFunctions | None = None) -> Coverage:
+def plan(model: onnx.ModelProto, functions: LocalFunctions | None = None, kernels: bool = True) -> Coverage:
     """Which nodes of `model`'s main graph lower runs, which do not run, and what that leaves
-    unknown. Fused nodes run on the backend, never in onnxruntime."""
+    unknown. Fused nodes run as kernels on the backend, or with `kernels` False (a reference
+    run) as their function bodies in onnxruntime, like any call of a local function."""
     ort = OrtOps(model, functions)
     nodes = list(model.graph.node)
-    foreign = [not is_fused(n) and not ort.runs(n) for n in nodes]
-    cov = Coverage()
+    cov = Coverage(kernels={k for k, n in enumerate(nodes) if is_fused(n)} if kernels else set())
+    foreign = [k not in cov.kernels and not ort.runs(n) for k, n in enumerate(nodes)]
     if not any(foreign):
         return cov
     for position, (node, alien) in enumerate(zip(nodes, foreign)):

@@ -168,12 +168,12 @@ def _unfused_run(unfused: onnx.ModelProto, feeds: Mapping[str, np.ndarray], back
                  progress: Progress | None) -> GraphRun:
     """The reference run: one onnxruntime session over the whole model, or, when onnxruntime
     cannot run some of its nodes, run_graph's mix of onnxruntime and lower's own ops."""
-    cov = plan(unfused)
+    cov = plan(unfused, kernels=False)
     if cov.complete:
         if progress:
             progress.stage("onnxruntime: unfused model")
         return GraphRun(run_model(unfused, feeds), [], cov)
-    return run_graph(unfused, feeds, backend, target, progress, what="unfused model")
+    return run_graph(unfused, feeds, backend, target, progress, what="unfused model", kernels=False)
 
 
 def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping[str, np.ndarray],

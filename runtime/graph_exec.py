@@ -27,7 +27,7 @@ from runtime import aclnn
 from runtime.backend import Backend, BackendError
 from runtime.contrib_ops import run_contrib
 from runtime.coverage import Coverage, op_label, plan
-from runtime.fused_node import fused_attrs, is_fused
+from runtime.fused_node import fused_attrs
 from runtime.interpreter import KernelExecutionError
 from runtime.local_functions import LocalFunctions
 from runtime.numerics import NUMPY_DTYPES
@@ -124,7 +124,7 @@ def _schedule(nodes: list[onnx.NodeProto], outputs: list[str], cov: Coverage) ->
             continue
         reads = _node_reads(node)
         level = max((depth.get(r, 0) for r in reads), default=0)
-        here = (is_fused(node) or position in cov.by_lower, level)
+        here = (position in cov.kernels or position in cov.by_lower, level)
         exported.update(r for r in reads if batch_of.get(r, here) != here)
         while len(standard) <= level:
             standard.append([])
@@ -161,19 +161,20 @@ class GraphRun:
 
 
 def run_graph(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend, target: str,
-              progress: Progress | None = None, what: str = "fused model") -> GraphRun:
-    """Run `model` on `feeds`: standard nodes in onnxruntime, fused nodes on `backend`, the ops
+              progress: Progress | None = None, what: str = "fused model", kernels: bool = True) -> GraphRun:
+    """Run `model` on `feeds`: standard nodes in onnxruntime, fused nodes on `backend` (with
+    `kernels` False, as their function bodies in onnxruntime: a reference run), the ops
     onnxruntime's package lacks through runtime/contrib_ops.py where lower has them; what depends
     on any other op is left out and said why (GraphRun.not_run, .missing)."""
     graph = model.graph
     constants = model_constants(model)
     functions = LocalFunctions(model)
-    cov = plan(model, functions)
+    cov = plan(model, functions, kernels)
     env: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     env.update(feeds)
     nodes = list(graph.node)
     schedule = _schedule(nodes, [o.name for o in graph.output if o.name not in cov.dead], cov)
-    fused_count = sum(is_fused(n) for level in schedule.fused for _, n in level)
+    fused_count = sum(k in cov.kernels for level in schedule.fused for k, _ in level)
     if progress:
         progress.stage(f"{what}: fused nodes on the {backend.name} backend" if fused_count
                        else f"{what}: onnxruntime and the ops lower runs", total=fused_count)
@@ -185,13 +186,13 @@ def run_graph(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: 
             seg = _segment_model(model, functions, segment, env, outputs)
             env.update(run_model(seg, {vi.name: env[vi.name] for vi in seg.graph.input}))
         for position, node in apart:
-            if not is_fused(node):
+            if position not in cov.kernels:
                 _run_by_lower(node, env, result.updates, cov)
                 continue
             runs.append((position, _run_fused_node(node, env, constants, backend, target)))
             if progress:
                 progress.advance()
-    result.not_run = [(n, cov.dead_reads(n)) for k, n in enumerate(nodes) if k in cov.skipped and is_fused(n)]
+    result.not_run = [(n, cov.dead_reads(n)) for k, n in enumerate(nodes) if k in cov.skipped and k in cov.kernels]
     result.missing = {o.name: cov.dead[o.name] for o in graph.output if o.name in cov.dead}
     absent = [o.name for o in graph.output if o.name not in env and o.name not in result.missing]
     if absent:

@@ -235,3 +235,22 @@ def test_a_full_check_says_nothing_partial(build, diff_args, tmp_path, capsys):
     data = _json(out)
     assert data["partial"] is None and all(r["partial"] is None and r["skipped"] is None for r in data["rows"])
     assert "partial" not in capsys.readouterr().out
+
+
+def test_a_reference_run_leaves_fused_nodes_to_their_function_bodies():
+    # `lower diff A B` with a fused model as A: its reference must not be the kernel under test
+    model = _load(LINEAR)
+    fused, _ = lowering.fuse(model)
+    feeds = {"x": np.linspace(-2, 2, 12, dtype=np.float32).reshape(4, 3),
+             "target": np.linspace(1, -1, 20, dtype=np.float32).reshape(4, 5),
+             "linear.weight": np.full((5, 3), 0.25, np.float32), "linear.bias": np.zeros(5, np.float32),
+             "linear.weight_grad.accumulation.buffer": np.ones((5, 3), np.float32),
+             "linear.bias_grad.accumulation.buffer": np.ones(5, np.float32), "lazy_reset_grad": np.array([False])}
+    cpu = get_backend("cpu")
+    reference = run_graph(model, feeds, cpu, "ascend950", kernels=False)
+    bodies = run_graph(fused, feeds, cpu, "ascend950", kernels=False)
+    kernels = run_graph(fused, feeds, cpu, "ascend950")
+    assert bodies.runs == [] and len(kernels.runs) == 1
+    for name, update in reference.updates.items():
+        assert np.array_equal(bodies.updates[name].value, update.value)
+        np.testing.assert_allclose(kernels.updates[name].value, update.value, rtol=1e-6)
