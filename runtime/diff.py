@@ -3,13 +3,17 @@
 Rows: one per graph output (fused model run end to end, standard nodes on onnxruntime and fused
 nodes on the backend, against onnxruntime on the unfused model) and one per fused node (its
 kernel against onnxruntime on the node's matched subgraph, the function body, on the inputs the
-node received; a node without a function body is compared with the float64 formula of
-lowering/fused_ops.py, rounded once to the node's dtype as CANN's goldens are).
+node received; a node without a function body, or with one onnxruntime cannot run, is compared
+with the float64 formula of lowering/fused_ops.py, rounded once to the node's dtype as CANN's
+goldens are), plus one per input a node of the unfused graph writes in place (an accumulator's
+buffer). Where onnxruntime cannot run the unfused graph whole (runtime/coverage.py), the graphs
+run as far as onnxruntime and lower's own ops (runtime/contrib_ops.py) take them, comparisons
+that need a value nothing computes are SKIP rows, and report.partial says so in one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,11 +21,13 @@ import onnx
 
 from lowering.fused_ops import OP_SPECS
 from runtime.backend import Backend
-from runtime.graph_exec import FusedRun, run_fused_model
+from runtime.coverage import OrtOps, plan
+from runtime.graph_exec import FusedRun, GraphRun, run_graph
 from runtime.local_functions import LocalFunctions
 from runtime.node_references import function_body_references
 from runtime.ort_exec import run_model
-from runtime.precision import HALF_TYPES, THRESHOLDS, compare, rounded_to
+from runtime.partial import describe_partial
+from runtime.precision import HALF_TYPES, THRESHOLDS, Comparison, compare, rounded_to
 from runtime.progress import Progress
 from runtime.report import DiffReport, Row
 
@@ -64,16 +70,23 @@ def _masked_select_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden:
     return ""
 
 
-def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress | None = None) -> list[Row]:
-    """One row per output of each fused node: its kernel against its function body (or the
-    float64 formula when it has none)."""
+def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress | None = None,
+              not_run: Sequence[tuple[onnx.NodeProto, str]] = ()) -> list[Row]:
+    """One row per output of each fused node, in graph order: its kernel against its function
+    body (or the float64 formula when it has none, or one that onnxruntime cannot run); a SKIP row
+    for each node in `not_run` (with why its inputs cannot be computed)."""
     functions = LocalFunctions(fused)
-    refs = function_body_references(fused, runs, progress, functions)
+    ort = OrtOps(fused, functions)
+    foreign = {k for k, run in enumerate(runs)
+               if (fn := functions.called_by(run.node)) is not None and not ort.runs_all(fn.node)}
+    refs = function_body_references(fused, runs, progress, functions, skip=foreign)
     if progress:
         progress.stage("comparing fused nodes with their references", total=len(runs))
-    rows = []
-    for run, ref in zip(runs, refs):
+    rows: list[tuple[str, Row]] = []
+    for k, (run, ref) in enumerate(zip(runs, refs)):
         formula = formula_goldens(run) if ref is None else {}
+        partial = ("its matched subgraph holds ops onnxruntime cannot run: held to the float64 formula"
+                   if k in foreign else "")
         for role, actual in run.outputs.items():
             if ref is not None:
                 golden, where = ref[role], "matched subgraph"
@@ -90,10 +103,16 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress |
             if run.error:
                 cmp.passed = False
                 cmp.note = f"kernel failed: {run.error}"
-            rows.append(Row("node", run.node.name, where, cmp, run.node.op_type))
+            rows.append((run.node.output[0], Row("node", run.node.name, where, cmp, run.node.op_type,
+                                                 partial=partial)))
         if progress:
             progress.advance()
-    return rows
+    if not_run:
+        rows += [(node.output[0], _skipped("node", node.name, "matched subgraph", why, node.op_type))
+                 for node, why in not_run]
+        position = {o: k for k, n in enumerate(fused.graph.node) for o in n.output[:1]}
+        rows.sort(key=lambda item: position.get(item[0], -1))
+    return [row for _, row in rows]
 
 
 @dataclass(frozen=True)
@@ -134,18 +153,46 @@ def _computed_through(model: onnx.ModelProto) -> dict[str, _Through]:
     return out
 
 
+def _skipped(kind: str, name: str, reference: str, why: str, op_type: str = "") -> Row:
+    nan = float("nan")
+    cmp = Comparison(name, "", (), nan, nan, nan, nan, 0, 0, False, why)
+    return Row(kind, name, reference, cmp, op_type, skipped=why)
+
+
+def _rests_on(via: frozenset[str]) -> str:
+    return (f"rests on lower's {', '.join(sorted(via))} (runtime/contrib_ops.py), which onnxruntime cannot run"
+            if via else "")
+
+
+def _unfused_run(unfused: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend, target: str,
+                 progress: Progress | None) -> GraphRun:
+    """The reference run: one onnxruntime session over the whole model, or, when onnxruntime
+    cannot run some of its nodes, run_graph's mix of onnxruntime and lower's own ops."""
+    cov = plan(unfused, kernels=False)
+    if cov.complete:
+        if progress:
+            progress.stage("onnxruntime: unfused model")
+        return GraphRun(run_model(unfused, feeds), [], cov)
+    return run_graph(unfused, feeds, backend, target, progress, what="unfused model", kernels=False)
+
+
 def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
                 backend: Backend, target: str, report: DiffReport,
                 progress: Progress | None = None) -> DiffReport:
-    """Fill `report.rows` with the comparisons of `fused` against `unfused` on `feeds`."""
-    if progress:
-        progress.stage("onnxruntime: unfused model")
-    golden = run_model(unfused, feeds)
-    actual, runs = run_fused_model(fused, feeds, backend, target, progress)
+    """Fill `report.rows` with the comparisons of `fused` against `unfused` on `feeds`; where
+    onnxruntime cannot run the unfused graph whole, also `report.partial` (runtime/partial.py)."""
+    reference = _unfused_run(unfused, feeds, backend, target, progress)
+    golden = reference.outputs
+    run = run_graph(fused, feeds, backend, target, progress)
+    actual = run.outputs
     if progress:
         progress.stage("comparing graph outputs")
     through = _computed_through(unfused)
     for out in unfused.graph.output:
+        why = reference.missing.get(out.name) or run.missing.get(out.name)
+        if why:
+            report.rows.append(_skipped("output", out.name, "unfused graph", why))
+            continue
         if out.name not in actual:
             missing = compare(out.name, np.zeros(0), np.zeros(1))
             missing.note = "the fused model has no such output"
@@ -163,6 +210,26 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
             cmp.note += _clip_hint(list(unfused.graph.node), actual[out.name], golden[out.name])
         if cmp.nan_mismatch:
             cmp.note += _masked_select_hint(list(unfused.graph.node), actual[out.name], golden[out.name])
-        report.rows.append(Row("output", out.name, "unfused graph", cmp))
-    report.rows += node_rows(fused, runs, progress)
+        via = reference.coverage.via.get(out.name, frozenset()) | run.coverage.via.get(out.name, frozenset())
+        report.rows.append(Row("output", out.name, "unfused graph", cmp, partial=_rests_on(via)))
+    report.rows += update_rows(reference, run)
+    report.rows += node_rows(fused, run.runs, progress, run.not_run)
+    if not reference.coverage.complete:
+        report.partial, report.partial_detail = describe_partial(report.rows, reference.coverage)
     return report
+
+
+def update_rows(reference: GraphRun, run: GraphRun) -> list[Row]:
+    """One row per input that a node of the unfused graph writes in place (an accumulator's
+    buffer): onnxruntime-training's graphs hand a gradient to the training loop only that way."""
+    rows = []
+    for name, want in reference.updates.items():
+        got = run.updates.get(name)
+        if got is None:
+            cmp = compare(name, np.zeros(0), np.zeros(1))
+            cmp.note = f"the fused model does not update it (the unfused graph's {want.op} does)"
+            rows.append(Row("update", name, "unfused graph", cmp))
+            continue
+        cmp = compare(name, got.value, want.value)
+        rows.append(Row("update", name, "unfused graph", cmp, want.op, partial=_rests_on(want.via | got.via)))
+    return rows

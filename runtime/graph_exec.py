@@ -11,7 +11,7 @@ reference for that node.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
@@ -25,7 +25,9 @@ from lowering.graph import model_constants, subgraph_inputs
 from lowering.terminal import printable
 from runtime import aclnn
 from runtime.backend import Backend, BackendError
-from runtime.fused_node import fused_attrs, is_fused
+from runtime.contrib_ops import run_contrib
+from runtime.coverage import Coverage, op_label, plan
+from runtime.fused_node import fused_attrs
 from runtime.interpreter import KernelExecutionError
 from runtime.local_functions import LocalFunctions
 from runtime.numerics import NUMPY_DTYPES
@@ -102,23 +104,27 @@ class _Schedule:
     """The graph cut into levels by fused-node depth: level L's standard nodes run as one
     onnxruntime model, then the fused nodes that read values of depth L at most. A value's depth
     is the most fused nodes on a path to it, so the sessions number the longest chain of fused
-    nodes plus one, not the fused nodes: an optimizer's thousand parallel updates take two."""
+    nodes plus one, not the fused nodes: an optimizer's thousand parallel updates take two.
+    Nodes lower runs itself (Coverage.by_lower) are placed like fused nodes; nodes that cannot
+    run (Coverage.skipped) are left out."""
 
     standard: list[list[onnx.NodeProto]]  # by level, in graph order
     fused: list[list[tuple[int, onnx.NodeProto]]]  # by level: (graph position, node)
     exported: set[str]  # values read outside the level's standard batch, or graph outputs
 
 
-def _schedule(nodes: list[onnx.NodeProto], outputs: list[str]) -> _Schedule:
+def _schedule(nodes: list[onnx.NodeProto], outputs: list[str], cov: Coverage) -> _Schedule:
     depth: dict[str, int] = {}
     batch_of: dict[str, tuple[bool, int]] = {}  # value -> (made by a fused node, level)
     standard: list[list[onnx.NodeProto]] = []
     fused: list[list[tuple[int, onnx.NodeProto]]] = []
     exported = set(outputs)
     for position, node in enumerate(nodes):
+        if position in cov.skipped:
+            continue
         reads = _node_reads(node)
         level = max((depth.get(r, 0) for r in reads), default=0)
-        here = (is_fused(node), level)
+        here = (position in cov.kernels or position in cov.by_lower, level)
         exported.update(r for r in reads if batch_of.get(r, here) != here)
         while len(standard) <= level:
             standard.append([])
@@ -133,36 +139,89 @@ def _schedule(nodes: list[onnx.NodeProto], outputs: list[str]) -> _Schedule:
     return _Schedule(standard, fused, exported)
 
 
+@dataclass(frozen=True)
+class Update:
+    """A value a node (an accumulator) wrote into one of its inputs in place."""
+
+    value: np.ndarray
+    op: str  # the writer's op label
+    via: frozenset[str]  # the ops lower ran on the way to it (the writer's among them)
+
+
+@dataclass
+class GraphRun:
+    """A fused (or unfused) model's run where onnxruntime may not run every node (Coverage)."""
+
+    outputs: dict[str, np.ndarray]  # the graph outputs that could be computed
+    runs: list[FusedRun]  # fused nodes that ran, in graph order
+    coverage: Coverage
+    not_run: list[tuple[onnx.NodeProto, str]] = field(default_factory=list)  # fused nodes left out, why
+    missing: dict[str, str] = field(default_factory=dict)  # graph output -> why it cannot be computed
+    updates: dict[str, Update] = field(default_factory=dict)  # by the value a node wrote into in place
+
+
+def run_graph(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend, target: str,
+              progress: Progress | None = None, what: str = "fused model", kernels: bool = True) -> GraphRun:
+    """Run `model` on `feeds`: standard nodes in onnxruntime, fused nodes on `backend` (with
+    `kernels` False, as their function bodies in onnxruntime: a reference run), the ops
+    onnxruntime's package lacks through runtime/contrib_ops.py where lower has them; what depends
+    on any other op is left out and said why (GraphRun.not_run, .missing)."""
+    graph = model.graph
+    constants = model_constants(model)
+    functions = LocalFunctions(model)
+    cov = plan(model, functions, kernels)
+    env: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    env.update(feeds)
+    nodes = list(graph.node)
+    schedule = _schedule(nodes, [o.name for o in graph.output if o.name not in cov.dead], cov)
+    fused_count = sum(k in cov.kernels for level in schedule.fused for k, _ in level)
+    if progress:
+        progress.stage(f"{what}: fused nodes on the {backend.name} backend" if fused_count
+                       else f"{what}: onnxruntime and the ops lower runs", total=fused_count)
+    result = GraphRun({}, [], cov)
+    runs: list[tuple[int, FusedRun]] = []
+    for segment, apart in zip(schedule.standard, schedule.fused):
+        outputs = [o for n in segment for o in n.output if o in schedule.exported]
+        if outputs:
+            seg = _segment_model(model, functions, segment, env, outputs)
+            env.update(run_model(seg, {vi.name: env[vi.name] for vi in seg.graph.input}))
+        for position, node in apart:
+            if position not in cov.kernels:
+                _run_by_lower(node, env, result.updates, cov)
+                continue
+            runs.append((position, _run_fused_node(node, env, constants, backend, target)))
+            if progress:
+                progress.advance()
+    result.not_run = [(n, cov.dead_reads(n)) for k, n in enumerate(nodes) if k in cov.skipped and k in cov.kernels]
+    result.missing = {o.name: cov.dead[o.name] for o in graph.output if o.name in cov.dead}
+    absent = [o.name for o in graph.output if o.name not in env and o.name not in result.missing]
+    if absent:
+        raise GraphExecError(f"graph output '{printable(absent[0])}' was never computed")
+    runs.sort(key=lambda item: item[0])
+    result.outputs = {o.name: env[o.name] for o in graph.output if o.name in env}
+    result.runs = [run for _, run in runs]
+    return result
+
+
 def run_fused_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend,
                     target: str, progress: Progress | None = None
                     ) -> tuple[dict[str, np.ndarray], list[FusedRun]]:
     """Graph outputs of the fused model on `feeds`, and a record of every fused node's run (in
-    graph order)."""
-    graph = model.graph
-    constants = model_constants(model)
-    functions = LocalFunctions(model)
-    env: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    env.update(feeds)
-    nodes = list(graph.node)
-    plan = _schedule(nodes, [o.name for o in graph.output])
-    if progress:
-        progress.stage(f"fused model: fused nodes on the {backend.name} backend",
-                       total=sum(map(len, plan.fused)))
-    runs: list[tuple[int, FusedRun]] = []
-    for segment, fused_nodes in zip(plan.standard, plan.fused):
-        outputs = [o for n in segment for o in n.output if o in plan.exported]
-        if outputs:
-            seg = _segment_model(model, functions, segment, env, outputs)
-            env.update(run_model(seg, {vi.name: env[vi.name] for vi in seg.graph.input}))
-        for position, node in fused_nodes:
-            runs.append((position, _run_fused_node(node, env, constants, backend, target)))
-            if progress:
-                progress.advance()
-    missing = [o.name for o in graph.output if o.name not in env]
-    if missing:
-        raise GraphExecError(f"graph output '{printable(missing[0])}' was never computed")
-    runs.sort(key=lambda item: item[0])
-    return {o.name: env[o.name] for o in graph.output}, [run for _, run in runs]
+    graph order). A graph output that cannot be computed here is an error."""
+    result = run_graph(model, feeds, backend, target, progress)
+    if result.missing:
+        name, why = next(iter(result.missing.items()))
+        raise GraphExecError(f"graph output '{printable(name)}' cannot be computed: it {why}")
+    return result.outputs, result.runs
+
+
+def _run_by_lower(node: onnx.NodeProto, env: dict[str, np.ndarray], updates: dict[str, Update],
+                  cov: Coverage) -> None:
+    """A node whose op onnxruntime's package lacks, through lower's implementation."""
+    result = run_contrib(node, [np.asarray(env[n]) if n else None for n in node.input])
+    env.update((name, value) for name, value in zip(node.output, result.outputs) if name and value is not None)
+    via = frozenset().union(*(cov.via.get(o, frozenset()) for o in node.output))
+    updates.update((node.input[k], Update(value, op_label(node), via)) for k, value in result.updates.items())
 
 
 def _run_fused_node(node: onnx.NodeProto, env: dict[str, np.ndarray], constants: Mapping[str, np.ndarray],
