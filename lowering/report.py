@@ -22,6 +22,8 @@ class Fusion:
     dtype: str
     replaced_nodes: list[str]
     caveats: list[str] = field(default_factory=list)
+    # fused under assume_finite: equal to the graph wherever inputs and result are finite
+    assumed_finite: bool = False
 
 
 @dataclass

@@ -15,9 +15,9 @@ Value = Any  # an Ext for a number, a backend bool for a condition
 
 
 def run(s: Structure, m: Semantics, leaves: Sequence[Value], constants: Sequence[Value], numels: Sequence[Value],
-        opaque: Callable[[int], Ext]) -> tuple[Ext, list[Value]]:
+        opaque: Callable[[int, Value], Ext]) -> tuple[Ext, list[Value]]:
     """The structure's output and every op's value, given a value for each leaf, constant and
-    element count; `opaque(k)` is what a narrowing Cast (op k) inside the region gives."""
+    element count; `opaque(k, x)` is what a narrowing Cast (op k) of x inside the region gives."""
     values: list[Value] = []
 
     def get(ref: tuple[str, int]) -> Value:
@@ -35,7 +35,7 @@ def run(s: Structure, m: Semantics, leaves: Sequence[Value], constants: Sequence
     for k, (op, key, refs) in enumerate(s.ops):
         args = [get(r) for r in refs]
         if k in s.narrowing:
-            values.append(opaque(k))
+            values.append(opaque(k, args[0]))
             continue
         out = _op(m, op, key, args, s.dtypes[k])
         if op in ARITH and isinstance(out, Ext):

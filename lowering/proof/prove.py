@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -39,17 +39,21 @@ import onnx
 from ..algebra import Algebra
 from ..fused_ops import OP_SPECS, ProofSpec
 from ..graph import dtype_name
-from ..patterns.base import Match
+from ..patterns.base import Match, same_shape
 from . import relations
 from .formula import run
 from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
+from ..patterns.meaning.evaluate import np_type
 from .structure import Structure, Unprovable, build, exact_value, float_max, overflow_at
 
 TIMEOUT_MS = 4000  # per solver query; unknown is a refusal, never a proof
-# an exact result within this factor of its type's range may come from an overflowing intermediate
+# a value within this factor of its type's range is "near the range": an overflow the graph and the
+# kernel meet at different points only there is a constant scaling done in another order
 OVERFLOW_MARGIN = {onnx.TensorProto.FLOAT: Fraction(2) ** 20, onnx.TensorProto.DOUBLE: Fraction(2) ** 20,
-                   onnx.TensorProto.FLOAT16: Fraction(2) ** 10, onnx.TensorProto.BFLOAT16: Fraction(2) ** 10}
-_ATTR_ROUNDING = Fraction(1, 1 << 20)  # how far a derived parameter may be from its float32 attribute
+                   onnx.TensorProto.FLOAT16: Fraction(2) ** 4, onnx.TensorProto.BFLOAT16: Fraction(2) ** 20}
+# how far a derived parameter may be from its attribute: the rounding of a constant of the graph's type
+_ATTR_ROUNDING = {onnx.TensorProto.FLOAT16: Fraction(1, 1 << 9), onnx.TensorProto.BFLOAT16: Fraction(1, 1 << 6)}
+_ATTR_ROUNDING_DEFAULT = Fraction(1, 1 << 20)
 _CACHE_SIZE = 4096
 
 
@@ -59,6 +63,7 @@ class Verdict:
     reason: str = ""  # when it does not: the counterexample, in one line
     caveats: list[str] = field(default_factory=list)
     waived: bool = False  # holds only because non-finite inputs were waived (assume_finite)
+    attrs: dict[str, object] = field(default_factory=dict)  # attribute values the proof chose (a variant)
 
 
 @dataclass
@@ -173,7 +178,7 @@ def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[
         if static is not None:
             constants.append(Fraction(static))
             return ("c", len(constants) - 1)
-        who = "main" if main is not None and (tensor == main or _same_shape(index, tensor, main)) else tensor
+        who = "main" if main is not None and (tensor == main or same_shape(index, tensor, main)) else tensor
         if who not in counts:
             counts[who] = ("n", unknown)
             unknown += 1
@@ -190,7 +195,8 @@ def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[
     def at(**given: Fraction | int) -> Fraction | None:
         return _exact_at(setting, given)
 
-    derived = proof.derive(attrs, at, lambda v: relations.snap(v, finite), big)
+    known = {role: constants[k] for role, (kind, k) in roles if kind == "c" and isinstance(constants[k], Fraction)}
+    derived = proof.derive(attrs, at, lambda v: relations.snap(v, finite), big, known)  # type: ignore[arg-type]
     kernel = proof.kernel(attrs)
     for name in sorted(set(kernel) | set(derived)):
         if name not in derived:
@@ -198,7 +204,7 @@ def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[
         if name not in kernel:
             raise _Mismatch(f"the region has a {name} of {float(derived[name]):.9g}, the fused node none")
         want, got = kernel[name], derived[name]
-        if abs(got - want) > abs(want) * _ATTR_ROUNDING:
+        if abs(got - want) > abs(want) * _ATTR_ROUNDING.get(index.elem_type(match.output) or 0, _ATTR_ROUNDING_DEFAULT):
             raise _Mismatch(f"the region's {name} is {float(got):.9g}, the fused node's {float(want):.9g}")
     setting.params = derived
     exprs = {name: relations.express(v, finite) for name, v in derived.items()}
@@ -215,9 +221,6 @@ def _static_numel(index, tensor: str) -> int | None:
     return math.prod(vt.shape)
 
 
-def _same_shape(index, a: str, b: str) -> bool:
-    from ..patterns.base import same_shape
-    return same_shape(index, a, b)
 
 
 # -- exact evaluation ------------------------------------------------------------------------
@@ -237,8 +240,15 @@ def _exact_at(s: _Setting, given: Mapping[str, Fraction | int]) -> Fraction | No
     counts = [m.const(_COUNT_AT) for _ in range(s.unknown_counts)]
     numels = [consts[k] if kind == "c" else counts[k] for kind, k in s.numel_refs]
 
-    def opaque(k: int) -> Ext:
-        raise Undetermined("a narrowing Cast")
+    def opaque(k: int, x: Ext) -> Ext:
+        """The Cast's rounding at this point, as the graph's type does it."""
+        if not isinstance(x, Ext) or x.kind != FIN:
+            return x
+        t = np_type(s.structure.dtypes[k])
+        if t is None:
+            raise Undetermined("a Cast to a type without a numpy twin")
+        with np.errstate(over="ignore"):
+            return m.const(float(np.asarray(float(x.real)).astype(t).astype(np.float64)))
 
     try:
         out, _ = run(s.structure, m, leaves, consts, numels, opaque)
@@ -272,6 +282,7 @@ class _Encoded:
     region: Ext
     contract: Ext
     exact_contract: Ext | None = None
+    contract_trace: list[Ext] = field(default_factory=list)  # the exact contract's arithmetic values
 
 
 def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _Encoded:
@@ -314,7 +325,7 @@ def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _En
     numels = [consts[k] if kind == "c" else counts[k] for kind, k in s.numel_refs]
     opaque_n = [0]
 
-    def opaque(k: int) -> Ext:
+    def opaque(k: int, _: Any) -> Ext:
         opaque_n[0] += 1
         kind = b.kind(f"cast{k}_{opaque_n[0]}_kind")
         solver.add(kind >= 0, kind <= 3)
@@ -335,17 +346,19 @@ def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _En
             if not isinstance(inputs[role].kind, int):
                 solver.add(inputs[role].kind >= 0, inputs[role].kind <= 3)
     params = _param_exts(s, m, consts, counts, generic)
+    m.trace = []
     contract = s.spec.contract(m, inputs, params, s.attrs)
+    trace, m.trace = m.trace, None
     exact_contract = None
     if saturate:  # the kernel computes in float32 and rounds its result to the output type once
         exact_contract = contract
         kernel = Semantics(b, saturate=True, bound=overflow_at(onnx.TensorProto.FLOAT))
         contract = kernel.limit(s.spec.contract(kernel, inputs, params, s.attrs), overflow_at(s.out_dtype))
     # the domain binds runtime inputs only: a constant input is what it is
-    domain = s.spec.domain(m, {**inputs, **dummies}, s.attrs)
+    domain = s.spec.domain(m, {**inputs, **dummies}, s.attrs, s.out_dtype)
     if domain is not True:
         solver.add(domain)
-    return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract)
+    return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract, trace)
 
 
 def _param_exts(s: _Setting, m: Semantics, consts: list[Any], counts: list[Any], generic: bool) -> dict[str, Any]:
@@ -375,46 +388,83 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
     caveats: list[str] = []
     if s.spec.domain_text and any(kind != "c" for role, (kind, _) in s.roles if role in s.spec.finite):
         caveats.append(f"proved for runtime scalars with {s.spec.domain_text}, the op's domain")
-    # 1. the reals
+    # 1. the reals (the non-finite variants of an op agree there)
     e = _encode(s, generic, free_kinds=False, saturate=False)
     e.solver.add(e.m.differs(e.region, e.contract))
     found = e.solver.check()
     if found != z3.unsat:
         return _refusal(alg, match, s, e, found, generic, described, "")
-    # 2. non-finite inputs
-    e = _encode(s, generic, free_kinds=True, saturate=False)
-    m = e.m
-    kinds = [x.kind for x in e.leaves if not isinstance(x.kind, int)]
-    waived = False
-    if kinds:
-        e.solver.add(z3.Or(*[k != 0 for k in kinds]), m.differs(e.region, e.contract))
-        found = e.solver.check()
-        if found != z3.unsat:
-            if not assume_finite:
-                return _refusal(alg, match, s, e, found, generic, described, " (with a non-finite input)")
-            waived = True
-            caveats.append("fused under assume_finite: differs from the graph where an input is +-inf or NaN")
-    # 3. overflow
+    # 2. non-finite inputs, with the op's variants for them in turn
+    first: Verdict | None = None
+    for variant in _variants(s):
+        tried = replace(s, attrs={**s.attrs, **variant})
+        e = _encode(tried, generic, free_kinds=True, saturate=False)
+        kinds = [x.kind for x in e.leaves if not isinstance(x.kind, int)]
+        if kinds:
+            e.solver.add(z3.Or(*[k != 0 for k in kinds]), e.m.differs(e.region, e.contract))
+            found = e.solver.check()
+            if found != z3.unsat:
+                if first is None:
+                    first = _refusal(alg, match, tried, e, found, generic, described, " (with a non-finite input)")
+                continue
+        overflow = _overflow(alg, match, tried, assume_finite, generic, described)
+        if overflow is not None:
+            return overflow
+        return Verdict(True, caveats=caveats, attrs=variant)
+    assert first is not None
+    if not assume_finite:
+        return first
+    overflow = _overflow(alg, match, s, assume_finite, generic, described)
+    if overflow is not None:
+        return overflow
+    return Verdict(True, caveats=caveats + [f"fused under assume_finite: {first.reason}"], waived=True)
+
+
+def _variants(s: _Setting) -> list[dict[str, object]]:
+    """The attribute values to try for non-finite inputs: the match's own first."""
+    if s.spec.nonfinite is None:
+        return [{}]
+    name, values = s.spec.nonfinite
+    own = s.attrs.get(name)
+    return [{}] + [{name: v} for v in values if v != own]
+
+
+def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: bool,
+              described: str) -> Verdict | None:
+    """3. A refusal when the graph and the kernel, each rounding overflows to +-inf, differ at
+    finite inputs none of which is near its type's range, where every value the contract
+    computes is not near the result type's range either: an overflow there comes from a product
+    of input-dependent terms or a square, not from a constant scaling in another order."""
+    import z3
+
+    out_max = float_max(s.out_dtype)
+    if out_max is None:
+        return None
     e = _encode(s, generic, free_kinds=False, saturate=True)
     m = e.m
-    out_max = float_max(s.out_dtype)
     exact = e.exact_contract
     assert exact is not None
-    if out_max is not None:
-        for x, dtype in zip(e.leaves, s.leaf_dtypes):
-            top = float_max(dtype)
-            if top is not None:
-                e.solver.add(x.real <= m.b.num(top), x.real >= m.b.num(-top))
-        bound = m.b.num(out_max / OVERFLOW_MARGIN.get(s.out_dtype or 0, Fraction(2) ** 20))
-        conds = [m.differs(e.region, e.contract), m.finite(exact), exact.real < bound, exact.real > -bound]
-        if assume_finite:
-            conds.append(m.finite(e.region))
-        e.solver.add(*[c for c in conds if c is not True])
-        found = e.solver.check()
-        if found != z3.unsat:
-            return _refusal(alg, match, s, e, found, generic, described, " (an intermediate overflows)",
-                            overflow=True)
-    return Verdict(True, caveats=caveats, waived=waived)
+    conds: list[Any] = [m.differs(e.region, e.contract)]
+    for x, dtype in zip(e.leaves, s.leaf_dtypes):
+        top = float_max(dtype)
+        if top is not None:
+            near = m.b.num(top / _margin(dtype))
+            conds += [x.real < near, x.real > -near]
+    near_out = m.b.num(out_max / _margin(s.out_dtype))
+    for value in e.contract_trace + [exact]:
+        conds.append(m.b.or_(m.b.not_(m.finite(value)), m.b.and_(m.b.lt(value.real, near_out),
+                                                                   m.b.lt(m.b.neg(near_out), value.real))))
+    if assume_finite:
+        conds.append(m.finite(e.region))
+    e.solver.add(*[c for c in conds if c is not True])
+    found = e.solver.check()
+    if found == z3.unsat:
+        return None
+    return _refusal(alg, match, s, e, found, generic, described, " (an intermediate overflows)", overflow=True)
+
+
+def _margin(dtype: int | None) -> Fraction:
+    return OVERFLOW_MARGIN.get(dtype or 0, Fraction(2) ** 20)
 
 
 # -- refusals --------------------------------------------------------------------------------

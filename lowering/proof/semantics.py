@@ -44,7 +44,7 @@ class Backend(Protocol):
 
 
 class Undetermined(Exception):
-    """The exact backend met a choice IEEE leaves to the sign of a zero (1 / 0)."""
+    """Exact evaluation met a value it cannot compute exactly."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,11 @@ class Semantics:
         self.b = b
         self.saturate = saturate
         self.bound = bound
+        self.trace: list[Ext] | None = None  # when a list: every arithmetic result, in order
 
     def _auto(self, e: Ext) -> Ext:
+        if self.trace is not None:
+            self.trace.append(e)
         return self.limit(e, self.bound) if self.bound is not None else e
 
     # -- constructors and kind tests ---------------------------------------------------------
@@ -292,4 +295,6 @@ class ExactBackend:
         return not a
 
     def fresh_bool(self, hint: str) -> bool:
-        raise Undetermined(hint)
+        """The sign of a zero divisor: either is right for a value a select then drops, and a
+        value that reaches the result is +-inf, which evaluation at a point reports as no number."""
+        return True

@@ -20,13 +20,15 @@ import onnx
 
 from ..algebra import Algebra
 from ..graph import FLOAT_TYPES, Node, attr
-from ..patterns.base import Match, fill
+from ..patterns.base import Match, fill, same_shape
 
 # ops a proof translates; others make a match unprovable (its reason names the op)
 ARITH = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Sign", "Reciprocal", "Sum"})
 SELECT = frozenset({"Where", "Max", "Min", "Relu", "Clip", "Shrink"})
 LOGIC = frozenset({"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "Not", "And", "Or", "Xor"})
 PASS = frozenset({"Identity", "Cast", "CastLike", "Expand"})
+# shape ops that keep each element's value where they move one element or none (checked per node)
+RESHAPE = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 PROVABLE = ARITH | SELECT | LOGIC | PASS
 
 _PRECISION = {onnx.TensorProto.BFLOAT16: 8, onnx.TensorProto.FLOAT16: 11, onnx.TensorProto.FLOAT: 24,
@@ -161,6 +163,10 @@ def build(alg: Algebra, match: Match) -> Structure:
         if i is None or i not in members:
             raise Unprovable(f"reads {value}, which is neither an input of the fused node nor computed by it")
         node = index.nodes[i]
+        if node.op_type in RESHAPE and (index.numel(node.input[0]) == 1 or same_shape(index, node.input[0], value)):
+            needed.add(i)
+            stack.append(node.input[0])
+            continue
         if node.op_type not in PROVABLE or node.domain not in ("", "ai.onnx"):
             raise Unprovable(f"holds {node.op_type}, which the proof does not translate")
         needed.add(i)
@@ -170,19 +176,21 @@ def build(alg: Algebra, match: Match) -> Structure:
     dtypes: list[int | None] = []
     names: list[str] = []
     narrowing: set[int] = set()
+    leaf_types = [index.elem_type(v) for v in leaves]
     for i in order:
         node = index.nodes[i]
         key, extra = _attributes(node)
-        ins = tuple(refs[v] if v else ("none", 0) for v in (node.input[:1] if node.op_type == "Expand" else node.input))
+        single = node.op_type == "Expand" or node.op_type in RESHAPE
+        ins = tuple(refs[v] if v else ("none", 0) for v in (node.input[:1] if single else node.input))
         ins = ins + tuple(constant(f"{node.output[0]}#{k}", v) for k, v in extra)
         k = len(ops)
         refs[node.output[0]] = ("v", k)
         out_type = index.elem_type(node.output[0])
         if node.op_type in ("Cast", "CastLike") and node.output[0] != match.output \
                 and narrows(index.elem_type(node.input[0]), out_type) and out_type in _PRECISION \
-                and not _round_trip(index, node, out_type):
+                and not _fits(ops, dtypes, constants, leaf_types, ins[0], out_type):
             narrowing.add(k)
-        ops.append((node.op_type, key, ins))
+        ops.append(("Identity" if node.op_type in RESHAPE else node.op_type, key, ins))
         dtypes.append(out_type)
         names.append(node.output[0])
     if match.output not in refs:
@@ -191,13 +199,36 @@ def build(alg: Algebra, match: Match) -> Structure:
     return Structure(ops, refs[match.output], leaves, constants, numels, dtypes, names, narrowing, leaf_refs)
 
 
-def _round_trip(index, node: Node, target: int | None) -> bool:
-    """A Cast back to a type the value had before it was widened (float16 -> float32 -> float16)."""
-    j = index.producer.get(node.input[0])
-    if j is None or index.nodes[j].op_type != "Cast":
+# ops whose result is one of their inputs (or -1, 0, 1): a value every input of which a type holds
+# exactly, the type holds exactly too
+_PICKS = frozenset({"Abs", "Neg", "Min", "Max", "Relu", "Where", "Clip", "Identity", "Expand", "Sign", "Cast", "CastLike"})
+
+
+def _fits(ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None],
+          constants: list[Fraction | float | bool], leaf_types: list[int | None], ref: Ref, target: int) -> bool:
+    """Whether the value `ref` is always exactly a `target` float (so a Cast to target keeps it):
+    a value of that type or a narrower one, a constant it holds, or a pick among such values (a
+    float16 clamped in float32 and cast back)."""
+    kind, k = ref
+    if kind == "in":
+        return leaf_types[k] in _PRECISION and not narrows(leaf_types[k], target)
+    if kind == "c":
+        v = constants[k]
+        if isinstance(v, bool):
+            return True
+        np_type = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
+                   onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16, onnx.TensorProto.DOUBLE: np.float64}[target]
+        f = float(v)
+        return not np.isfinite(f) or float(np.asarray(f).astype(np_type).astype(np.float64)) == f
+    if kind != "v":
         return False
-    source = index.elem_type(index.nodes[j].input[0])
-    return source in _PRECISION and target in _PRECISION and not narrows(source, target)
+    if dtypes[k] in _PRECISION and not narrows(dtypes[k], target):
+        return True
+    op, _, refs = ops[k]
+    if op not in _PICKS:
+        return False
+    picked = refs[1:] if op == "Where" else refs
+    return all(_fits(ops, dtypes, constants, leaf_types, r, target) for r in picked if r[0] != "none")
 
 
 def _attributes(node: Node) -> tuple[tuple, list[tuple[str, Fraction | float]]]:
