@@ -183,9 +183,13 @@ def build(alg: Algebra, match: Match) -> Structure:
         single = node.op_type == "Expand" or node.op_type in RESHAPE
         ins = tuple(refs[v] if v else ("none", 0) for v in (node.input[:1] if single else node.input))
         ins = ins + tuple(constant(f"{node.output[0]}#{k}", v) for k, v in extra)
+        out_type = index.elem_type(node.output[0])
+        if node.op_type == "Cast" and ins[0][0] == "c" and out_type in _PRECISION:
+            # a constant rounded to another float type is that type's constant
+            refs[node.output[0]] = constant(node.output[0], _rounded(constants[ins[0][1]], out_type))
+            continue
         k = len(ops)
         refs[node.output[0]] = ("v", k)
-        out_type = index.elem_type(node.output[0])
         if node.op_type in ("Cast", "CastLike") and node.output[0] != match.output \
                 and narrows(index.elem_type(node.input[0]), out_type) and out_type in _PRECISION \
                 and not _fits(ops, dtypes, constants, leaf_types, ins[0], out_type):
@@ -197,6 +201,17 @@ def build(alg: Algebra, match: Match) -> Structure:
         raise Unprovable("the fused output is not computed by the match")
     leaf_refs = {v: r for v, r in refs.items() if r[0] != "v" and "#" not in v}
     return Structure(ops, refs[match.output], leaves, constants, numels, dtypes, names, narrowing, leaf_refs)
+
+
+def _np_float(dtype: int) -> type:
+    return {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
+            onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16, onnx.TensorProto.DOUBLE: np.float64}[dtype]
+
+
+def _rounded(value: Fraction | float | bool, dtype: int) -> Fraction | float | bool:
+    f = float(value)
+    with np.errstate(over="ignore"):
+        return exact_value(np.asarray(np.asarray(f).astype(_np_float(dtype)), np.float64))
 
 
 # ops whose result is one of their inputs (or -1, 0, 1): a value every input of which a type holds
@@ -216,10 +231,8 @@ def _fits(ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None
         v = constants[k]
         if isinstance(v, bool):
             return True
-        np_type = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
-                   onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16, onnx.TensorProto.DOUBLE: np.float64}[target]
         f = float(v)
-        return not np.isfinite(f) or float(np.asarray(f).astype(np_type).astype(np.float64)) == f
+        return not np.isfinite(f) or float(np.asarray(f).astype(_np_float(target)).astype(np.float64)) == f
     if kind != "v":
         return False
     if dtypes[k] in _PRECISION and not narrows(dtypes[k], target):
