@@ -915,6 +915,9 @@ def _scalars(alg: Algebra, alpha: Input, t: Input, rest: Monomial) -> Scalars:
         divisor = 1.0 / rest.coef
         if float(np.float32(rest.coef)) != rest.coef and float(np.float32(divisor)) == divisor:
             return Scalars("folded", _const_or_value(alg, t), np.array(divisor, np.float32), set())
+        require(float(np.float32(rest.coef)) == rest.coef,
+                f"the update is scaled by {rest.coef:.9g}, a product of constants that no float32 input holds "
+                "exactly (the fused node would scale by a rounded number)")
         return Scalars("folded_reciprocal", _const_or_value(alg, t), np.array(rest.coef, np.float32), set())
     require(len(factors) == 1 and rest.coef == 1.0, "the update is scaled by more than one value")
     (k, exp), = factors.items()

@@ -38,7 +38,7 @@ def run(s: Structure, m: Semantics, leaves: Sequence[Value], constants: Sequence
             values.append(opaque(k, args[0]))
             continue
         out = _op(m, op, key, args, s.dtypes[k])
-        if op in ARITH and isinstance(out, Ext):
+        if m.saturate and op in ARITH and isinstance(out, Ext):
             out = m.limit(out, overflow_at(s.dtypes[k]))
         values.append(out)
     return get(s.output), values

@@ -86,6 +86,7 @@ class _Setting:
     param_exprs: dict[str, relations.Expr] | None  # in terms of the constants, when all have one
     leaf_dtypes: list[int | None]
     out_dtype: int | None
+    fine: bool = True  # an open constant keeps all its relations to the others (else its sign alone)
 
 
 _cache: dict[tuple, Verdict] = {}
@@ -107,25 +108,38 @@ def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: st
         return Verdict(False, f"is not proved equal to {described}: the match {exc}")
     except _Mismatch as exc:
         return Verdict(False, f"differs from {described}: {exc}")
-    generic_key = None
-    finite_consts = [c for c in setting.constants if isinstance(c, Fraction)]
-    if setting.param_exprs is not None:
-        generic_key = (_base_key(setting, assume_finite), tuple(sorted(setting.param_exprs.items())),
-                       relations.signature(finite_consts))
-        found = _cache.get(generic_key)
-        if found is not None and found.holds:
-            return found
-    concrete_key = (_base_key(setting, assume_finite), tuple(setting.constants),
-                    tuple(sorted(setting.params.items())))
+    base = _base_key(setting, assume_finite)
+    concrete_key = (base, tuple(setting.constants), tuple(sorted(setting.params.items())))
     found = _cache.get(concrete_key)
     if found is not None:
         return found
-    if generic_key is not None and generic_key not in _cache:
-        verdict = _decide(alg, match, setting, assume_finite, generic=True, described=described)
-        _remember(generic_key, verdict)
-        if verdict.holds:
-            return verdict
-    verdict = _decide(alg, match, setting, assume_finite, generic=False, described=described)
+    # a proof for the whole family of this structure leaves every finite constant open, bound
+    # only by its relations to the others
+    varying = frozenset(j for j, c in enumerate(setting.constants) if isinstance(c, Fraction))
+    families: list[tuple[tuple, bool]] = []
+    if varying and setting.param_exprs is not None:
+        finite_consts = [c for c in setting.constants if isinstance(c, Fraction)]
+        family = (base, tuple(sorted(setting.param_exprs.items())))
+        # first with the coarse relations (one proof for a whole family of a form), then with
+        # every relation between the constants
+        families = [(family + (fine, relations.signature(finite_consts) if fine else relations.signs(finite_consts)),
+                     fine) for fine in (False, True)]
+        for key, _ in families:
+            found = _cache.get(key)
+            if found is not None and found.holds:
+                return found
+    quick = _quick_counterexample(alg, match, setting, described)
+    if quick is not None:
+        _remember(concrete_key, quick)
+        return quick
+    for key, fine in families:
+        if key not in _cache:
+            found = _decide(alg, match, replace(setting, fine=fine), assume_finite, generic=varying,
+                            described=described)
+            _remember(key, found)
+            if found.holds:
+                return found
+    verdict = _decide(alg, match, setting, assume_finite, generic=frozenset(), described=described)
     _remember(concrete_key, verdict)
     return verdict
 
@@ -166,8 +180,12 @@ def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[
         elif isinstance(value, str) and s.leaf_refs.get(value, ("", 0))[0] == "c":
             roles.append((role, s.leaf_refs[value]))
         elif const is not None:
-            roles.append((role, ("c", len(constants))))
-            constants.append(exact_value(const))
+            # a constant input the region holds too is that constant (alpha is the step it multiplies by)
+            held = exact_value(const)
+            same = [j for j, c in enumerate(constants) if type(c) is type(held) and c == held]
+            roles.append((role, ("c", same[0] if same else len(constants))))
+            if not same:
+                constants.append(held)
         else:  # an input the region does not read (dout folded to 1 elsewhere, an unused l2)
             roles.append((role, ("free", len(roles))))
     main = match.inputs[0] if isinstance(match.inputs[0], str) else None
@@ -234,9 +252,9 @@ def _static_numel(index, tensor: str) -> int | None:
 _COUNT_AT = 4  # the element count exact evaluation takes for an unknown one
 
 
-def _exact_at(s: _Setting, given: Mapping[str, Fraction | int]) -> Fraction | None:
-    """The region's exact value (over norm) with the named inputs given, the others 0; None when
-    it is not a finite number there."""
+def _exact_at(s: _Setting, given: Mapping[str, Fraction | int], with_norm: bool = False) -> Fraction | None:
+    """The region's exact value (over norm, unless `with_norm`) with the named inputs given, the
+    others 0; None when it is not a finite number there."""
     m = Semantics(ExactBackend())
     leaves = [m.const(0) for _ in s.structure.leaves]
     for role, (kind, k) in s.roles:
@@ -263,11 +281,78 @@ def _exact_at(s: _Setting, given: Mapping[str, Fraction | int]) -> Fraction | No
     if out.kind != FIN:
         return None
     norm = Fraction(1)
-    if s.norm is not None:
+    if s.norm is not None and not with_norm:
         kind, k = s.norm
         n = s.constants[k] if kind == "c" else Fraction(_COUNT_AT)
         norm = 1 / Fraction(n)
     return out.real / norm
+
+
+_SCALAR_TRIES = (Fraction(1, 2), Fraction(1, 4), Fraction(2))
+
+
+def _quick_counterexample(alg: Algebra, match: Match, s: _Setting, described: str) -> Verdict | None:
+    """A refusal from exact evaluation at a few points (each tensor input on its own at 0, +-1,
+    the constants and their halves and doubles; the scalars at values inside the op's domain),
+    when one of them shows a difference the graph's types keep: most wrong matches differ at
+    one of them, and evaluation costs far less than a solver call."""
+    m = Semantics(ExactBackend())
+    tensors = [role for role, (kind, _) in s.roles if kind == "in" and role not in s.spec.finite][:2]
+    others = [role for role, (kind, _) in s.roles if kind in ("in", "free") and role not in tensors]
+    finite = sorted({abs(c) for c in s.constants if isinstance(c, Fraction) and c != 0})[:6]
+    values = [Fraction(0), Fraction(1), Fraction(-1), Fraction(-3, 2)]
+    for c in finite:
+        values += [c, -c, c / 2, -3 * c / 2, 2 * c]
+    fixed = _in_domain(m, s, others)
+    if fixed is None:
+        return None
+    consts = [_const_ext(m, c) for c in s.constants]
+    counts = [m.const(_COUNT_AT) for _ in range(s.unknown_counts)]
+    params = _param_exts(s, m, consts, counts, frozenset())
+    for role in tensors:
+        for v in values:
+            point = {**fixed, **{r: Fraction(0) for r in tensors}, role: v}
+            got = _exact_at(s, point, with_norm=True)
+            want = _contract_at(m, s, consts, params, point)
+            if got is None or want is None or got == want:
+                continue
+            from .reproduce import reproduce
+            counts_f = [float(_COUNT_AT)] * s.unknown_counts
+            shown = reproduce(alg, match, s.structure, {r: float(x) for r, x in point.items()}, counts_f, s.roles)
+            if shown is not None:
+                g, f, dtype = shown
+                at = ", ".join(f"{r}={_fmt(float(x))}" for r, x in point.items())
+                return Verdict(False, f"differs from {described} at {at}: the graph gives {_fmt(g)}, the fused op "
+                                      f"{_fmt(f)} (in {dtype_name(dtype)})")
+    return None
+
+
+def _in_domain(m: Semantics, s: _Setting, roles: list[str]) -> dict[str, Fraction] | None:
+    """Values for `roles` (dout, runtime scalars) that the op's domain admits (which binds
+    runtime inputs only: with none, any constants are what they are)."""
+    if not roles:
+        return {}
+    consts = {role: s.constants[k] for role, (kind, k) in s.roles if kind == "c"}
+    for a in _SCALAR_TRIES:
+        for b in _SCALAR_TRIES:
+            point = {r: (a if k == 0 else b) for k, r in enumerate(roles)}
+            inputs = {role: _const_ext(m, consts[role]) if role in consts else m.const(point.get(role, Fraction(0)))
+                      for role, _ in s.roles}
+            if s.spec.domain(m, inputs, s.attrs, s.out_dtype) is True:
+                return point
+    return None
+
+
+def _contract_at(m: Semantics, s: _Setting, consts: list[Any], params: dict[str, Any],
+                 point: Mapping[str, Fraction]) -> Fraction | None:
+    inputs = {}
+    for role, (kind, k) in s.roles:
+        inputs[role] = consts[k] if kind == "c" else m.const(point.get(role, Fraction(0)))
+    try:
+        out = s.spec.contract(m, inputs, params, s.attrs)
+    except ZeroDivisionError:
+        return None
+    return out.real if out.kind == FIN else None
 
 
 def _const_ext(m: Semantics, c: Fraction | float | bool) -> Any:
@@ -291,14 +376,14 @@ class _Encoded:
     contract_trace: list[Ext] = field(default_factory=list)  # the exact contract's arithmetic values
 
 
-def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _Encoded:
+def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bool) -> _Encoded:
     import z3
 
     from .z3_backend import Z3Backend
 
     b = Z3Backend()
     m = Semantics(b)
-    solver = z3.Solver()
+    solver = z3.SolverFor("QF_NRA")
     solver.set("timeout", TIMEOUT_MS)
     finite_roles = set(s.spec.finite)
     leaves: list[Ext] = []
@@ -307,7 +392,7 @@ def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _En
         real = b.real(f"x{k}")
         if free_kinds and role_of_leaf.get(k) not in finite_roles:
             kind = b.kind(f"k{k}")
-            solver.add(kind >= 0, kind <= 3)
+            solver.add(_is_kind(kind))
         else:
             kind = FIN
         leaves.append(Ext(kind, real))
@@ -315,14 +400,17 @@ def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _En
     consts: list[Any] = []
     symbols = []
     for j, c in enumerate(s.constants):
-        if generic and isinstance(c, Fraction):
+        if j in generic and isinstance(c, Fraction):
             sym = b.real(f"c{j}")
             symbols.append(sym)
             consts.append(Ext(FIN, sym))
         else:
             consts.append(_const_ext(m, c))
+            if isinstance(c, Fraction):
+                symbols.append(b.num(c))
     if generic:
-        solver.add(*relations.constraints(symbols, finite_values))
+        relate = relations.constraints if s.fine else relations.sign_constraints
+        solver.add(*[c for c in relate(symbols, finite_values) if not z3.is_true(c)])
     counts = []
     for j in range(s.unknown_counts):
         n = b.real(f"n{j}")
@@ -334,7 +422,7 @@ def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _En
     def opaque(k: int, _: Any) -> Ext:
         opaque_n[0] += 1
         kind = b.kind(f"cast{k}_{opaque_n[0]}_kind")
-        solver.add(kind >= 0, kind <= 3)
+        solver.add(_is_kind(kind))
         return Ext(kind, b.real(f"cast{k}_{opaque_n[0]}"))
 
     region, _ = run(s.structure, Semantics(b, saturate), leaves, consts, numels, opaque)
@@ -350,7 +438,7 @@ def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _En
             inputs[role] = Ext(b.kind(f"k_{role}") if free_kinds and role not in finite_roles else FIN,
                                b.real(f"free_{role}"))
             if not isinstance(inputs[role].kind, int):
-                solver.add(inputs[role].kind >= 0, inputs[role].kind <= 3)
+                solver.add(_is_kind(inputs[role].kind))
     params = _param_exts(s, m, consts, counts, generic)
     m.trace = []
     contract = s.spec.contract(m, inputs, params, s.attrs)
@@ -367,11 +455,17 @@ def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _En
     return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract, trace)
 
 
-def _param_exts(s: _Setting, m: Semantics, consts: list[Any], counts: list[Any], generic: bool) -> dict[str, Any]:
+def _is_kind(k: Any) -> Any:
+    import z3
+
+    return z3.Or(k == FIN, k == PINF, k == NINF, k == NAN)
+
+
+def _param_exts(s: _Setting, m: Semantics, consts: list[Any], counts: list[Any], generic: frozenset[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     finite_idx = [j for j, c in enumerate(s.constants) if isinstance(c, Fraction)]
     for name, value in s.params.items():
-        if generic and s.param_exprs is not None:
+        if generic and s.param_exprs is not None:  # in terms of the open constants
             sign, factors = s.param_exprs[name]
             e = m.const(sign)
             for i, exp in factors:
@@ -388,7 +482,7 @@ def _param_exts(s: _Setting, m: Semantics, consts: list[Any], counts: list[Any],
     return out
 
 
-def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: bool, described: str) -> Verdict:
+def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: frozenset[int], described: str) -> Verdict:
     import z3
 
     caveats: list[str] = []
@@ -435,7 +529,7 @@ def _variants(s: _Setting) -> list[dict[str, object]]:
     return [{}] + [{name: v} for v in values if v != own]
 
 
-def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: bool,
+def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: frozenset[int],
               described: str) -> Verdict | None:
     """3. A refusal when the graph and the kernel, each rounding overflows to +-inf, differ at
     finite inputs none of which is near its type's range, where every value the contract
@@ -475,7 +569,7 @@ def _margin(dtype: int | None) -> Fraction:
 
 # -- refusals --------------------------------------------------------------------------------
 
-def _refusal(alg: Algebra, match: Match, s: _Setting, e: _Encoded, found: Any, generic: bool, described: str,
+def _refusal(alg: Algebra, match: Match, s: _Setting, e: _Encoded, found: Any, generic: frozenset[int], described: str,
              where: str, overflow: bool = False) -> Verdict:
     import z3
 
@@ -521,8 +615,7 @@ def _model_real(model: Any, term: Any) -> float:
 def _model_value(model: Any, x: Ext) -> float:
     import z3
 
-    kind = x.kind if isinstance(x.kind, int) else model.eval(x.kind, model_completion=True).as_long() \
-        if z3.is_int_value(model.eval(x.kind, model_completion=True)) else FIN
+    kind = x.kind if isinstance(x.kind, int) else round(_model_real(model, x.kind))
     if kind == NAN:
         return float("nan")
     if kind == PINF:

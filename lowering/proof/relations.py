@@ -29,6 +29,69 @@ def _log2(v: Fraction) -> int:
     return e if Fraction(2) ** e <= a else e - 1
 
 
+_MODERATE = Fraction(1, 1 << 8), Fraction(1 << 8)  # magnitudes the coarse relations do not tell apart
+
+
+def signs(values: Sequence[Fraction]) -> tuple:
+    """The coarse relations: each constant's sign, whether it is +-1, its magnitude (moderate,
+    or its power of two outside that), and which pairs are equal, opposite or reciprocal. Forms
+    whose constants differ instance by instance (a step, a beta) keep these."""
+    single = tuple((_cmp(v, 0), abs(v) == 1, _magnitude(v)) for v in values)
+    pairs = tuple((a == b, a == -b, a * b == 1, a * b == -1) for i, a in enumerate(values) for b in values[i + 1:])
+    return single, pairs
+
+
+def _magnitude(v: Fraction) -> int | None:
+    return None if v == 0 or _MODERATE[0] <= abs(v) <= _MODERATE[1] else _log2(v)
+
+
+def sign_constraints(symbols: Sequence[Any], values: Sequence[Fraction]) -> list[Any]:
+    """`signs` as conditions on `symbols`."""
+    import z3
+
+    out: list[Any] = []
+    for c, v in zip(symbols, values):
+        out.append(c > 0 if v > 0 else (c < 0 if v < 0 else c == 0))
+        if abs(v) == 1:
+            out.append(c == v)
+        elif v and _magnitude(v) is None:
+            mag = c if v > 0 else -c
+            out += [mag >= _real(_MODERATE[0]), mag <= _real(_MODERATE[1])]
+        elif v:
+            e = _log2(v)
+            mag = c if v > 0 else -c
+            out += [mag >= _real(Fraction(2) ** e), mag < _real(Fraction(2) ** (e + 1))]
+    for i, (a, va) in enumerate(zip(symbols, values)):
+        for b, vb in zip(symbols[i + 1:], values[i + 1:]):
+            for holds, cond in ((va == vb, a == b), (va == -vb, a == -b), (va * vb == 1, a * b == 1),
+                                (va * vb == -1, a * b == -1)):
+                out.append(cond if holds else z3.Not(cond))
+    return out
+
+
+def _real(v: Fraction) -> Any:
+    import z3
+
+    return z3.RealVal(f"{v.numerator}/{v.denominator}")
+
+
+def _singles(symbols: Sequence[Any], values: Sequence[Fraction]) -> list[Any]:
+    import z3
+
+    out: list[Any] = []
+    for c, v in zip(symbols, values):
+        out.append(c > 0 if v > 0 else (c < 0 if v < 0 else c == 0))
+        if v:
+            e = _log2(v)
+            lo, hi = Fraction(2) ** e, Fraction(2) ** (e + 1)
+            mag = c if v > 0 else -c
+            out += [mag >= z3.RealVal(f"{lo.numerator}/{lo.denominator}"),
+                    mag < z3.RealVal(f"{hi.numerator}/{hi.denominator}")]
+            if abs(v) == 1:
+                out.append(mag == 1)
+    return out
+
+
 def signature(values: Sequence[Fraction]) -> tuple:
     one = Fraction(1)
     single = tuple((_cmp(v, 0), abs(v) == 1, _log2(v) if v else 0) for v in values)
@@ -41,23 +104,10 @@ def signature(values: Sequence[Fraction]) -> tuple:
 
 def constraints(symbols: Sequence[Any], values: Sequence[Fraction]) -> list[Any]:
     """The relations of `values` (signature) as conditions on `symbols` (z3 reals)."""
-    import z3
-
-    out: list[Any] = []
-
     def rel(x: Any, y: Any, c: int) -> Any:
         return x > y if c > 0 else (x < y if c < 0 else x == y)
 
-    for c, v in zip(symbols, values):
-        out.append(rel(c, 0, _cmp(v, 0)))
-        if v:
-            e = _log2(v)
-            lo, hi = Fraction(2) ** e, Fraction(2) ** (e + 1)
-            mag = c if v > 0 else -c
-            out += [mag >= z3.RealVal(f"{lo.numerator}/{lo.denominator}"),
-                    mag < z3.RealVal(f"{hi.numerator}/{hi.denominator}")]
-            if abs(v) == 1:
-                out.append(mag == 1)
+    out = _singles(symbols, values)
     for i, (a, va) in enumerate(zip(symbols, values)):
         for b, vb in zip(symbols[i + 1:], values[i + 1:]):
             out += [rel(a, b, _cmp(va, vb)), rel(a, -b, _cmp(va, -vb)), rel(a * b, 1, _cmp(va * vb, Fraction(1))),

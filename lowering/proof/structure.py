@@ -11,6 +11,7 @@ a solver call.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -79,6 +80,7 @@ _EMAX: dict[int, int] = {onnx.TensorProto.BFLOAT16: 127, onnx.TensorProto.FLOAT1
          onnx.TensorProto.DOUBLE: 1023}
 
 
+@functools.cache
 def overflow_at(dtype: int | None) -> Fraction | None:
     """The least magnitude that rounds to infinity in a float type: its largest finite value
     plus half an ulp, (2 - 2^-p) * 2^emax."""

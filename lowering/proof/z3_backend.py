@@ -30,7 +30,9 @@ class Z3Backend:
         return z3.Real(name, self.ctx)
 
     def kind(self, name: str) -> Any:
-        return z3.Int(name, self.ctx)
+        # kinds are reals holding 0..3: the formula stays in real arithmetic (QF_NRA), which z3
+        # decides much faster than a mix of integers and reals
+        return z3.Real(name, self.ctx)
 
     def _r(self, a: Any) -> Any:
         return self.num(a) if isinstance(a, (int, Fraction)) and not isinstance(a, bool) else a
@@ -53,10 +55,6 @@ class Z3Backend:
     def eq(self, a: Any, b: Any) -> Any:
         if _is_py(a) and _is_py(b):
             return a == b
-        if isinstance(a, int) and not isinstance(a, bool) and z3.is_int(b):
-            return b == z3.IntVal(a, self.ctx)
-        if isinstance(b, int) and not isinstance(b, bool) and z3.is_int(a):
-            return a == z3.IntVal(b, self.ctx)
         return self._r(a) == self._r(b)
 
     def ite(self, c: Any, a: Any, b: Any) -> Any:
@@ -64,13 +62,7 @@ class Z3Backend:
             return a if c else b
         if _is_py(a) and _is_py(b) and a == b and type(a) is type(b):
             return a
-        if isinstance(a, int) and not isinstance(a, bool) and isinstance(b, int) and not isinstance(b, bool):
-            return z3.If(c, z3.IntVal(a, self.ctx), z3.IntVal(b, self.ctx))
-        if isinstance(a, int) and not isinstance(a, bool) and z3.is_int(b):
-            a = z3.IntVal(a, self.ctx)
-        elif isinstance(b, int) and not isinstance(b, bool) and z3.is_int(a):
-            b = z3.IntVal(b, self.ctx)
-        elif isinstance(a, bool) or isinstance(b, bool):
+        if isinstance(a, bool) or isinstance(b, bool):
             a = z3.BoolVal(a, self.ctx) if isinstance(a, bool) else a
             b = z3.BoolVal(b, self.ctx) if isinstance(b, bool) else b
         else:
