@@ -11,6 +11,7 @@ several double-buffered tiles per core with partial tails.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +19,11 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from codegen.api import artifact_for_target, kernel_for_spec
+from codegen.nodes import InputSpec, NodeSpec
+from codegen.project import OperatorProject, project_of
 from codegen.targets import TARGETS
+from lowering.fused_ops import OP_SPECS, PROXIMAL_GD, SCALAR_FORMS
 from runtime.numerics import NUMPY_DTYPES
 from runtime.precision import compare, subnormal_steps
 
@@ -27,6 +32,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 ELEM = {"float32": T.FLOAT, "float16": T.FLOAT16, "bfloat16": T.BFLOAT16}
 SIZE_CLASSES = ("tail", "cores", "tiles")
 PROX_SCALARS = (0.5, 0.1, 0.3)  # alpha, l1, l2
+SCALARS = ("alpha", "l1", "l2")
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,32 @@ def feeds_of(v: Variant, shape: tuple[int, ...], rng: np.random.Generator) -> di
     if v.runtime_scalars:
         feeds.update({n: np.asarray(x, np_t) for n, x in zip(("alpha", "l1", "l2"), PROX_SCALARS)})
     return feeds
+
+
+def prox_spec(dtype: str, scalar_dtypes: tuple[str, str, str], form: str, shrink_max: float, n: int = 64) -> NodeSpec:
+    inputs = {"var": InputSpec(dtype, (n,)), "delta": InputSpec(dtype, (n,))}
+    inputs.update({r: InputSpec(d, ()) for r, d in zip(SCALARS, scalar_dtypes)})
+    order = {name: inputs[name] for name in OP_SPECS[PROXIMAL_GD].inputs}
+    return NodeSpec("prox", PROXIMAL_GD, order, {"scalar_form": form, "shrink_max": shrink_max})
+
+
+def prox_scalar_dtypes(dtype: str) -> list[tuple[str, str, str]]:
+    """alpha, l1, l2 in the tensors' dtype, in float32, or (a folded form of a graph that computes
+    alpha * l1 and 1 + alpha * l2 in float32) alpha alone in the tensors' dtype."""
+    f = "float32"
+    return list(dict.fromkeys([(dtype,) * 3, (f,) * 3, (dtype, f, f)]))
+
+
+def prox_variant_specs() -> list[NodeSpec]:
+    """One node per kernel variant: dtype x scalars' dtypes x scalar form x shrink_max (inf or finite)."""
+    return [prox_spec(dtype, sdt, form, shrink)
+            for dtype in DTYPES for sdt in prox_scalar_dtypes(dtype)
+            for form in SCALAR_FORMS for shrink in (math.inf, 2.5)]
+
+
+def prox_projects() -> list[OperatorProject]:
+    """Per target, one operator project of every ApplyProximalGradientDescent variant."""
+    return [project_of([artifact_for_target(kernel_for_spec(s), t) for s in prox_variant_specs()]) for t in TARGETS]
 
 
 def within_standard(name: str, actual: np.ndarray, golden: np.ndarray) -> tuple[bool, str]:
