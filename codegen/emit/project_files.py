@@ -67,7 +67,28 @@ endif()
 include(cmake/config.cmake)
 include(cmake/func.cmake)
 include(cmake/intf.cmake)
+# CMAKE_COMPILE builds host tools; with ENABLE_CROSS_COMPILE the op_host libraries are built by
+# CMAKE_CROSS_PLATFORM_COMPILER for the other CPU (x86_64 <-> aarch64), linking the toolkit's
+# devlib for it (or CMAKE_CROSS_LIBRARY_PATH), as the op build's cmake/ expects.
 set(CMAKE_COMPILE ${{CMAKE_CXX_COMPILER}})
+if(ENABLE_CROSS_COMPILE)
+    set(HOST_PLATFORM ${{CMAKE_SYSTEM_PROCESSOR}})
+    if(HOST_PLATFORM STREQUAL x86_64)
+        set(CROSS_COMPILE_PLATFORM aarch64)
+    else()
+        set(CROSS_COMPILE_PLATFORM x86_64)
+    endif()
+    if(CMAKE_CROSS_LIBRARY_PATH)
+        set(CMAKE_COMPILE_COMPILER_LIBRARY ${{CMAKE_CROSS_LIBRARY_PATH}})
+        set(CMAKE_COMPILE_RUNTIME_LIBRARY ${{CMAKE_CROSS_LIBRARY_PATH}})
+    else()
+        set(CROSS_DEVLIB ${{ASCEND_CANN_PACKAGE_PATH}}/${{HOST_PLATFORM}}-linux/devlib)
+        set(CMAKE_COMPILE_COMPILER_LIBRARY ${{CROSS_DEVLIB}}/linux/${{CROSS_COMPILE_PLATFORM}}/)
+        set(CMAKE_COMPILE_RUNTIME_LIBRARY ${{CROSS_DEVLIB}}/${{CROSS_COMPILE_PLATFORM}}/)
+    endif()
+    set(CMAKE_SYSTEM_PROCESSOR ${{CROSS_COMPILE_PLATFORM}})
+    set(CMAKE_CXX_COMPILER ${{CMAKE_CROSS_PLATFORM_COMPILER}})
+endif()
 
 add_subdirectory(op_host)
 add_subdirectory(op_kernel)
@@ -106,7 +127,9 @@ include(CPack)
 
 
 def cmake_presets(project: OperatorProject) -> str:
-    """CMakePresets.json with the cache variables of the template's preset."""
+    """CMakePresets.json with the cache variables of the template's preset, in its order and with
+    its types and values, except the four a project sets: its compute unit, its vendor, the 8.x
+    toolkit path and ENABLE_TEST off (the project ships no test cases)."""
     cache = {
         "CMAKE_BUILD_TYPE": ("STRING", "Release"),
         "ENABLE_SOURCE_PACKAGE": ("BOOL", "True"),
@@ -118,6 +141,7 @@ def cmake_presets(project: OperatorProject) -> str:
         "ASCEND_PYTHON_EXECUTABLE": ("STRING", "python3"),
         "CMAKE_INSTALL_PREFIX": ("PATH", "${sourceDir}/build_out"),
         "ENABLE_CROSS_COMPILE": ("BOOL", "False"),
+        "CMAKE_CROSS_PLATFORM_COMPILER": ("PATH", "/usr/bin/aarch64-linux-gnu-g++"),
         "ASCEND_PACK_SHARED_LIBRARY": ("BOOL", "False"),
     }
     preset = {
