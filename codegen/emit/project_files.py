@@ -10,10 +10,9 @@ from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
 from codegen.emit.golden import golden_function
 from codegen.ir import Kind, Param
 from codegen.names import safe_text
-from codegen.op_interface import call_attributes, interface
+from codegen.op_interface import call_attributes, contract, interface, is_cann
 from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES, VARIANT_SHIFT
 from codegen.variants import axes_of
-from lowering.fused_ops import OP_SPECS
 
 if TYPE_CHECKING:
     from codegen.artifact import KernelArtifact
@@ -454,7 +453,7 @@ def example_cpp(project: OperatorProject) -> str:
                 "    }",
             ]
         else:
-            value = OP_SPECS[k.op_type].example_scalars.get(p.name, 0.5)
+            value = contract(k.op_type).example_scalars.get(p.name, 0.5)
             lines.append(
                 f"    std::vector<double> {p.name} = {{RoundTrip({value!r}, {ACL_TYPES[p.dtype]})}};"
             )
@@ -561,11 +560,12 @@ def _io_rows(project: OperatorProject) -> list[str]:
     return rows
 
 
-def _attr_rows(project: OperatorProject) -> list[str]:
-    return [
-        f"| {a.name} | {a.kind} | {a.default} | {'yes' if a.cann else 'no (extra)'} | {a.doc} |"
-        for a in interface(project.op_name).attributes
-    ]
+def _attr_table(project: OperatorProject) -> str:
+    attrs = interface(project.op_name).attributes
+    if not attrs:
+        return "No attributes."
+    rows = [f"| {a.name} | {a.kind} | {a.default} | {'yes' if a.cann else 'no (extra)'} | {a.doc} |" for a in attrs]
+    return "\n".join(["| attribute | type | default | CANN's op has it | meaning |", "|---|---|---|---|---|", *rows])
 
 
 def _variant_section(art: KernelArtifact) -> str:
@@ -599,9 +599,10 @@ reads each call's from the tiling data):
 
 def _formula(op: str) -> str:
     """The contract's formula with its output names as the operator names them."""
-    text = OP_SPECS[op].formula
-    for contract, emitted in zip(OP_SPECS[op].outputs, interface(op).outputs):
-        text = text.replace(f"{contract} =", f"{emitted} =")
+    spec = contract(op)
+    text = spec.formula
+    for name, emitted in zip(spec.outputs, interface(op).outputs):
+        text = text.replace(f"{name} =", f"{emitted} =")
     return text
 
 
@@ -618,12 +619,22 @@ def readme(project: OperatorProject) -> str:
     else:
         shapes = ("Format ND, any rank; the streamed inputs must have\nthe same number of elements (no "
                   "broadcasting: the tiling function refuses other shapes and logs why).")
+    fused = contract(op).op_type
+    if is_cann(op):
+        what = (f"AscendC custom operator `{op}` with CANN's ops-nn prototype exactly (name, inputs, outputs,\n"
+                f"attributes and dtypes), generated for fused `{fused}` nodes of the lowered model")
+        extra = "It has CANN's attributes only."
+    else:
+        what = (f"AscendC custom operator `{op}`, the project's own (CANN's `{fused}` prototype cannot\n"
+                f"express these kernels, and a package must not register CANN's name with another prototype),\n"
+                f"generated for fused `{fused}` nodes of the lowered model")
+        extra = ("Attributes CANN's operator lacks are optional, and their defaults give CANN's semantics, so "
+                 "a\ncall with the defaults gets CANN's result.")
     return f"""# {op}
 
 {BANNER}
 
-AscendC custom operator `{op}` with CANN's operator interface, generated for the fused
-`{op}` nodes of the lowered model, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, compute unit
+{what}, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, compute unit
 `{t.compute_unit}`: SoCs {", ".join(t.soc_versions)}).
 
 ## Formula
@@ -641,12 +652,9 @@ with CAST_RINT (round half to even, overflow to inf).
 |---|---|---|---|
 {chr(10).join(_io_rows(project))}
 
-| attribute | type | default | CANN's op has it | meaning |
-|---|---|---|---|---|
-{chr(10).join(_attr_rows(project))}
+{_attr_table(project)}
 
-Attributes CANN's operator lacks are optional, and their defaults give CANN's semantics, so a
-caller of CANN's interface gets CANN's result. {shapes}
+{extra} {shapes}
 
 ## Variants and tiling keys
 
