@@ -76,7 +76,6 @@ class Attribute:
 class OpInterface:
     outputs: tuple[str, ...]  # OpDef output names, in the kernel's output order
     attributes: tuple[Attribute, ...]
-    ref_output: str | None = None  # an output that is also the input of this name (updated in place)
     # CANN's dtype list, which every input and output of its operator takes alike; empty: the
     # dtype combinations the package's kernels take
     dtypes: tuple[str, ...] = ()

@@ -395,10 +395,9 @@ def example_cpp(project: OperatorProject) -> str:
     stem = project.file_stem
     iface = interface(k.op_type)
     attrs = call_attributes(k)
-    # a ref output is the input of that name, updated in place: no tensor of its own
-    params = list(k.inputs) + ([] if iface.ref_output else list(k.outputs))
+    params = list(k.inputs) + list(k.outputs)
     out = k.outputs[0]
-    out_tensor = iface.ref_output or out.name
+    out_tensor = out.name
     dev_t, from_dev = _FROM_DEVICE[k.dtype]
     bcast = [p.name for p in k.inputs if p.broadcast]
     full = f"{{{EXAMPLE_ROWS}, {EXAMPLE_COLS}}}" if bcast else "{static_cast<int64_t>(n)}"
@@ -476,7 +475,7 @@ def example_cpp(project: OperatorProject) -> str:
         ]
     args = [f"d_{p.name}.tensor" for p in k.inputs]
     args += [f"{_attr_arg(a.kind, attrs[a.name])} /* {a.name} */" for a in iface.attributes]
-    args += [] if iface.ref_output else [f"d_{p.name}.tensor" for p in k.outputs]
+    args += [f"d_{p.name}.tensor" for p in k.outputs]
     lines += [
         "    uint64_t workspaceSize = 0;",
         "    aclOpExecutor* executor = nullptr;",
@@ -555,8 +554,7 @@ def _io_rows(project: OperatorProject) -> list[str]:
         rows.append(f"| {p.name} | input | {dtypes} | {how} |")
     for p, name in zip(k.outputs, iface.outputs):
         dtypes = ", ".join(sorted({a.kernel.param(p.name).dtype for a in project.variants}))
-        ref = " (the input of that name, updated in place)" if name == iface.ref_output else ""
-        rows.append(f"| {name} | output{ref} | {dtypes} | streamed; shape of input 0 |")
+        rows.append(f"| {name} | output | {dtypes} | streamed; shape of input 0 |")
     return rows
 
 

@@ -298,16 +298,14 @@ _ACLNN_TYPES = {"float": "double", "string": "char *", "bool": "bool"}
 
 def aclnn_header_standin(project: OperatorProject) -> str:
     """aclnn_<op>.h as op_build writes it (asc-devkit tests/tools/utils/opbuild/*.h.txt): inputs,
-    then attributes (Float -> double, String -> char *, Bool -> bool), then outputs; an output
-    named like an input is that input, `aclTensor *<name>Ref`, with no output parameter."""
+    then attributes (Float -> double, String -> char *, Bool -> bool), then outputs."""
     from codegen.op_interface import interface
 
     k = project.variants[0].kernel
     iface = interface(project.op_type)
-    params = [f"aclTensor *{p.name}Ref" if p.name == iface.ref_output else f"const aclTensor *{p.name}"
-              for p in k.inputs]
+    params = [f"const aclTensor *{p.name}" for p in k.inputs]
     params += [f"{_ACLNN_TYPES[a.kind]} {a.name}" for a in iface.attributes]
-    params += [f"const aclTensor *{name}Out" for name in iface.outputs if name != iface.ref_output]
+    params += [f"const aclTensor *{name}Out" for name in iface.outputs]
     op = project.op_type
     return "\n".join([
         '#include "aclnn/acl_meta.h"',
