@@ -1,23 +1,35 @@
-"""The interface of the emitted operators: CANN's op names, inputs, outputs and attributes.
+"""The interface of the emitted operators: op names, inputs, outputs, attributes and dtypes.
 
-Each op type's interface is part of its lowering rule (codegen/registry.py). The emitted OpDef
-declares it; the tiling function reads the attributes in this order; the aclnn example passes
-them. Attributes CANN's operator lacks (the fused node's `scale`, `scalar_form`, `shrink_max`)
-are optional with defaults that give CANN's semantics, so a caller of CANN's interface gets
-CANN's result.
+Each operator's interface is part of its op type's lowering rule (codegen/registry.py). The
+emitted OpDef declares it; the tiling function reads the attributes in this order; the aclnn
+example passes them. An operator with CANN's name has CANN's ops-nn prototype exactly (a custom
+package that registered CANN's name with another prototype would shadow CANN's operator on the
+machine); what the fused nodes add (`scale`, `scalar_form`, `shrink_max`, bfloat16 or float32
+scalars for ApplyProximalGradientDescent) goes to an operator of the project's own name.
 """
 
 from __future__ import annotations
 
 from codegen.ir import Kernel, attr_scalars
-from codegen.registry import Attribute, OpInterface
+from codegen.registry import Attribute, OpInterface, contract_of, operator_named
 from codegen.rules import axes_of, interface_of
+from lowering.fused_ops import OP_SPECS, OpSpec
 
-__all__ = ["Attribute", "OpInterface", "call_attributes", "interface"]
+__all__ = ["Attribute", "OpInterface", "call_attributes", "contract", "interface", "is_cann"]
 
 
-def interface(op_type: str) -> OpInterface:
-    return interface_of(op_type)
+def interface(operator: str) -> OpInterface:
+    return interface_of(operator)
+
+
+def contract(operator: str) -> OpSpec:
+    """The contract (lowering/fused_ops.py) of the fused op whose nodes an operator runs."""
+    return OP_SPECS[contract_of(operator)]
+
+
+def is_cann(operator: str) -> bool:
+    """Whether the operator is CANN's own (its prototype exactly), not the project's."""
+    return operator_named(operator).cann
 
 
 def call_attributes(k: Kernel) -> dict[str, float | str | bool]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.nodes import InputSpec, NodeSpec
-from lowering.fused_ops import OP_SPECS, PROXIMAL_GD, REDUCTIONS, SMOOTH_L1_GRAD
+from lowering.fused_ops import OP_SPECS, PROXIMAL_GD, REDUCTIONS, SCALAR_FORMS, SMOOTH_L1_GRAD
 from runtime import acl
 from runtime.acl import (
     DTYPE_NAMES,
@@ -183,20 +183,46 @@ def aclnnSmoothL1LossBackwardGetWorkspaceSize(
                                                       "gradient", backend)
 
 
+_CANN_PROX_TYPES = (AclDataType.FLOAT, AclDataType.FLOAT16)
+
+
 def aclnnApplyProximalGradientDescentGetWorkspaceSize(
     var: AclTensor | None, alpha: AclTensor | None, l1: AclTensor | None, l2: AclTensor | None,
     delta: AclTensor | None, var_out: AclTensor | None,
 ) -> tuple[int, int, AclOpExecutor | None]:
-    """Phase one of aclnnApplyProximalGradientDescent: (status, workspace size, executor)."""
+    """Phase one of aclnnApplyProximalGradientDescent, CANN's prototype: (status, workspace size,
+    executor). Float or float16, every tensor of var's dtype; not in place (var_out may be var)."""
+    return _proximal("aclnnApplyProximalGradientDescent", var, alpha, l1, l2, delta, var_out,
+                     _CANN_PROX_TYPES, {"scalar_form": "raw", "shrink_max": float("inf")}, scalars_any_float=False)
+
+
+def aclnnAscendLoweringApplyProximalGradientDescentGetWorkspaceSize(
+    var: AclTensor | None, alpha: AclTensor | None, l1: AclTensor | None, l2: AclTensor | None,
+    delta: AclTensor | None, scalar_form: str, shrink_max: float, var_out: AclTensor | None,
+) -> tuple[int, int, AclOpExecutor | None]:
+    """Phase one of the project's own operator (the aclnn API its op build generates: inputs,
+    attributes, output): the scalar forms, a clamp, bfloat16, and float32 scalars beside any
+    tensor dtype."""
+    api = "aclnnAscendLoweringApplyProximalGradientDescent"
+    if scalar_form not in SCALAR_FORMS:
+        return _fail(AclnnStatus.PARAM_INVALID, f"{api}: scalarForm {scalar_form!r} is not one of {SCALAR_FORMS}")
+    return _proximal(api, var, alpha, l1, l2, delta, var_out, _FLOAT_TYPES,
+                     {"scalar_form": scalar_form, "shrink_max": float(shrink_max)}, scalars_any_float=True)
+
+
+def _proximal(api: str, var: AclTensor | None, alpha: AclTensor | None, l1: AclTensor | None,
+              l2: AclTensor | None, delta: AclTensor | None, var_out: AclTensor | None,
+              types: tuple[AclDataType, ...], attrs: dict[str, object],
+              scalars_any_float: bool) -> tuple[int, int, AclOpExecutor | None]:
     tensors = {"var": var, "alpha": alpha, "l1": l1, "l2": l2, "delta": delta, "varOut": var_out}
     missing = [k for k, v in tensors.items() if v is None]
     if missing:
-        return _fail(AclnnStatus.PARAM_NULLPTR, f"aclnnApplyProximalGradientDescent: {missing[0]} is nullptr")
+        return _fail(AclnnStatus.PARAM_NULLPTR, f"{api}: {missing[0]} is nullptr")
     assert var is not None and delta is not None and var_out is not None
     present = {k: v for k, v in tensors.items() if v is not None}
     try:
         for role in ("var", "delta", "varOut"):
-            _dtype_ok(present[role], role, _FLOAT_TYPES)
+            _dtype_ok(present[role], role, types)
         if not var.dtype == delta.dtype == var_out.dtype:
             raise _Invalid(AclnnStatus.PARAM_INVALID,
                            f"var, delta and varOut must share one dtype, got {var.dtype.name}, "
@@ -204,7 +230,7 @@ def aclnnApplyProximalGradientDescentGetWorkspaceSize(
         for role in ("alpha", "l1", "l2"):
             t = tensors[role]
             assert t is not None
-            _dtype_ok(t, role, (var.dtype, AclDataType.FLOAT))
+            _dtype_ok(t, role, (var.dtype, AclDataType.FLOAT) if scalars_any_float else (var.dtype,))
             if t.numel != 1:
                 raise _Invalid(AclnnStatus.PARAM_INVALID, f"{role} must hold one element, has {t.numel}")
         for role in ("var", "delta", "varOut"):
@@ -214,7 +240,7 @@ def aclnnApplyProximalGradientDescentGetWorkspaceSize(
                            f"var {list(var.view_dims)}, delta {list(delta.view_dims)} and varOut "
                            f"{list(var_out.view_dims)} must have one shape")
     except _Invalid as exc:
-        return _fail(exc.status, f"aclnnApplyProximalGradientDescent: {exc}")
+        return _fail(exc.status, f"{api}: {exc}")
     if var.numel == 0:
         return int(AclnnStatus.SUCCESS), 0, AclOpExecutor(None, None, "var_out", None)
     dt = DTYPE_NAMES[var.dtype]
@@ -225,9 +251,9 @@ def aclnnApplyProximalGradientDescentGetWorkspaceSize(
         assert t is not None
         inputs[role] = _host(t, t.dtype).reshape(t.view_dims)
         specs[role] = InputSpec(DTYPE_NAMES[t.dtype], t.view_dims)
-    spec = NodeSpec("aclnnApplyProximalGradientDescent", PROXIMAL_GD,
-                    {r: specs[r] for r in OP_SPECS[PROXIMAL_GD].inputs}, {"scalar_form": "raw"})
+    spec = NodeSpec(api, PROXIMAL_GD, {r: specs[r] for r in OP_SPECS[PROXIMAL_GD].inputs}, attrs)
     backend, soc = current_backend()
+    # the inputs are read into host arrays first, so var_out may be var's own memory (CANN allows it)
     return int(AclnnStatus.SUCCESS), 0, AclOpExecutor(KernelCall(spec, inputs, soc), var_out,
                                                       "var_out", backend)
 
@@ -269,6 +295,11 @@ def aclnnSmoothL1LossBackward(workspace: DevicePtr | None, workspace_size: int,
 def aclnnApplyProximalGradientDescent(workspace: DevicePtr | None, workspace_size: int,
                                       executor: AclOpExecutor | None, stream: Stream | None) -> int:
     return _launch(workspace, workspace_size, executor, stream, "aclnnApplyProximalGradientDescent")
+
+
+def aclnnAscendLoweringApplyProximalGradientDescent(workspace: DevicePtr | None, workspace_size: int,
+                                                    executor: AclOpExecutor | None, stream: Stream | None) -> int:
+    return _launch(workspace, workspace_size, executor, stream, "aclnnAscendLoweringApplyProximalGradientDescent")
 
 
 def run_fused(spec: NodeSpec, inputs: Mapping[str, np.ndarray], backend: Backend,

@@ -12,7 +12,10 @@ values given one slot corrupt each other here just as they would on the hardware
 sizes (from the plan) a tile whose lanes do not fit a slot is an error.
 
 A wrong schedule cannot go unnoticed: a tile outside [0, N), an output element written twice or
-never, or a buffer too small for a tile is a KernelExecutionError naming the core and tile. A
+never, or a buffer too small for a tile is a KernelExecutionError naming the core and tile. Every
+GM access goes through runtime/global_memory.py and is checked against its buffer as the twin
+checks the compiled kernel's (rule gm-bounds: a tile reading past the end of `delta`, a scalar
+input with no element, a broadcast load outside its input). A
 broadcast load (CopyInBcast) reads through its plan the way the kernel does (codegen/broadcast.py):
 every element a tile reads must lie in the window the tile loads, and the period table must
 reach the tile's last lane, else the plan is wrong and the run fails.
@@ -35,6 +38,7 @@ from codegen.scalar_eval import eval_scalar
 from codegen.schedule import BroadcastPlan
 from lowering.errors import InternalError
 from runtime import numerics
+from runtime.global_memory import GlobalMemory, GmAccessError
 from runtime.numerics import NUMPY_DTYPES, NanPolicy
 
 LANE_GRANULE = ir.LANES_PER_REPEAT
@@ -66,6 +70,7 @@ def round_up(n: int, granule: int) -> int:
 
 def eval_scalars(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[int, np.float32]:
     """Every scalar value of the kernel, in instruction order (host, const and kernel stage)."""
+    gm = GlobalMemory(inputs, {})
     values: dict[int, np.float32] = {}
     with np.errstate(all="ignore"):
         for i, ins in enumerate(kernel.instrs):
@@ -76,7 +81,11 @@ def eval_scalars(kernel: Kernel, inputs: Mapping[str, np.ndarray]) -> dict[int, 
             if op is Op.SCONST:
                 v = np.float32(cast(float, ins.attr("value")))
             elif op is Op.SINPUT:
-                v = np.asarray(inputs[str(ins.attr("name"))]).reshape(-1)[0].astype(np.float32)
+                name = str(ins.attr("name"))
+                try:
+                    v = np.float32(gm.value("GlobalTensor::GetValue", name))
+                except GmAccessError as exc:
+                    raise KernelExecutionError(f"scalar input {name}: {exc}") from None
             elif op is Op.SNUMEL:
                 v = np.float32(np.asarray(inputs[str(ins.attr("name"))]).size)
             elif op in ir.SCALAR_BINARY or op in ir.SCALAR_UNARY:
@@ -206,30 +215,26 @@ def execute(
     of `total`.
     """
     ir.verify(kernel)
-    gm: dict[str, np.ndarray] = {}
+    inputs_gm: dict[str, np.ndarray] = {}
     bcast = {b.name: b for b in broadcasts}
     for p in kernel.inputs:
         arr = np.asarray(inputs[p.name])
         if arr.dtype != NUMPY_DTYPES[p.dtype]:
             raise KernelExecutionError(f"input {p.name} is {arr.dtype}, the kernel wants {p.dtype}")
-        if p.kind is Kind.SCALAR:
-            want = 1
-        elif not p.broadcast:
-            want = total
-        elif total:
+        if p.broadcast and total:
+            # the plan's layout is the kernel's binding of the input (SetGlobalBuffer)
             if p.name not in bcast:
                 raise KernelExecutionError(f"broadcast input {p.name} has no broadcast plan")
             want = bcast[p.name].layout.input_elems
-        else:  # an empty launch reads nothing
-            want = arr.size
-        if arr.size != want:
-            raise KernelExecutionError(f"input {p.name} holds {arr.size} elements, the launch needs {want}")
-        gm[p.name] = arr.reshape(-1)
+            if arr.size != want:
+                raise KernelExecutionError(f"input {p.name} holds {arr.size} elements, its broadcast plan {want}")
+        inputs_gm[p.name] = arr
     outs = {p.name: np.empty(total, NUMPY_DTYPES[p.dtype]) for p in kernel.outputs}
+    gm = GlobalMemory(inputs_gm, outs)
     check_cover(tiles, total)
     if alloc is not None and buffer_bytes is not None:
         _check_capacity(alloc, buffer_bytes, tiles)
-    scalars = eval_scalars(kernel, inputs)
+    scalars = eval_scalars(kernel, inputs_gm)
     batches = _batches([t for t in tiles if t.length])
     # Cores are independent: hand contiguous groups of batches to threads (numpy releases the
     # GIL inside its loops), each with its own UB slots, as each AI core has its own UB.
@@ -243,7 +248,11 @@ def execute(
                 shape = (len(batch), round_up(batch[0].length, LANE_GRANULE))
                 if shape not in slots:
                     slots[shape] = _Slots(kernel, alloc, *shape)
-                _run_batch(kernel, batch, gm, outs, scalars, slots[shape], nan_policy, bcast)
+                try:
+                    _run_batch(kernel, batch, gm, scalars, slots[shape], nan_policy, bcast)
+                except GmAccessError as exc:
+                    t = batch[0]
+                    raise KernelExecutionError(f"core {t.core} tile {t.index}: {exc}") from None
 
     if workers == 1:
         run_group(batches)
@@ -254,14 +263,14 @@ def execute(
     return outs
 
 
-def broadcast_load(b: BroadcastPlan, data: np.ndarray, batch: list[Tile], count: int) -> np.ndarray:
+def broadcast_load(b: BroadcastPlan, gm: GlobalMemory, batch: list[Tile], count: int) -> np.ndarray:
     """The lanes [0, n) of each tile of a batch as CopyInBcast loads them (rows, n), checking
     each tile's reads against the window and table the plan gives it."""
     lay, n = b.layout, batch[0].length
     offsets = np.array([t.offset for t in batch], np.int64)
     src = lay.source_index(offsets[:, None] + np.arange(n, dtype=np.int64)[None, :])
     if not lay.tabled:  # the general path reads each lane's element from GM
-        return data[src]
+        return gm.gather("GlobalTensor::GetValue", b.name, src)
     base = offsets // lay.period * lay.shift
     length = np.minimum(b.window_elems, lay.input_elems - base)
     rel = src - base[:, None]
@@ -275,11 +284,10 @@ def broadcast_load(b: BroadcastPlan, data: np.ndarray, batch: list[Tile], count:
         t = batch[int(short[0])]
         raise KernelExecutionError(f"core {t.core} tile {t.index}: the period table of {b.name} "
                                    f"({b.table_elems} entries) ends before the tile's last lane")
-    return data[src]
+    return gm.gather("DataCopyPad", b.name, src)
 
 
-def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
-               outs: dict[str, np.ndarray], scalars: dict[int, np.float32], ub: _Slots,
+def _run_batch(kernel: Kernel, batch: list[Tile], gm: GlobalMemory, scalars: dict[int, np.float32], ub: _Slots,
                nan_policy: NanPolicy, bcast: Mapping[str, BroadcastPlan]) -> None:
     n, rows = batch[0].length, len(batch)
     count = ub.count
@@ -294,8 +302,8 @@ def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
             continue
         if op in (Op.COPY_IN, Op.COPY_IN_BCAST):
             name = str(ins.attr("name"))
-            src = (broadcast_load(bcast[name], gm[name], batch, count) if op is Op.COPY_IN_BCAST
-                   else gm[name][start:start + rows * n].reshape(rows, n))
+            src = (broadcast_load(bcast[name], gm, batch, count) if op is Op.COPY_IN_BCAST
+                   else gm.load("DataCopy", name, start, rows * n).reshape(rows, n))
             if count == n and ub.alloc is None:
                 ub.write(i, src)
                 continue
@@ -308,11 +316,11 @@ def _run_batch(kernel: Kernel, batch: list[Tile], gm: dict[str, np.ndarray],
             continue
         a: list[Any] = [v(s) for s in ins.srcs]  # tiles, masks or scalars, as the verified IR says
         if op is Op.COPY_OUT:
-            dst = outs[str(ins.attr("name"))][start:start + rows * n].reshape(rows, n)
+            dst = gm.store("DataCopy", str(ins.attr("name")), start, rows * n).reshape(rows, n)
             dst[...] = a[0][:, :n]
             continue
         if op is Op.COPY_IN_BRC:
-            r = np.full((rows, count), gm[str(ins.attr("name"))][0])
+            r = np.full((rows, count), gm.value("GlobalTensor::GetValue", str(ins.attr("name"))))
         elif op is Op.CAST:
             r = numerics.cast(a[0], str(ins.dtype))
         elif op in _UFUNCS:

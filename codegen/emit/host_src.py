@@ -27,7 +27,7 @@ from codegen.emit.kernel_src import (
 )
 from codegen.ir import DTYPE_BYTES, Kind, Op, format_instr, is_attr, scalar_stages
 from codegen.names import lower_camel
-from codegen.op_interface import interface
+from codegen.op_interface import contract, interface
 from codegen.registry import (
     FINITE_ATTR,
     INPUT_SHAPE,
@@ -47,7 +47,6 @@ from codegen.schedule import (
     tile_block_bytes,
 )
 from codegen.variants import FLOAT_DTYPES, axes_of
-from lowering.fused_ops import OP_SPECS
 
 if TYPE_CHECKING:
     from codegen.artifact import KernelArtifact
@@ -79,11 +78,17 @@ def def_cpp(project: OperatorProject) -> str:
     k = project.variants[0].kernel
     op = project.op_name
     iface = interface(op)
-    combos = _dtype_combos(project)
+    if iface.dtypes:  # CANN's prototype: its dtype list, for every input and output alike
+        combos = [(d,) * (len(k.inputs) + len(k.outputs)) for d in iface.dtypes]
+        what = [f"// Op definition of {op}: CANN's ops-nn prototype (inputs, outputs, attributes and",
+                "// dtypes), exactly; a call of a dtype or variant this package lacks fails at tiling."]
+    else:
+        combos = _dtype_combos(project)
+        what = [f"// Op definition of {op}, the project's own operator: its inputs, outputs and",
+                "// attributes, every dtype combination this package's kernels take."]
     lines = [
         f"// {BANNER}",
-        f"// Op definition of {op}: CANN's inputs, outputs and attributes, every dtype",
-        "// combination this package's kernels take.",
+        *what,
         "#include <cmath>",
         '#include "register/op_def_registry.h"',
         "",
@@ -251,7 +256,7 @@ def _axis_lines(project: OperatorProject) -> list[str]:
             "    }",
         ]
 
-    minimum = {a.name: a.minimum for a in OP_SPECS[op].attr_specs if a.minimum is not None}
+    minimum = {a.name: a.minimum for a in contract(op).attr_specs if a.minimum is not None}
 
     def float_check(name: str) -> str:
         if name not in minimum:

@@ -11,10 +11,9 @@ from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
 from codegen.emit.golden import golden_function
 from codegen.ir import Kind, Param
 from codegen.names import safe_text
-from codegen.op_interface import call_attributes, interface
+from codegen.op_interface import call_attributes, contract, interface, is_cann
 from codegen.schedule import TILE_ALIGN, UB_RESERVE_BYTES, VARIANT_SHIFT
 from codegen.variants import axes_of
-from lowering.fused_ops import OP_SPECS
 
 if TYPE_CHECKING:
     from codegen.artifact import KernelArtifact
@@ -68,7 +67,28 @@ endif()
 include(cmake/config.cmake)
 include(cmake/func.cmake)
 include(cmake/intf.cmake)
+# CMAKE_COMPILE builds host tools; with ENABLE_CROSS_COMPILE the op_host libraries are built by
+# CMAKE_CROSS_PLATFORM_COMPILER for the other CPU (x86_64 <-> aarch64), linking the toolkit's
+# devlib for it (or CMAKE_CROSS_LIBRARY_PATH), as the op build's cmake/ expects.
 set(CMAKE_COMPILE ${{CMAKE_CXX_COMPILER}})
+if(ENABLE_CROSS_COMPILE)
+    set(HOST_PLATFORM ${{CMAKE_SYSTEM_PROCESSOR}})
+    if(HOST_PLATFORM STREQUAL x86_64)
+        set(CROSS_COMPILE_PLATFORM aarch64)
+    else()
+        set(CROSS_COMPILE_PLATFORM x86_64)
+    endif()
+    if(CMAKE_CROSS_LIBRARY_PATH)
+        set(CMAKE_COMPILE_COMPILER_LIBRARY ${{CMAKE_CROSS_LIBRARY_PATH}})
+        set(CMAKE_COMPILE_RUNTIME_LIBRARY ${{CMAKE_CROSS_LIBRARY_PATH}})
+    else()
+        set(CROSS_DEVLIB ${{ASCEND_CANN_PACKAGE_PATH}}/${{HOST_PLATFORM}}-linux/devlib)
+        set(CMAKE_COMPILE_COMPILER_LIBRARY ${{CROSS_DEVLIB}}/linux/${{CROSS_COMPILE_PLATFORM}}/)
+        set(CMAKE_COMPILE_RUNTIME_LIBRARY ${{CROSS_DEVLIB}}/${{CROSS_COMPILE_PLATFORM}}/)
+    endif()
+    set(CMAKE_SYSTEM_PROCESSOR ${{CROSS_COMPILE_PLATFORM}})
+    set(CMAKE_CXX_COMPILER ${{CMAKE_CROSS_PLATFORM_COMPILER}})
+endif()
 
 add_subdirectory(op_host)
 add_subdirectory(op_kernel)
@@ -107,7 +127,9 @@ include(CPack)
 
 
 def cmake_presets(project: OperatorProject) -> str:
-    """CMakePresets.json with the cache variables of the template's preset."""
+    """CMakePresets.json with the cache variables of the template's preset, in its order and with
+    its types and values, except the four a project sets: its compute unit, its vendor, the 8.x
+    toolkit path and ENABLE_TEST off (the project ships no test cases)."""
     cache = {
         "CMAKE_BUILD_TYPE": ("STRING", "Release"),
         "ENABLE_SOURCE_PACKAGE": ("BOOL", "True"),
@@ -119,6 +141,7 @@ def cmake_presets(project: OperatorProject) -> str:
         "ASCEND_PYTHON_EXECUTABLE": ("STRING", "python3"),
         "CMAKE_INSTALL_PREFIX": ("PATH", "${sourceDir}/build_out"),
         "ENABLE_CROSS_COMPILE": ("BOOL", "False"),
+        "CMAKE_CROSS_PLATFORM_COMPILER": ("PATH", "/usr/bin/aarch64-linux-gnu-g++"),
         "ASCEND_PACK_SHARED_LIBRARY": ("BOOL", "False"),
     }
     preset = {
@@ -376,10 +399,9 @@ def example_cpp(project: OperatorProject) -> str:
     stem = project.file_stem
     iface = interface(k.op_type)
     attrs = call_attributes(k)
-    # a ref output is the input of that name, updated in place: no tensor of its own
-    params = list(k.inputs) + ([] if iface.ref_output else list(k.outputs))
+    params = list(k.inputs) + list(k.outputs)
     out = k.outputs[0]
-    out_tensor = iface.ref_output or out.name
+    out_tensor = out.name
     dev_t, from_dev = _FROM_DEVICE[k.dtype]
     bcast = [p.name for p in k.inputs if p.broadcast]
     full = f"{{{EXAMPLE_ROWS}, {EXAMPLE_COLS}}}" if bcast else "{static_cast<int64_t>(n)}"
@@ -434,7 +456,7 @@ def example_cpp(project: OperatorProject) -> str:
                 "    }",
             ]
         else:
-            value = OP_SPECS[k.op_type].example_scalars.get(p.name, 0.5)
+            value = contract(k.op_type).example_scalars.get(p.name, 0.5)
             lines.append(
                 f"    std::vector<double> {p.name} = {{RoundTrip({value!r}, {ACL_TYPES[p.dtype]})}};"
             )
@@ -457,7 +479,7 @@ def example_cpp(project: OperatorProject) -> str:
         ]
     args = [f"d_{p.name}.tensor" for p in k.inputs]
     args += [f"{_attr_arg(a.kind, attrs[a.name])} /* {a.name} */" for a in iface.attributes]
-    args += [] if iface.ref_output else [f"d_{p.name}.tensor" for p in k.outputs]
+    args += [f"d_{p.name}.tensor" for p in k.outputs]
     lines += [
         "    uint64_t workspaceSize = 0;",
         "    aclOpExecutor* executor = nullptr;",
@@ -536,16 +558,16 @@ def _io_rows(project: OperatorProject) -> list[str]:
         rows.append(f"| {p.name} | input | {dtypes} | {how} |")
     for p, name in zip(k.outputs, iface.outputs):
         dtypes = ", ".join(sorted({a.kernel.param(p.name).dtype for a in project.variants}))
-        ref = " (the input of that name, updated in place)" if name == iface.ref_output else ""
-        rows.append(f"| {name} | output{ref} | {dtypes} | streamed; shape of input 0 |")
+        rows.append(f"| {name} | output | {dtypes} | streamed; shape of input 0 |")
     return rows
 
 
-def _attr_rows(project: OperatorProject) -> list[str]:
-    return [
-        f"| {a.name} | {a.kind} | {a.default} | {'yes' if a.cann else 'no (extra)'} | {a.doc} |"
-        for a in interface(project.op_name).attributes
-    ]
+def _attr_table(project: OperatorProject) -> str:
+    attrs = interface(project.op_name).attributes
+    if not attrs:
+        return "No attributes."
+    rows = [f"| {a.name} | {a.kind} | {a.default} | {'yes' if a.cann else 'no (extra)'} | {a.doc} |" for a in attrs]
+    return "\n".join(["| attribute | type | default | CANN's op has it | meaning |", "|---|---|---|---|---|", *rows])
 
 
 def _variant_section(art: KernelArtifact) -> str:
@@ -579,9 +601,10 @@ reads each call's from the tiling data):
 
 def _formula(op: str) -> str:
     """The contract's formula with its output names as the operator names them."""
-    text = OP_SPECS[op].formula
-    for contract, emitted in zip(OP_SPECS[op].outputs, interface(op).outputs):
-        text = text.replace(f"{contract} =", f"{emitted} =")
+    spec = contract(op)
+    text = spec.formula
+    for name, emitted in zip(spec.outputs, interface(op).outputs):
+        text = text.replace(f"{name} =", f"{emitted} =")
     return text
 
 
@@ -598,12 +621,22 @@ def readme(project: OperatorProject) -> str:
     else:
         shapes = ("Format ND, any rank; the streamed inputs must have\nthe same number of elements (no "
                   "broadcasting: the tiling function refuses other shapes and logs why).")
+    fused = contract(op).op_type
+    if is_cann(op):
+        what = (f"AscendC custom operator `{op}` with CANN's ops-nn prototype exactly (name, inputs, outputs,\n"
+                f"attributes and dtypes), generated for fused `{fused}` nodes of the lowered model")
+        extra = "It has CANN's attributes only."
+    else:
+        what = (f"AscendC custom operator `{op}`, the project's own (CANN's `{fused}` prototype cannot\n"
+                f"express these kernels, and a package must not register CANN's name with another prototype),\n"
+                f"generated for fused `{fused}` nodes of the lowered model")
+        extra = ("Attributes CANN's operator lacks are optional, and their defaults give CANN's semantics, so "
+                 "a\ncall with the defaults gets CANN's result.")
     return f"""# {op}
 
 {BANNER}
 
-AscendC custom operator `{op}` with CANN's operator interface, generated for the fused
-`{op}` nodes of the lowered model, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, compute unit
+{what}, for `{t.name}` (`__NPU_ARCH__` {t.npu_arch}, compute unit
 `{t.compute_unit}`: SoCs {", ".join(t.soc_versions)}).
 
 ## Formula
@@ -621,12 +654,9 @@ with CAST_RINT (round half to even, overflow to inf).
 |---|---|---|---|
 {chr(10).join(_io_rows(project))}
 
-| attribute | type | default | CANN's op has it | meaning |
-|---|---|---|---|---|
-{chr(10).join(_attr_rows(project))}
+{_attr_table(project)}
 
-Attributes CANN's operator lacks are optional, and their defaults give CANN's semantics, so a
-caller of CANN's interface gets CANN's result. {shapes}
+{extra} {shapes}
 
 ## Variants and tiling keys
 

@@ -14,6 +14,11 @@ alpha, l1 and l2 are always read at run time from their one-element inputs (SInp
 or not, as CANN's operator reads them: one kernel serves every value. shrink_max is an attribute
 the host reads at tiling time. The variant (codegen/variants.py) is the scalar form, whether
 shrink_max is finite and the dtypes of alpha, l1 and l2.
+
+A kernel CANN's prototype expresses (var, alpha, l1, l2, delta -> var_out, no attributes, float or
+float16 throughout: the raw scalar form without a clamp) is CANN's operator, which has no variant
+axes; every other kernel is a variant of the project's own AscendLoweringApplyProximalGradientDescent
+(attributes scalar_form and shrink_max, bfloat16 and float32 scalars too).
 """
 
 from __future__ import annotations
@@ -23,7 +28,17 @@ from typing import SupportsFloat
 
 from codegen.ir import FLOAT_DTYPES, Kernel, KernelBuilder, Kind, Op
 from codegen.nodes import NodeSpec
-from codegen.registry import FINITE_ATTR, INPUT_DTYPE, STRING_ATTR, Attribute, Axis, OpInterface, Rule, register_rule
+from codegen.registry import (
+    FINITE_ATTR,
+    INPUT_DTYPE,
+    STRING_ATTR,
+    Attribute,
+    Axis,
+    Operator,
+    OpInterface,
+    Rule,
+    register_rule,
+)
 from codegen.rules.common import common_dtype, fail, load_f32, same_shape, store
 from lowering.fused_ops import PROXIMAL_GD, SCALAR_FORMS
 
@@ -122,19 +137,34 @@ def lower_proximal_gd(spec: NodeSpec) -> Kernel:
     return b.build()
 
 
+def _cann_takes(dtype: str, v: dict[str, str]) -> bool:
+    """CANN's ApplyProximalGradientDescent: float or float16, every input of one dtype, its
+    formula (scalar form raw, no clamp)."""
+    return (dtype in CANN_DTYPES and v["scalar_form"] == "raw" and v["shrink_max"] == "inf"
+            and all(v[f"{r}_dtype"] == dtype for r in ("alpha", "l1", "l2")))
+
+
+CANN_DTYPES = ("float32", "float16")
+# The project's own operator for what CANN's prototype cannot express: the folded scalar forms
+# (turning a threshold and divisor back into alpha, l1 and l2 is exact only for some alphas, and
+# the values are known at run time only), the clamp of ONNX Clip without max, bfloat16 (CANN's
+# operator registers float and float16) and scalars in float32 beside float16/bfloat16 tensors
+# (a cast down would round them).
+EXTENDED_OP = "AscendLoweringApplyProximalGradientDescent"
+_FULL_AXES = (
+    Axis("scalar_form", SCALAR_FORMS, STRING_ATTR, "scalar_form"),
+    Axis("shrink_max", ("inf", "finite"), FINITE_ATTR, "shrink_max"),
+    *(Axis(f"{r}_dtype", FLOAT_DTYPES, INPUT_DTYPE, r) for r in ("alpha", "l1", "l2")),
+)
+
 register_rule(Rule(
     PROXIMAL_GD,
     lower=lower_proximal_gd,
     variant=proximal_variant,
-    axes=(
-        Axis("scalar_form", SCALAR_FORMS, STRING_ATTR, "scalar_form"),
-        Axis("shrink_max", ("inf", "finite"), FINITE_ATTR, "shrink_max"),
-        *(Axis(f"{r}_dtype", FLOAT_DTYPES, INPUT_DTYPE, r) for r in ("alpha", "l1", "l2")),
-    ),
-    interface=OpInterface(
-        outputs=("var",),
-        attributes=(
-            Attribute("use_locking", "bool", False, True, "accepted and ignored, as by CANN's AI Core kernel"),
+    operators=(
+        Operator(PROXIMAL_GD, (), OpInterface(outputs=("var_out",), attributes=(), dtypes=CANN_DTYPES),
+                 accepts=_cann_takes, cann=True),
+        Operator(EXTENDED_OP, _FULL_AXES, OpInterface(outputs=("var_out",), attributes=(
             Attribute(
                 "scalar_form", "string", "raw", False,
                 '"raw" (CANN: threshold alpha*l1, divisor 1+alpha*l2), "folded" (l1, l2) or '
@@ -144,7 +174,6 @@ register_rule(Rule(
                 "shrink_max", "float", math.inf, False,
                 "clamp of the shrunk magnitude (inf: CANN's op; finite: ONNX Clip without max)",
             ),
-        ),
-        ref_output="var",
+        ))),
     ),
 ))

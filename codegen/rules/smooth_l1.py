@@ -18,6 +18,10 @@ sigma and scale are attributes the host reads at tiling time, and norm = 1/numel
 "mean" is computed there too, so one kernel serves every shape, sigma > 0 and scale; the variant
 (codegen/variants.py) is the dout kind (predict's shape, one element or broadcast), the reduction,
 whether sigma is 0 and scale 1, and the label kind (predict's shape or broadcast).
+
+Kernels with scale 1 are variants of CANN's operator (its prototype: predict, label, dout ->
+gradient, attributes sigma and reduction); the others are variants of the project's own
+AscendLoweringSmoothL1LossGrad, which adds the attribute scale.
 """
 
 from __future__ import annotations
@@ -28,11 +32,11 @@ from codegen.ir import F32, Kernel, KernelBuilder, Kind, Op
 from codegen.nodes import NodeSpec
 from codegen.registry import (
     INPUT_SHAPE,
-    ONE_ATTR,
     STRING_ATTR,
     ZERO_ATTR,
     Attribute,
     Axis,
+    Operator,
     OpInterface,
     Rule,
     register_rule,
@@ -114,23 +118,31 @@ def lower_smooth_l1_grad(spec: NodeSpec) -> Kernel:
     return b.build()
 
 
+_SIGMA = Attribute("sigma", "float", 1.0, True, "PyTorch's beta, >= 0")
+_REDUCTION = Attribute("reduction", "string", "mean", True, '"none", "mean" or "sum"')
+_AXES = (
+    Axis("dout", DOUT_KINDS, INPUT_SHAPE, "dout"),
+    Axis("reduction", REDUCTIONS, STRING_ATTR, "reduction"),
+    Axis("sigma", ("positive", "zero"), ZERO_ATTR, "sigma"),
+    Axis("label", LABEL_KINDS, INPUT_SHAPE, "label"),
+)
+# The project's own operator: CANN's prototype has no factor on the gradient, and a Mul after
+# CANN's operator would round twice (fp16/bf16) and read and write the gradient once more.
+SCALED_OP = "AscendLoweringSmoothL1LossGrad"
+
 register_rule(Rule(
     SMOOTH_L1_GRAD,
     lower=lower_smooth_l1_grad,
     variant=smooth_l1_variant,
-    axes=(
-        Axis("dout", DOUT_KINDS, INPUT_SHAPE, "dout"),
-        Axis("reduction", REDUCTIONS, STRING_ATTR, "reduction"),
-        Axis("sigma", ("positive", "zero"), ZERO_ATTR, "sigma"),
-        Axis("scale", ("one", "other"), ONE_ATTR, "scale"),  # scale 1 (CANN's op) needs no multiply
-        Axis("label", LABEL_KINDS, INPUT_SHAPE, "label"),
-    ),
-    interface=OpInterface(
-        outputs=("gradient",),
-        attributes=(
-            Attribute("sigma", "float", 1.0, True, "PyTorch's beta, >= 0"),
-            Attribute("reduction", "string", "mean", True, '"none", "mean" or "sum"'),
-            Attribute("scale", "float", 1.0, False, "constant factor on the gradient (1: CANN's op)"),
-        ),
+    operators=(
+        Operator(SMOOTH_L1_GRAD, _AXES,
+                 OpInterface(outputs=("gradient",), attributes=(_SIGMA, _REDUCTION),
+                             dtypes=("bfloat16", "float16", "float32")),
+                 accepts=lambda dtype, v: v["scale"] == "one", cann=True),
+        Operator(SCALED_OP, _AXES,
+                 OpInterface(outputs=("gradient",), attributes=(
+                     _SIGMA, _REDUCTION,
+                     Attribute("scale", "float", 1.0, False, "constant factor on the gradient (1: CANN's op)"),
+                 ))),
     ),
 ))

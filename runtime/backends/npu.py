@@ -169,10 +169,9 @@ class NpuBackend(Backend):
                 owned.append(workspace)
             self._check(entry.launch(workspace, ws_size, executor, stream), f"aclnn{art.op_name}")
             self._check(self.acl.aclrtSynchronizeStream(stream), "aclrtSynchronizeStream")
-            for out_name, source in output_sources(kernel).items():
-                out = results[out_name]
+            for out_name, out in results.items():
                 if out.nbytes:
-                    self._check(self.acl.aclrtMemcpy(out.ctypes.data, out.nbytes, device[source], out.nbytes,
+                    self._check(self.acl.aclrtMemcpy(out.ctypes.data, out.nbytes, device[out_name], out.nbytes,
                                                      AclrtMemcpyKind.DEVICE_TO_HOST), "aclrtMemcpy")
         finally:
             for t in tensors:
@@ -189,24 +188,15 @@ class AclnnArgument:
     value: float | str | bool | None = None  # an attribute's value
 
 
-def output_sources(kernel: Kernel) -> dict[str, str]:
-    """Kernel output -> the contract name of the tensor that holds it after the call: its own
-    output tensor, or the input the operator updates in place (APGD's var)."""
-    iface = interface(kernel.op_type)
-    return {p.name: (name if name == iface.ref_output else p.name)
-            for p, name in zip(kernel.outputs, iface.outputs)}
-
-
 def aclnn_arguments(kernel: Kernel) -> list[AclnnArgument]:
     """The first phase's arguments before workspace size and executor, as the emitted operator's
     aclnn API takes them: the inputs, the attributes (codegen/op_interface.py order), then the
-    outputs that are not an input updated in place."""
+    outputs."""
     iface = interface(kernel.op_type)
     values = call_attributes(kernel)
     args = [AclnnArgument("tensor", p.name) for p in kernel.inputs]
     args += [AclnnArgument(a.kind, a.name, values[a.name]) for a in iface.attributes]
-    sources = output_sources(kernel)
-    args += [AclnnArgument("tensor", p.name) for p in kernel.outputs if sources[p.name] == p.name]
+    args += [AclnnArgument("tensor", p.name) for p in kernel.outputs]
     return args
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from codegen.api import KernelArtifact
 from codegen.errors import CodegenError
+from codegen.project import OperatorProject
 from codegen.schedule import Plan
 from lowering.fused_ops import OP_SPECS
 from runtime.backend import Backend, BackendError, KernelCall
@@ -55,11 +56,29 @@ class TwinBackend(Backend):
                 found = self._kernels.setdefault(key, found)
         return found
 
-    def prepare(self, artifacts: Iterable[KernelArtifact], jobs: int | None = None) -> None:
-        """Compile many kernels at once (g++ processes in parallel); errors surface here."""
-        arts = list(artifacts)
+    def serve(self, project: OperatorProject) -> None:
+        """Compile one operator project holding several variants (one g++ run) and let it serve
+        every variant it holds, as the emitted package does: each call's tiling picks the key."""
+        first = project.variants[0]
+        whole = TwinKernel(first, self.toolchain, project)
+        with self._lock:
+            for art in project.variants:
+                self._kernels.setdefault((art.ir_text, art.target.name),
+                                         whole if art is first else whole.for_variant(art))
+
+    def prepare(self, artifacts: Iterable[KernelArtifact], jobs: int | None = None,
+                projects: Iterable[OperatorProject] = ()) -> None:
+        """Compile many kernels at once (g++ processes in parallel); errors surface here.
+        `projects` are compiled whole (serve); an artifact one of them holds needs no compile."""
+        whole = list(projects)
+        held = {(a.ir_text, a.target.name) for p in whole for a in p.variants}
+        arts = [a for a in artifacts if (a.ir_text, a.target.name) not in held]
         with ThreadPoolExecutor(max(1, jobs or self.workers)) as pool:
-            for fut in [pool.submit(self.kernel, a) for a in arts]:
+            served = [pool.submit(self.serve, p) for p in whole]  # the longest compiles first
+            alone = [pool.submit(self.kernel, a) for a in arts]
+            for done in served:
+                done.result()
+            for fut in alone:
                 fut.result()
 
     def plan(self, art: KernelArtifact, num_elements: int, node: str,

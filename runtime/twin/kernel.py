@@ -108,20 +108,31 @@ class TwinKernel:
 
     The library holds the operator project of `project` (default: the artifact's variant alone);
     a project of several variants runs `art` when the call's attributes and dtypes select it.
+    `library` is that project compiled already (another variant's TwinKernel holds it).
     """
 
-    def __init__(self, art: KernelArtifact, tc: Toolchain, project: OperatorProject | None = None) -> None:
+    def __init__(self, art: KernelArtifact, tc: Toolchain | None, project: OperatorProject | None = None,
+                 library: TwinLibrary | None = None) -> None:
         self.art = art
         project = project or project_of([art])
+        self.project = project
         if not any(v.key_base == art.key_base and v.structure == art.structure for v in project.variants):
             raise BackendError(f"twin: {art.variant_label} is not a variant of the given {project.op_name} project")
-        self.library = TwinLibrary(build(kernel_sources(project), tc, art.file_stem), art.file_stem)
+        if library is None:
+            if tc is None:
+                raise BackendError(f"twin: compiling {art.file_stem} needs a toolchain")
+            library = TwinLibrary(build(kernel_sources(project), tc, art.file_stem), art.file_stem)
+        self.library = library
         self._scalar_ids = host_scalars(art)
         self._n_broadcasts = len(broadcast_names(art))
         self._struct = _tiling_struct(scalar_slots(project), broadcast_slots(project))
         if ctypes.sizeof(self._struct) != self.library.tiling_size:
             raise BackendError(f"twin: {art.file_stem}'s tiling struct is {self.library.tiling_size} bytes in C++, "
                                f"{ctypes.sizeof(self._struct)} in the twin's layout")
+
+    def for_variant(self, art: KernelArtifact) -> TwinKernel:
+        """This compiled project running another variant it holds (no compile)."""
+        return TwinKernel(art, None, self.project, self.library)
 
     def _arrays(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         k = self.art.kernel

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,9 @@ from codegen.project import operator_projects, project_of
 from codegen.targets import TARGETS
 from lowering import fuse
 from lowering.fused_ops import DOMAIN
+
+sys.path.insert(0, str(Path(__file__).parent))  # template_presets.py sits beside the tests
+from template_presets import TEMPLATE_8_1_RC1, as_cache, differences  # noqa: E402
 
 ELEM = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
 EVIL = '../../x"; system("rm -rf /")'
@@ -225,9 +229,23 @@ def test_project_layout_and_one_call_per_instruction(fused_models) -> None:
             f"op_kernel/{stem}.cpp"]
         assert f"#define {stem.upper()}_TILING_KEY_{art.variant_tag.upper()}_SINGLE {art.key_base}\n" in files[
             f"op_kernel/{stem}_tiling_key.h"]
-        assert f'this->Attr("{interface(art.op_name).attributes[0].name}")' in files[f"op_host/{stem}_def.cpp"]
+        for attr in interface(art.op_name).attributes:
+            assert f'this->Attr("{attr.name}")' in files[f"op_host/{stem}_def.cpp"]
         presets = json.loads(files["CMakePresets.json"])["configurePresets"][0]["cacheVariables"]
         assert presets["ASCEND_COMPUTE_UNIT"]["value"] == art.target.compute_unit
+
+
+def test_presets_have_the_template_cache_variables(fused_models) -> None:
+    """Every variable of the toolkit template's preset (8.1.RC1, as a fact: template_presets.py),
+    in its order, with its type and, where a project does not set it, its value."""
+    for target in TARGETS:
+        for project in operator_projects([a for m in fused_models for a in build_kernels(m, target)]):
+            cache = json.loads(project_files(project)["CMakePresets.json"])["configurePresets"][0]["cacheVariables"]
+            assert differences(cache, as_cache(TEMPLATE_8_1_RC1)) == [], f"{project.op_type} for {target}"
+            assert cache["ASCEND_COMPUTE_UNIT"]["value"] == TARGETS[target].compute_unit
+    bad = as_cache(TEMPLATE_8_1_RC1)
+    del bad["CMAKE_CROSS_PLATFORM_COMPILER"]
+    assert differences(bad, as_cache(TEMPLATE_8_1_RC1))  # the check sees a missing variable
 
 
 def test_one_operator_per_op_type_with_a_tiling_key_per_variant(fused_models, tmp_path: Path) -> None:
@@ -247,12 +265,14 @@ def test_one_operator_per_op_type_with_a_tiling_key_per_variant(fused_models, tm
             assert f"TILING_KEY_IS({single})" in entry and f"TILING_KEY_IS({double})" in entry
             assert f"    {{{single}, " in tiling  # the host's variant table
             assert f"HostScalars{art.variant_tag}(" in tiling
-        # one OpDef: each input lists one dtype per variant dtype combination
+        # one OpDef: CANN's operator lists CANN's dtypes, the project's own one dtype per variant
+        # dtype combination
         combos = {tuple(p.dtype for p in a.kernel.inputs + a.kernel.outputs) for a in project.variants}
         opdef = files[f"op_host/{stem}_def.cpp"]
         assert opdef.count("OP_ADD(") == 1
         first = re.search(r"\.DataType\(\{([^}]*)\}\)", opdef)
-        assert first is not None and len(first.group(1).split(",")) == len(combos)
+        listed = interface(project.op_name).dtypes or combos
+        assert first is not None and len(first.group(1).split(",")) == len(listed)
     written = emit_kernels(arts, tmp_path)
     assert {p.relative_to(tmp_path).parts[0] for p in written} == {p.file_stem for p in projects}
 

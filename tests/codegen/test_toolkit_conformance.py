@@ -17,6 +17,7 @@ either the tests skip and say so. Targets whose compute unit the tree has no pla
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ import onnx
 import pytest
 
 from codegen.api import build_kernels
-from codegen.emit import emit_project
+from codegen.emit import emit_project, project_files
 from codegen.project import OperatorProject, operator_projects
 from codegen.targets import TARGETS, Target
 from lowering import fuse
@@ -36,6 +37,8 @@ from lowering import fuse
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "twin"))  # twin_cases.py: every kernel variant's model
 
+sys.path.insert(0, str(REPO / "tests" / "codegen"))  # template_presets.py
+from template_presets import differences  # noqa: E402
 from twin_cases import model_of, variants  # noqa: E402
 
 CXX = shutil.which("g++")
@@ -173,6 +176,22 @@ def test_the_project_template_the_cmake_copies_exists() -> None:
         assert used in func, used
 
 
+def test_presets_have_the_cache_variables_of_the_toolkit_template(projects) -> None:
+    """The emitted CMakePresets.json against the tree's own template preset (template_presets.py
+    holds the rule and 8.1.RC1's list as a fact, for CI)."""
+    from codegen.emit.project_files import TEMPLATE_DIR
+
+    assert TOOLKIT is not None
+    path = TOOLKIT.root / TEMPLATE_DIR / "CMakePresets.json"
+    if not path.is_file():
+        pytest.skip(f"the toolkit tree at {TOOLKIT.root} holds no template CMakePresets.json")
+    template = json.loads(path.read_text())["configurePresets"][0]["cacheVariables"]
+    for target, projs in projects.items():
+        for project in projs:
+            cache = json.loads(project_files(project)["CMakePresets.json"])["configurePresets"][0]["cacheVariables"]
+            assert differences(cache, template) == [], f"{project.op_type} for {target}"
+
+
 OP_BUILD_STANDIN = """#!/bin/sh
 # stand-in for the toolkit's op_build: writes the files it would write, named as it names them
 out="$2"
@@ -279,16 +298,14 @@ _ACLNN_TYPES = {"float": "double", "string": "char *", "bool": "bool"}
 
 def aclnn_header_standin(project: OperatorProject) -> str:
     """aclnn_<op>.h as op_build writes it (asc-devkit tests/tools/utils/opbuild/*.h.txt): inputs,
-    then attributes (Float -> double, String -> char *, Bool -> bool), then outputs; an output
-    named like an input is that input, `aclTensor *<name>Ref`, with no output parameter."""
+    then attributes (Float -> double, String -> char *, Bool -> bool), then outputs."""
     from codegen.op_interface import interface
 
     k = project.variants[0].kernel
     iface = interface(project.op_type)
-    params = [f"aclTensor *{p.name}Ref" if p.name == iface.ref_output else f"const aclTensor *{p.name}"
-              for p in k.inputs]
+    params = [f"const aclTensor *{p.name}" for p in k.inputs]
     params += [f"{_ACLNN_TYPES[a.kind]} {a.name}" for a in iface.attributes]
-    params += [f"const aclTensor *{name}Out" for name in iface.outputs if name != iface.ref_output]
+    params += [f"const aclTensor *{name}Out" for name in iface.outputs]
     op = project.op_type
     return "\n".join([
         '#include "aclnn/acl_meta.h"',

@@ -93,7 +93,8 @@ def test_a_rule_whose_attribute_default_differs_from_the_contract_is_refused(reg
     from lowering.errors import InternalError
 
     unregister_rule(toy_op.OP)
-    drifted = dataclasses.replace(toy_op.RULE, interface=OpInterface(
-        outputs=("gradient",), attributes=(Attribute("scale", "float", 3.0, False, "drifted"),)))
+    op = toy_op.RULE.operators[0]
+    drifted = dataclasses.replace(toy_op.RULE, operators=(dataclasses.replace(op, interface=OpInterface(
+        outputs=("gradient",), attributes=(Attribute("scale", "float", 3.0, False, "drifted"),))),))
     with pytest.raises(InternalError, match="defaults to 3.0 in the operator interface but to 2.0"):
         register_rule(drifted)

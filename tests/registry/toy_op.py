@@ -10,7 +10,7 @@ import numpy as np
 
 from codegen.ir import Kernel, KernelBuilder, Kind, Op
 from codegen.nodes import NodeSpec
-from codegen.registry import ONE_ELEMENT, Attribute, Axis, OpInterface, Rule
+from codegen.registry import ONE_ELEMENT, Attribute, Axis, Operator, OpInterface, Rule
 from codegen.rules.common import common_dtype, load_f32, store
 from lowering.algebra import Algebra
 from lowering.fused_ops import AttrSpec, OpSpec
@@ -88,9 +88,12 @@ RULE = Rule(
     OP,
     lower=_lower,
     variant=_variant,
-    axes=(Axis("dout", ("tile", "scalar"), ONE_ELEMENT, "dout"),),
-    interface=OpInterface(
-        outputs=("gradient",),
-        attributes=(Attribute("scale", "float", 2.0, False, "the factor on the gradient"),),
-    ),
+    operators=(Operator(
+        OP,
+        axes=(Axis("dout", ("tile", "scalar"), ONE_ELEMENT, "dout"),),
+        interface=OpInterface(
+            outputs=("gradient",),
+            attributes=(Attribute("scale", "float", 2.0, False, "the factor on the gradient"),),
+        ),
+    ),),
 )

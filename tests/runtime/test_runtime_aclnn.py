@@ -18,6 +18,8 @@ from runtime.acl import (
 from runtime.aclnn import (
     aclnnApplyProximalGradientDescent,
     aclnnApplyProximalGradientDescentGetWorkspaceSize,
+    aclnnAscendLoweringApplyProximalGradientDescent,
+    aclnnAscendLoweringApplyProximalGradientDescentGetWorkspaceSize,
     aclnnSmoothL1LossBackward,
     aclnnSmoothL1LossBackwardGetWorkspaceSize,
 )
@@ -141,17 +143,49 @@ def test_smooth_l1_promotes_broadcasts_and_keeps_the_mean_norm_of_self():
     assert compare("out", acl.tensor_to_numpy(out), golden).passed
 
 
-def test_prox_launch_matches_formula_bfloat16_with_float32_scalars():
+def test_cann_prototype_refuses_bfloat16_and_float32_scalars_beside_float16():
+    """CANN's ApplyProximalGradientDescent registers float and float16, every input of one dtype."""
+    var = np.zeros((3, 4), ml_dtypes.bfloat16)
+    status, _, _ = aclnnApplyProximalGradientDescentGetWorkspaceSize(
+        *(tensor_from_numpy(x) for x in (var, np.array(0.5, ml_dtypes.bfloat16), np.array(0.1, ml_dtypes.bfloat16),
+                                          np.array(0.3, ml_dtypes.bfloat16), var, var.copy())))
+    assert status == INVALID and "var has dtype BF16" in acl.aclGetRecentErrMsg()
+    half = np.zeros((3, 4), np.float16)
+    status, _, _ = aclnnApplyProximalGradientDescentGetWorkspaceSize(
+        *(tensor_from_numpy(x) for x in (half, np.array(0.5, np.float32), np.array(0.1, np.float16),
+                                          np.array(0.3, np.float16), half, half.copy())))
+    assert status == INVALID and "alpha has dtype FLOAT" in acl.aclGetRecentErrMsg()
+
+
+def test_cann_prototype_runs_with_var_as_its_own_output():
+    """varOut may be var (CANN allows the alias): the update lands in var."""
+    rng = np.random.default_rng(3)
+    var, delta = (rng.normal(size=(5, 7)).astype(np.float16) for _ in range(2))
+    v = tensor_from_numpy(var)
+    scal = [tensor_from_numpy(np.array(x, np.float16)) for x in (0.5, 0.1, 0.3)]
+    status, ws, executor = aclnnApplyProximalGradientDescentGetWorkspaceSize(
+        v, scal[0], scal[1], scal[2], tensor_from_numpy(delta), v)
+    assert status == SUCCESS
+    assert aclnnApplyProximalGradientDescent(None, ws, executor, None) == SUCCESS
+    golden = proximal_gd_reference(var, np.float16(0.5), np.float16(0.1), np.float16(0.3), delta).astype(np.float16)
+    assert compare("var", acl.tensor_to_numpy(v), golden).passed
+
+
+@pytest.mark.parametrize(("form", "shrink_max"), [("raw", float("inf")), ("folded", 1.5)])
+def test_own_operator_takes_bfloat16_with_float32_scalars_and_the_extra_attributes(form, shrink_max):
     rng = np.random.default_rng(7)
     var, delta = (rng.normal(size=(3, 1000)).astype(ml_dtypes.bfloat16) for _ in range(2))
     out = tensor_from_numpy(np.zeros((3, 1000), ml_dtypes.bfloat16))
     scal = [tensor_from_numpy(np.array(v, np.float32)) for v in (0.5, 0.1, 0.3)]
-    status, ws, executor = aclnnApplyProximalGradientDescentGetWorkspaceSize(
-        tensor_from_numpy(var), scal[0], scal[1], scal[2], tensor_from_numpy(delta), out)
+    status, ws, executor = aclnnAscendLoweringApplyProximalGradientDescentGetWorkspaceSize(
+        tensor_from_numpy(var), scal[0], scal[1], scal[2], tensor_from_numpy(delta), form, shrink_max, out)
     assert status == SUCCESS
-    assert aclnnApplyProximalGradientDescent(None, ws, executor, None) == SUCCESS
-    golden = proximal_gd_reference(var, 0.5, 0.1, 0.3, delta).astype(ml_dtypes.bfloat16)
+    assert aclnnAscendLoweringApplyProximalGradientDescent(None, ws, executor, None) == SUCCESS
+    golden = proximal_gd_reference(var, 0.5, 0.1, 0.3, delta, form, shrink_max).astype(ml_dtypes.bfloat16)
     assert compare("out", acl.tensor_to_numpy(out), golden).passed
+    status, _, _ = aclnnAscendLoweringApplyProximalGradientDescentGetWorkspaceSize(
+        tensor_from_numpy(var), scal[0], scal[1], scal[2], tensor_from_numpy(delta), "neither", shrink_max, out)
+    assert status == INVALID
 
 
 def test_launch_workspace_and_stream_checks():

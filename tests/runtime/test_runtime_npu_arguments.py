@@ -10,7 +10,7 @@ import pytest
 
 from codegen.api import build_kernels, emit_kernels
 from lowering import fuse
-from runtime.backends.npu import aclnn_arguments, output_sources
+from runtime.backends.npu import aclnn_arguments
 
 SAMPLE = Path(__file__).resolve().parents[2] / "models" / "box_head_train_step.onnx"
 
@@ -37,8 +37,10 @@ def test_npu_arguments_follow_the_emitted_aclnn_signature(tmp_path: Path, target
                 assert arg.name in {"sigma", "reduction", "scale", "use_locking", "scalar_form", "shrink_max"}
 
 
-def test_apgd_var_is_updated_in_place_and_read_back_from_its_input() -> None:
+def test_apgd_takes_cann_prototype_with_its_own_output() -> None:
+    """CANN's aclnnApplyProximalGradientDescentGetWorkspaceSize(var, alpha, l1, l2, delta, varOut):
+    not in place (a caller may pass var as varOut), no attributes."""
     kernels = build_kernels(fuse(str(SAMPLE))[0], "ascend950")
     apgd = next(k for k in kernels if k.op_name == "ApplyProximalGradientDescent")
-    assert output_sources(apgd.kernel) == {"var_out": "var"}
-    assert [a.name for a in aclnn_arguments(apgd.kernel) if a.kind == "tensor"] == ["var", "alpha", "l1", "l2", "delta"]
+    assert [(a.kind, a.name) for a in aclnn_arguments(apgd.kernel)] == [
+        ("tensor", n) for n in ("var", "alpha", "l1", "l2", "delta", "var_out")]

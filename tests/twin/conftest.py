@@ -1,5 +1,7 @@
 """Fixtures for the twin tests: one TwinBackend per session whose kernels are compiled up front,
-all at once and in parallel (g++ processes), so the tests share them through the cache.
+all at once and in parallel (g++ processes), so the tests share them through the cache. Every
+ApplyProximalGradientDescent variant is one operator project per target (twin_cases.prox_projects),
+compiled whole, which serves each of its variants.
 
 Random data comes from the `seed` fixture of tests/conftest.py (stable per test; `--seed N`).
 """
@@ -15,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # twin_cases.py sits beside the tests
 
-from twin_cases import cases, model_of
+from twin_cases import cases, model_of, prox_projects
 
 from codegen.api import build_kernels
 from codegen.targets import TARGETS
@@ -56,5 +58,5 @@ def twin():
     from runtime.backends.twin import TwinBackend
 
     backend = TwinBackend()
-    backend.prepare(_artifacts(), jobs=max(2, os.cpu_count() or 1))
+    backend.prepare(_artifacts(), jobs=max(2, os.cpu_count() or 1), projects=prox_projects())
     return backend

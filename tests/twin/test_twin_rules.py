@@ -13,12 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from twin_cases import PROX_SCALARS, Variant, feeds_of, model_of
+from twin_cases import PROX_SCALARS, Variant, feeds_of, model_of, prox_spec
 
 from codegen.api import build_kernels
 from codegen.targets import TARGETS
 from lowering import fuse
 from runtime.backend import BackendError
+from runtime.backends.cpu import artifact_for, plan_tiles
+from runtime.interpreter import KernelExecutionError, execute
 from runtime.numerics import cast, sign
 from runtime.twin.build import build
 from runtime.twin.errors import TwinRuleError
@@ -220,3 +222,49 @@ def test_host_tiling_that_disagrees_with_the_scheduler_is_reported(sl1_kernel):
     wrong_scalar = tuple((i, val * 2) for i, val in planned.scalars)
     with pytest.raises(BackendError, match="host scalar"):
         kernel.check_host_tiling(host, planned.with_fields(scalars=wrong_scalar))
+
+
+def _prox_call(n_var: int, n_delta: int, l2: np.ndarray | None = None) -> tuple:
+    spec = prox_spec("float32", ("float32",) * 3, "raw", float("inf"), n_var)
+    scalar = {r: np.asarray(v, np.float32) for r, v in zip(("alpha", "l1", "l2"), PROX_SCALARS)}
+    if l2 is not None:
+        scalar["l2"] = l2
+    inputs = {"var": np.linspace(-1, 1, n_var, dtype=np.float32), "delta": np.ones(n_delta, np.float32), **scalar}
+    return artifact_for(spec, "ascend910b"), inputs
+
+
+def test_buffers_back_to_back_are_each_its_own(twin):
+    """A scalar placed right after var (as an allocator's arena places it) is read as the scalar:
+    the address one past var's end starts alpha's bytes."""
+    art, inputs = _prox_call(64, 64)
+    arena = np.zeros(64 + 3 + 64, np.float32)
+    at = 0
+    for name in ("var", "alpha", "l1", "l2", "delta"):
+        size = inputs[name].size
+        arena[at:at + size] = inputs[name].reshape(-1)
+        inputs[name] = arena[at:at + size].reshape(inputs[name].shape)
+        at += size
+    kernel = twin.kernel(art)
+    out, _ = kernel.run(inputs, kernel.host_tiling(inputs))
+    plan = art.schedule(64)
+    want = execute(art.kernel, plan_tiles(plan), inputs, 64, alloc=art.allocation)
+    assert np.array_equal(out["var_out"], want["var_out"])
+
+
+@pytest.mark.parametrize(("n_delta", "l2", "message"), [
+    (90, None, r"(reads|binds) 144 bytes at offset 256 of GM buffer delta, which holds 360 bytes"),
+    (100, np.zeros(0, np.float32),
+     r"(GetValue reads|SetGlobalBuffer binds) 4 bytes at offset 0 of GM buffer l2, which holds 0 bytes"),
+])
+def test_the_cpu_backend_and_the_twin_refuse_one_gm_access(twin, n_delta, l2, message):
+    """A launch whose delta is shorter than its plan, or whose scalar holds no element: the twin
+    (plan's tiling, past the host tiling's own checks) and the CPU backend's interpreter both stop
+    at the access (the twin already where the core binds delta), rule gm-bounds, with the same
+    kind of message."""
+    art, inputs = _prox_call(100, n_delta, l2)
+    plan = art.schedule(100)
+    kernel = twin.kernel(art)
+    with pytest.raises(TwinRuleError, match=f"gm-bounds.*{message}"):
+        kernel.run(inputs, kernel.plan_tiling(plan, {**inputs, "l2": np.ones(1, np.float32)}))
+    with pytest.raises(KernelExecutionError, match=f"rule gm-bounds: .*{message}"):
+        execute(art.kernel, plan_tiles(plan), inputs, 100, alloc=art.allocation)

@@ -11,6 +11,7 @@ several double-buffered tiles per core with partial tails.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +19,11 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from codegen.api import artifact_for_target, kernel_for_spec
+from codegen.nodes import InputSpec, NodeSpec
+from codegen.project import OperatorProject, operator_projects
 from codegen.targets import TARGETS
+from lowering.fused_ops import OP_SPECS, PROXIMAL_GD, SCALAR_FORMS
 from runtime.numerics import NUMPY_DTYPES
 from runtime.precision import compare, subnormal_steps
 
@@ -27,6 +32,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 ELEM = {"float32": T.FLOAT, "float16": T.FLOAT16, "bfloat16": T.BFLOAT16}
 SIZE_CLASSES = ("tail", "cores", "tiles")
 PROX_SCALARS = (0.5, 0.1, 0.3)  # alpha, l1, l2
+SCALARS = ("alpha", "l1", "l2")
 
 
 @dataclass(frozen=True)
@@ -39,13 +45,15 @@ class Variant:
     runtime_scalars: bool = False  # prox: alpha/l1/l2 are graph inputs
     label: str = "full"  # sl1: full, row, column or rank4 (see shapes_of)
     broadcast_dout: bool = False  # sl1: dout is a row that broadcasts to predict's shape
+    huber: bool = False  # sl1: Huber's gradient (delta = beta), SmoothL1's times beta: the operator with scale
 
     @property
     def name(self) -> str:
         if self.op == "sl1":
             dout = "dout1" if self.scalar_dout else "doutRow" if self.broadcast_dout else "doutN"
             label = "" if self.label == "full" else f"-label{self.label.capitalize()}"
-            return f"sl1-{self.dtype}-{self.reduction}-{dout}-b{self.beta:g}{label}"
+            kind = "huber" if self.huber else "sl1"
+            return f"{kind}-{self.dtype}-{self.reduction}-{dout}-b{self.beta:g}{label}"
         return f"prox-{self.dtype}-{'runtime' if self.runtime_scalars else 'const'}"
 
 
@@ -61,6 +69,10 @@ def variants() -> list[Variant]:
             out.append(Variant("prox", dtype, runtime_scalars=runtime))
     # broadcast loads: three variants keep the twin's compile time down; tests/runtime and
     # tests/twin/test_twin_broadcast.py run more shapes ([1, 1], rank 5, the general path)
+    # Huber's gradient is SmoothL1's with scale = delta: the project's own operator
+    out += [Variant("sl1", "float32", "mean", beta=0.5, huber=True),
+            Variant("sl1", "float16", "none", True, 2.0, huber=True, label="column"),
+            Variant("sl1", "bfloat16", "sum", beta=1.5, huber=True)]
     out += [Variant("sl1", "float32", "mean", beta=0.5, label="row", broadcast_dout=True),
             Variant("sl1", "float16", "sum", True, 1.0, label="column"),
             Variant("sl1", "bfloat16", "none", beta=0.0, label="rank4", broadcast_dout=True)]
@@ -131,8 +143,13 @@ def sl1_model(v: Variant, shape: tuple[int, ...]) -> onnx.ModelProto:
         g = "g"
     nodes += [h.make_node("Sub", [p, lab], ["x"]), h.make_node("Abs", ["x"], ["ax"]),
               h.make_node("Less", ["ax", "beta"], ["c"]), h.make_node("Mul", [g, "x"], ["gx"]),
-              h.make_node("Div", ["gx", "beta"], ["lin"]), h.make_node("Sign", ["x"], ["sx"]),
-              h.make_node("Mul", [g, "sx"], ["sg"]), h.make_node("Where", ["c", "lin", "sg"], ["y"])]
+              h.make_node("Sign", ["x"], ["sx"])]
+    if v.huber:  # where(|x| < delta, g * x, g * delta * sign(x))
+        nodes += [h.make_node("Mul", ["sx", "beta"], ["bsx"]), h.make_node("Mul", [g, "bsx"], ["sg"]),
+                  h.make_node("Where", ["c", "gx", "sg"], ["y"])]
+    else:
+        nodes += [h.make_node("Div", ["gx", "beta"], ["lin"]), h.make_node("Mul", [g, "sx"], ["sg"]),
+                  h.make_node("Where", ["c", "lin", "sg"], ["y"])]
     _wrap_out(nodes, "y", "gradient", v.dtype)
     e = ELEM[v.dtype]
     ins = [h.make_tensor_value_info("predict", e, list(shape)), h.make_tensor_value_info("label", e, list(label_shape)),
@@ -208,6 +225,34 @@ def feeds_of(v: Variant, shape: tuple[int, ...], rng: np.random.Generator) -> di
     if v.runtime_scalars:
         feeds.update({n: np.asarray(x, np_t) for n, x in zip(("alpha", "l1", "l2"), PROX_SCALARS)})
     return feeds
+
+
+def prox_spec(dtype: str, scalar_dtypes: tuple[str, str, str], form: str, shrink_max: float, n: int = 64) -> NodeSpec:
+    inputs = {"var": InputSpec(dtype, (n,)), "delta": InputSpec(dtype, (n,))}
+    inputs.update({r: InputSpec(d, ()) for r, d in zip(SCALARS, scalar_dtypes)})
+    order = {name: inputs[name] for name in OP_SPECS[PROXIMAL_GD].inputs}
+    return NodeSpec("prox", PROXIMAL_GD, order, {"scalar_form": form, "shrink_max": shrink_max})
+
+
+def prox_scalar_dtypes(dtype: str) -> list[tuple[str, str, str]]:
+    """alpha, l1, l2 in the tensors' dtype, in float32, or (a folded form of a graph that computes
+    alpha * l1 and 1 + alpha * l2 in float32) alpha alone in the tensors' dtype."""
+    f = "float32"
+    return list(dict.fromkeys([(dtype,) * 3, (f,) * 3, (dtype, f, f)]))
+
+
+def prox_variant_specs() -> list[NodeSpec]:
+    """One node per kernel variant: dtype x scalars' dtypes x scalar form x shrink_max (inf or finite)."""
+    return [prox_spec(dtype, sdt, form, shrink)
+            for dtype in DTYPES for sdt in prox_scalar_dtypes(dtype)
+            for form in SCALAR_FORMS for shrink in (math.inf, 2.5)]
+
+
+def prox_projects() -> list[OperatorProject]:
+    """Per target, the operator projects of every ApplyProximalGradientDescent variant: CANN's
+    operator (float, float16) and the project's own (the rest)."""
+    specs = prox_variant_specs()
+    return operator_projects([artifact_for_target(kernel_for_spec(s), t) for t in TARGETS for s in specs])
 
 
 def within_standard(name: str, actual: np.ndarray, golden: np.ndarray) -> tuple[bool, str]:

@@ -211,17 +211,25 @@ inline AscendC::LocalTensor<T> TensorOf(UbBuffer* b)
     return t;
 }
 
+// The GM buffer an address belongs to. The buffers of a launch may sit back to back (an
+// allocator's arena places a scalar right after a tensor), so the end of one buffer is the start
+// of the next: an address is the buffer whose bytes it starts inside. Only an address that starts
+// no buffer's bytes (one past the end of a buffer, or an empty buffer) matches a buffer's end.
 inline int32_t FindRegion(const void* p)
 {
     Launch* l = Current().launch;
     const uint8_t* q = static_cast<const uint8_t*>(p);
+    int32_t atEnd = -1;
     for (uint32_t i = 0; i < l->nRegions; ++i) {
         const GmRegion& r = l->regions[i];
-        if (q >= r.base && q <= r.base + r.bytes) {
+        if (q >= r.base && q < r.base + r.bytes) {
             return static_cast<int32_t>(i);
         }
+        if (q == r.base + r.bytes && atEnd < 0) {
+            atEnd = static_cast<int32_t>(i);
+        }
     }
-    return -1;
+    return atEnd;
 }
 
 inline void RecordWrite(BlockRecord& rec, uint32_t region, uint64_t begin, uint64_t end)
@@ -243,6 +251,19 @@ inline void RecordWrite(BlockRecord& rec, uint32_t region, uint64_t begin, uint6
         rec.capWrites = cap;
     }
     rec.writes[rec.nWrites++] = Interval{region, begin, end};
+}
+
+// A GlobalTensor bound for `bytes` bytes at `p` must lie inside its buffer: a tiling that binds
+// a core past the end of its data is wrong even before the first access.
+inline void CheckBinding(int32_t region, const void* p, uint64_t bytes)
+{
+    const GmRegion& r = Current().launch->regions[region];
+    const uint8_t* q = static_cast<const uint8_t*>(p);
+    if (q + bytes > r.base + r.bytes) {
+        Fail("gm-bounds", "SetGlobalBuffer binds %llu bytes at offset %lld of GM buffer %s, which holds %llu bytes",
+             static_cast<unsigned long long>(bytes), static_cast<long long>(q - r.base), r.name,
+             static_cast<unsigned long long>(r.bytes));
+    }
 }
 
 // Check one GM access of `bytes` at `p` through a tensor bound to `region`; count and record it.
@@ -289,6 +310,7 @@ public:
         if (twinRegion_ < 0) {
             twin::Fail("gm-bounds", "SetGlobalBuffer on an address inside no GM buffer of the launch");
         }
+        twin::CheckBinding(twinRegion_, buffer, bufferSize * sizeof(T));
         twinAddr_ = buffer;
         twinSize_ = bufferSize;
     }
