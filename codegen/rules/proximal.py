@@ -40,7 +40,7 @@ from codegen.registry import (
     register_rule,
 )
 from codegen.rules.common import common_dtype, fail, load_f32, same_shape, store
-from lowering.fused_ops import PROXIMAL_GD, SCALAR_FORMS
+from lowering.fused_ops import PROXIMAL_GD, PROXIMAL_NONFINITE, SCALAR_FORMS
 
 _SCALAR_DTYPES = ("float32",)
 
@@ -83,6 +83,13 @@ def _shrink_max(spec: NodeSpec) -> float:
     return float(value)
 
 
+def _nonfinite(spec: NodeSpec) -> str:
+    form = spec.attrs.get("nonfinite", "select")
+    if form not in PROXIMAL_NONFINITE:
+        raise fail(spec, f"nonfinite must be one of {PROXIMAL_NONFINITE}, got {form!r}")
+    return str(form)
+
+
 def proximal_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
     """The kernel variant a node needs (checks its attributes and dtypes on the way)."""
     form = _scalar_form(spec)
@@ -95,6 +102,7 @@ def proximal_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
         ("scalar_form", form),
         ("shrink_max", "finite" if math.isfinite(shrink_max) else "inf"),
         *((f"{r}_dtype", spec.inputs[r].dtype) for r in ("alpha", "l1", "l2")),
+        ("nonfinite", _nonfinite(spec)),
     )
 
 
@@ -133,6 +141,11 @@ def lower_proximal_gd(spec: NodeSpec) -> Kernel:
         clamped = b.tile_scalar(Op.MINS, b.tile_scalar(Op.MAXS, shrunk, b.sop(Op.SNEG, m)), m)
         shrunk = b.select(b.compare(shrunk, shrunk, "EQ"), clamped, shrunk)
     out = b.tile_scalar(Op.MULS, shrunk, recip)
+    nonfinite = _nonfinite(spec)
+    if nonfinite == "blend":  # an arithmetic select's NaN: + 0 * prox is NaN exactly where prox is +-inf or NaN
+        out = b.binary(Op.ADD, out, b.tile_scalar(Op.MULS, prox, b.sconst(0.0)))
+    elif nonfinite == "nan_to_zero":  # a where-chain's or Shrink's 0 where prox is NaN
+        out = b.select(b.compare(prox, prox, "EQ"), out, b.duplicate(b.sconst(0.0)))
     store(b, "var_out", out, dtype)
     return b.build()
 
@@ -141,7 +154,7 @@ def _cann_takes(dtype: str, v: dict[str, str]) -> bool:
     """CANN's ApplyProximalGradientDescent: float or float16, every input of one dtype, its
     formula (scalar form raw, no clamp)."""
     return (dtype in CANN_DTYPES and v["scalar_form"] == "raw" and v["shrink_max"] == "inf"
-            and all(v[f"{r}_dtype"] == dtype for r in ("alpha", "l1", "l2")))
+            and v["nonfinite"] == "select" and all(v[f"{r}_dtype"] == dtype for r in ("alpha", "l1", "l2")))
 
 
 CANN_DTYPES = ("float32", "float16")
@@ -155,6 +168,7 @@ _FULL_AXES = (
     Axis("scalar_form", SCALAR_FORMS, STRING_ATTR, "scalar_form"),
     Axis("shrink_max", ("inf", "finite"), FINITE_ATTR, "shrink_max"),
     *(Axis(f"{r}_dtype", FLOAT_DTYPES, INPUT_DTYPE, r) for r in ("alpha", "l1", "l2")),
+    Axis("nonfinite", PROXIMAL_NONFINITE, STRING_ATTR, "nonfinite"),
 )
 
 register_rule(Rule(
@@ -173,6 +187,11 @@ register_rule(Rule(
             Attribute(
                 "shrink_max", "float", math.inf, False,
                 "clamp of the shrunk magnitude (inf: CANN's op; finite: ONNX Clip without max)",
+            ),
+            Attribute(
+                "nonfinite", "string", "select", False,
+                '"select" (CANN\'s op), "blend" (NaN where prox is +-inf: an arithmetic select) or '
+                '"nan_to_zero" (0 where prox is NaN: a where-chain, ONNX Shrink)',
             ),
         ))),
     ),

@@ -42,7 +42,7 @@ from codegen.registry import (
     register_rule,
 )
 from codegen.rules.common import common_dtype, fail, load_f32, shape_kind, store
-from lowering.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD
+from lowering.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD, SMOOTH_L1_NONFINITE
 
 LABEL_KINDS = ("tile", "broadcast")
 DOUT_KINDS = ("tile", "scalar", "broadcast")
@@ -61,6 +61,13 @@ def _load(b: KernelBuilder, name: str, kind: str) -> int:
         return load_f32(b, name)
     v = b.copy_in_bcast(name)
     return v if b.instrs[v].dtype == F32 else b.cast(v, F32)
+
+
+def _nonfinite(spec: NodeSpec) -> str:
+    form = spec.attrs.get("nonfinite", "select")
+    if form not in SMOOTH_L1_NONFINITE:
+        raise fail(spec, f"nonfinite must be one of {SMOOTH_L1_NONFINITE}, got {form!r}")
+    return str(form)
 
 
 def _check(spec: NodeSpec) -> tuple[float, str, float]:
@@ -84,6 +91,7 @@ def smooth_l1_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:
         ("sigma", "zero" if sigma == 0 else "positive"),
         ("scale", "one" if scale == 1 else "other"),
         ("label", shape_kind(spec, "label", "predict", LABEL_KINDS)),
+        ("nonfinite", _nonfinite(spec)),
     )
 
 
@@ -111,10 +119,21 @@ def lower_smooth_l1_grad(spec: NodeSpec) -> Kernel:
 
     x = b.binary(Op.SUB, load_f32(b, "predict"), _load(b, "label", label_kind))
     outside = b.compare(b.unary(Op.ABS, x), s_sigma, "GE")
-    s = b.select(outside, b.unary(Op.SIGN, x), b.tile_scalar(Op.MULS, x, inv_sigma))
-    if not scalar_dout:
-        s = b.binary(Op.MUL, s, _load(b, "dout", dout_kind))
-    store(b, "gradient", b.tile_scalar(Op.MULS, s, factor), dtype)
+    sign, linear = b.unary(Op.SIGN, x), b.tile_scalar(Op.MULS, x, inv_sigma)
+    s = b.select(outside, sign, linear)
+    nonfinite = _nonfinite(spec)
+    zero = b.sconst(0.0)
+    if nonfinite == "blend":  # an arithmetic select of x / sigma and sign(x): 0 * the other branch
+        s = b.binary(Op.ADD, s, b.tile_scalar(Op.MULS, linear, zero))
+    dout = None if scalar_dout else _load(b, "dout", dout_kind)
+    if dout is not None:
+        s = b.binary(Op.MUL, s, dout)
+    out = b.tile_scalar(Op.MULS, s, factor)
+    if nonfinite == "blend_dout":  # the same select of each branch times dout and the factor
+        for branch in (linear, sign):
+            g = b.tile_scalar(Op.MULS, branch if dout is None else b.binary(Op.MUL, branch, dout), factor)
+            out = b.binary(Op.ADD, out, b.tile_scalar(Op.MULS, g, zero))
+    store(b, "gradient", out, dtype)
     return b.build()
 
 
@@ -127,7 +146,8 @@ _AXES = (
     Axis("label", LABEL_KINDS, INPUT_SHAPE, "label"),
 )
 # The project's own operator: CANN's prototype has no factor on the gradient, and a Mul after
-# CANN's operator would round twice (fp16/bf16) and read and write the gradient once more.
+# CANN's operator would round twice (fp16/bf16) and read and write the gradient once more; nor
+# has it the arithmetic select's NaN where a branch not taken is +-inf.
 SCALED_OP = "AscendLoweringSmoothL1LossGrad"
 
 register_rule(Rule(
@@ -138,11 +158,14 @@ register_rule(Rule(
         Operator(SMOOTH_L1_GRAD, _AXES,
                  OpInterface(outputs=("gradient",), attributes=(_SIGMA, _REDUCTION),
                              dtypes=("bfloat16", "float16", "float32")),
-                 accepts=lambda dtype, v: v["scale"] == "one", cann=True),
-        Operator(SCALED_OP, _AXES,
+                 accepts=lambda dtype, v: v["scale"] == "one" and v["nonfinite"] == "select", cann=True),
+        Operator(SCALED_OP, _AXES + (Axis("nonfinite", SMOOTH_L1_NONFINITE, STRING_ATTR, "nonfinite"),),
                  OpInterface(outputs=("gradient",), attributes=(
                      _SIGMA, _REDUCTION,
                      Attribute("scale", "float", 1.0, False, "constant factor on the gradient (1: CANN's op)"),
+                     Attribute("nonfinite", "string", "select", False,
+                               '"select" (CANN\'s op), "blend" (an arithmetic select of x/sigma and sign(x): NaN '
+                               'where x/sigma is +-inf) or "blend_dout" (of each branch times dout)'),
                  ))),
     ),
 ))
