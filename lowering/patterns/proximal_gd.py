@@ -879,6 +879,12 @@ def _update(alg: Algebra, p: str) -> Update | None:
             continue
         others = {v: e for v, e in mono.factors.items() if v != delta}
         if not others:
+            if float(np.float32(coef)) != coef:
+                # a step no float32 holds (two constants multiplied): delta is the value the last
+                # constant scales, so the fused node's alpha is a number the graph stores
+                shallow = _stored_step(alg, prod, -sd, var)
+                if shallow is not None:
+                    return Update(var, shallow[0], shallow[1], nodes | shallow[2])
             return Update(var, delta, np.array(coef, np.float32), nodes | mono.nodes)
         if len(others) == 1 and list(others.values()) == [1] and coef == 1.0:
             return Update(var, delta, next(iter(others)), nodes | mono.nodes)
@@ -891,6 +897,20 @@ def _update(alg: Algebra, p: str) -> Update | None:
                       "delta times that runtime value")
     if unequal is not None:
         raise NoMatch(shapes_differ(index, *unequal, "var and delta"))
+    return None
+
+
+def _stored_step(alg: Algebra, prod: str, sign: float, var: str) -> tuple[str, np.ndarray, set[int]] | None:
+    """(delta, alpha, nodes) when `prod` is Mul(delta, c) with a one-element constant c and a
+    delta of var's shape: alpha is sign * c, exactly."""
+    found = alg.producer(prod, "Mul")
+    if found is None:
+        return None
+    i, node = found
+    for t, c in (node.input, node.input[::-1]):
+        const = alg.index.const(c)
+        if const is not None and const.size == 1 and same_shape(alg.index, t, var):
+            return t, np.array(sign * float(const.reshape(-1)[0]), np.float32), {i}
     return None
 
 

@@ -217,9 +217,8 @@ def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[
 
     known: dict[str, Fraction] = {}
     for role, (kind, k) in roles:
-        held = constants[k] if kind == "c" else None
-        if isinstance(held, Fraction):
-            known[role] = held
+        if kind == "c" and isinstance(constants[k], Fraction):
+            known[role] = constants[k]  # type: ignore[assignment]
     derived = proof.derive(attrs, at, lambda v: relations.snap(v, finite), big, known)
     kernel = proof.kernel(attrs)
     for name in sorted(set(kernel) | set(derived)):
@@ -461,7 +460,8 @@ def _is_kind(k: Any) -> Any:
     return z3.Or(k == FIN, k == PINF, k == NINF, k == NAN)
 
 
-def _param_exts(s: _Setting, m: Semantics, consts: list[Any], counts: list[Any], generic: frozenset[int]) -> dict[str, Any]:
+def _param_exts(s: _Setting, m: Semantics, consts: list[Any], counts: list[Any],
+                generic: frozenset[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     finite_idx = [j for j, c in enumerate(s.constants) if isinstance(c, Fraction)]
     for name, value in s.params.items():
@@ -482,7 +482,8 @@ def _param_exts(s: _Setting, m: Semantics, consts: list[Any], counts: list[Any],
     return out
 
 
-def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: frozenset[int], described: str) -> Verdict:
+def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: frozenset[int],
+            described: str) -> Verdict:
     import z3
 
     caveats: list[str] = []
@@ -613,8 +614,6 @@ def _model_real(model: Any, term: Any) -> float:
 
 
 def _model_value(model: Any, x: Ext) -> float:
-    import z3
-
     kind = x.kind if isinstance(x.kind, int) else round(_model_real(model, x.kind))
     if kind == NAN:
         return float("nan")
