@@ -247,8 +247,9 @@ def test_identical_updates_share_one_function_body() -> None:
 
 @pytest.mark.parametrize("scaled", [True, False])
 @pytest.mark.parametrize("swap", [False, True])
-def test_two_where_softshrink_is_reported(scaled: bool, swap: bool) -> None:
-    """TorchScript's softshrink symbolic equals sign(p)*max(|p|-t, 0) on finite p, but maps NaN to 0."""
+def test_two_where_softshrink_fuses_as_the_nan_to_zero_variant(scaled: bool, swap: bool) -> None:
+    """TorchScript's softshrink symbolic equals sign(p)*max(|p|-t, 0) on finite p and maps NaN to
+    0: the op's nan_to_zero variant, exactly."""
     g = G()
     var, delta = g.input("var"), g.input("delta")
     p = g.op("Sub", var, g.op("Mul", delta, g.const(0.1)))
@@ -257,7 +258,9 @@ def test_two_where_softshrink_is_reported(scaled: bool, swap: bool) -> None:
     lower = g.op("Where", g.op("Less", p, g.const(-t)), g.op("Add", p, g.const(t)), g.const(0.0))
     y = g.op("Add", *((lower, upper) if swap else (upper, lower)))
     g.output(g.op("Div", y, g.const(1.005)) if scaled else y)
-    _assert_rejected(g.model(), PGD, "sum of two Wheres")
+    fused, report = _fuse(g.model())
+    assert [n.op_type for n in fused_nodes(fused)] == [PGD], [r.reason for r in report.rejections]
+    assert report.fusions[0].attributes["nonfinite"] == "nan_to_zero"
 
 
 def test_sum_of_two_unrelated_wheres_is_not_reported() -> None:
