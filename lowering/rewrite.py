@@ -30,6 +30,7 @@ from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .patterns.meaning.evaluate import ELEMENTWISE
 from .report import Fusion, FusionReport, Rejection
+from .subgraphs import Naming, fuse_with_subgraphs
 
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
@@ -40,7 +41,8 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
     Calls of model-local functions that could hold a pattern are inlined first; only those whose
-    nodes a fusion took stay inlined (lowering.functions).
+    nodes a fusion took stay inlined (lowering.functions). The bodies of If, Loop and Scan nodes
+    are fused as graphs of their own (lowering.subgraphs).
 
     `validated` says the ONNX checker has accepted the model. When it is still running
     (lowering.loading.BackgroundCheck), the pass first checks the graph's order itself, so that
@@ -59,15 +61,19 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return functions.fuse_through_functions(model, lambda m: _fuse_proto(m, patterns, validated, recompute_shared,
-                                                                                  by_meaning))
+        def one_graph(graph_model: onnx.ModelProto, naming: Naming | None) -> tuple[onnx.ModelProto, FusionReport]:
+            return _fuse_proto(graph_model, patterns, validated, recompute_shared, by_meaning, naming)
+
+        return functions.fuse_through_functions(model, lambda m: fuse_with_subgraphs(m, one_graph))
     finally:
         if enabled:
             gc.enable()
 
 
 def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = True,
-                by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
+                by_meaning: bool = True, naming: Naming | None = None) -> tuple[onnx.ModelProto, FusionReport]:
+    """The pass on one graph: the model's main graph, or a subgraph as lowering.subgraphs makes a
+    model of it. `naming` holds the names the other graphs of the model use and made."""
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
     decoded = decode_nodes(model.graph)
@@ -129,7 +135,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
         out.CopyFrom(model)
         return out, report
     work = _shell(model)
-    rewritten = _rewrite(model, index, matches, report, work.functions)
+    rewritten = _rewrite(model, index, matches, report, work.functions, naming)
     _assemble(work, index, rewritten)
     report.nodes_after = len(work.graph.node)
     return work, report
@@ -242,13 +248,16 @@ class _Names:
     """Fresh names that collide with nothing in the model. Value names are checked against the
     index's own tables; only node names need a set of their own."""
 
-    def __init__(self, index: GraphIndex) -> None:
+    def __init__(self, index: GraphIndex, naming: Naming | None) -> None:
         self._index = index
         self.used = set(map(attrgetter("name"), index.nodes))
+        # the names of the model's other graphs (and those made there) when this is one of several
+        self._reserved = naming.reserved if naming is not None else set()
 
     def _taken(self, name: str) -> bool:
         index, info = self._index, self._index.info
-        return (name in self.used or name in index.producer or name in info.initializers or name in info.graph_inputs
+        return (name in self.used or name in self._reserved or name in index.producer or name in info.initializers
+                or name in info.graph_inputs
                 or name in info.graph_outputs or name in info.types.declared or name in index.folded)
 
     def fresh(self, base: str) -> str:
@@ -257,6 +266,7 @@ class _Names:
             k += 1
             name = f"{base}_{k}"
         self.used.add(name)
+        self._reserved.add(name)
         return name
 
 
@@ -289,19 +299,22 @@ def _attribute(name: str, value: object) -> onnx.AttributeProto:
 
 
 def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport,
-             functions) -> _Rewritten:
+             functions, naming: Naming | None) -> _Rewritten:
     """Replaces each match. The order stays topological by construction: a fused node takes its
     root's position and reads only values produced before its first matched node, and
     re-emitted intermediates keep their own positions (lowering.verify checks it on the way out)."""
-    names = _Names(index)
+    names = _Names(index, naming)
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
-    bodies = FunctionBodies(index, default_opset(model), functions)
+    bodies = FunctionBodies(index, default_opset(model), functions, None if naming is None else naming.overloads)
+    first = 0 if naming is None else naming.fused
+    if naming is not None:
+        naming.fused += len(matches)
     out = _Rewritten([], [], [], [], {}, set(), {}, set(), [])
     replacement = out.replacement
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
-        node_name = names.fresh(f"{m.op_type}_{count}")
+        node_name = names.fresh(f"{m.op_type}_{first + count}")
         input_names: list[str] = []
         for formal, value in zip(spec.inputs, m.inputs):
             if isinstance(value, str):
