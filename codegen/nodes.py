@@ -200,21 +200,22 @@ def scoped_fused_nodes(model: onnx.ModelProto, tables: ModelTables | None = None
             for a in node.attribute:
                 bodies = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
                 for body in bodies:
-                    if _holds_fused(body):
+                    if holds_fused_nodes(body):
                         walk(body, ModelTables(model, body, here))
 
     walk(model.graph, tables or ModelTables(model))
     return found
 
 
-def _holds_fused(graph: onnx.GraphProto) -> bool:
-    """Whether a body holds a fused node, directly or in a body of its own."""
-    for node in graph.node:
+def holds_fused_nodes(owner: onnx.GraphProto | onnx.NodeProto) -> bool:
+    """Whether a graph, or the graph attributes of a node, hold a fused node, directly or in a
+    body of their own."""
+    if isinstance(owner, onnx.NodeProto):
+        return any(holds_fused_nodes(g) for a in owner.attribute
+                   for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs))
+    for node in owner.node:
         if node.domain == DOMAIN:
             return True
-        if not may_have_subgraphs(node):
-            continue
-        for a in node.attribute:
-            if any(_holds_fused(g) for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)):
-                return True
+        if may_have_subgraphs(node) and holds_fused_nodes(node):
+            return True
     return False

@@ -27,12 +27,10 @@ from onnx import helper, numpy_helper
 
 from .body_types import FormalTypes, formal_types
 from .fused_ops import DOMAIN, DOMAIN_VERSION
-from .graph import GraphInfo, outer_names_used
+from .graph import OWNERS, GraphInfo, body_label, has_bodies, outer_names_used, owns_bodies
 from .onnx_values import ValueType, constant_node_value
 from .report import FusionReport
 
-# the ops whose graph attributes are bodies the pass fuses in, and those attributes
-OWNERS: dict[str, tuple[str, ...]] = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 
@@ -46,20 +44,6 @@ class Naming:
 
 
 Run = Callable[[onnx.ModelProto, "Naming | None"], tuple[onnx.ModelProto, FusionReport]]
-
-
-def owns_bodies(node: onnx.NodeProto) -> bool:
-    return node.op_type in OWNERS and node.domain in ("", "ai.onnx")
-
-
-def has_bodies(graph: onnx.GraphProto) -> bool:
-    return any(owns_bodies(n) for n in graph.node)
-
-
-def body_label(node: onnx.NodeProto, attribute: str) -> str:
-    """How a report names a body: its node's name (or op type and first output) and attribute."""
-    owner = node.name or f"{node.op_type}({node.output[0] if node.output else '?'})"
-    return f"{owner}/{attribute}"
 
 
 def _all_names(graph: onnx.GraphProto, into: set[str]) -> None:

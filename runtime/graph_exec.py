@@ -10,26 +10,28 @@ reference for that node.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections import ChainMap
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from codegen.nodes import InputSpec, NodeSpec
+from codegen.nodes import InputSpec, NodeSpec, holds_fused_nodes
 from lowering.errors import ToolError
 from lowering.fused_ops import OP_SPECS
-from lowering.graph import model_constants, subgraph_inputs
+from lowering.graph import body_label, graph_constants, may_have_subgraphs, model_constants, subgraph_inputs
 from lowering.terminal import printable
 from runtime import aclnn
 from runtime.backend import Backend, BackendError
+from runtime.control_flow import RUNNERS, ControlFlowError
 from runtime.fused_node import fused_attrs, is_fused
 from runtime.interpreter import KernelExecutionError
 from runtime.local_functions import LocalFunctions
 from runtime.numerics import NUMPY_DTYPES
-from runtime.ort_exec import run_model
+from runtime.ort_exec import PreparedModel
 from runtime.progress import Progress
 
 _DTYPE_NAME = {v: k for k, v in NUMPY_DTYPES.items()}
@@ -48,6 +50,7 @@ class FusedRun:
     inputs: dict[str, np.ndarray]  # by contract input name
     outputs: dict[str, np.ndarray]  # by contract output name (NaN-filled when the kernel failed)
     error: str = ""  # why the kernel failed, empty when it ran
+    where: str = ""  # the body it ran in ("Loop_3/body"), empty for the main graph
 
 
 def _elem_type(arr: np.ndarray) -> int:
@@ -66,6 +69,7 @@ def _node_reads(node: onnx.NodeProto) -> list[str]:
 
 def _segment_model(model: onnx.ModelProto, functions: LocalFunctions, nodes: list[onnx.NodeProto],
                    env: Mapping[str, np.ndarray], outputs: list[str]) -> onnx.ModelProto:
+    """The nodes as a model of their own, whose inputs are what they read, typed as in `env`."""
     produced = {o for n in nodes for o in n.output if o}
     # once each, also when one node reads a value twice (Slice(x, c, c, c), Mul(x, x))
     reads = list(dict.fromkeys(r for n in nodes for r in _node_reads(n) if r not in produced))
@@ -100,13 +104,19 @@ def node_spec_at_runtime(node: onnx.NodeProto, inputs: Mapping[str, np.ndarray],
 @dataclass
 class _Schedule:
     """The graph cut into levels by fused-node depth: level L's standard nodes run as one
-    onnxruntime model, then the fused nodes that read values of depth L at most. A value's depth
-    is the most fused nodes on a path to it, so the sessions number the longest chain of fused
-    nodes plus one, not the fused nodes: an optimizer's thousand parallel updates take two."""
+    onnxruntime model, then the fused nodes that read values of depth L at most (and the
+    If/Loop/Scan nodes whose bodies hold fused nodes, which run here). A value's depth is the
+    most such nodes on a path to it, so the sessions number the longest chain of fused nodes
+    plus one, not the fused nodes: an optimizer's thousand parallel updates take two."""
 
     standard: list[list[onnx.NodeProto]]  # by level, in graph order
     fused: list[list[tuple[int, onnx.NodeProto]]]  # by level: (graph position, node)
     exported: set[str]  # values read outside the level's standard batch, or graph outputs
+
+
+def _runs_here(node: onnx.NodeProto) -> bool:
+    """Whether the node runs outside onnxruntime: a fused node, or a node whose bodies hold one."""
+    return is_fused(node) or (may_have_subgraphs(node) and holds_fused_nodes(node))
 
 
 def _schedule(nodes: list[onnx.NodeProto], outputs: list[str]) -> _Schedule:
@@ -118,7 +128,7 @@ def _schedule(nodes: list[onnx.NodeProto], outputs: list[str]) -> _Schedule:
     for position, node in enumerate(nodes):
         reads = _node_reads(node)
         level = max((depth.get(r, 0) for r in reads), default=0)
-        here = (is_fused(node), level)
+        here = (_runs_here(node), level)
         exported.update(r for r in reads if batch_of.get(r, here) != here)
         while len(standard) <= level:
             standard.append([])
@@ -133,39 +143,141 @@ def _schedule(nodes: list[onnx.NodeProto], outputs: list[str]) -> _Schedule:
     return _Schedule(standard, fused, exported)
 
 
+@dataclass
+class _Segment:
+    """One level's standard nodes as a model, loaded once per shapes of what it reads."""
+
+    nodes: list[onnx.NodeProto]
+    outputs: list[str]
+    sessions: dict[tuple, PreparedModel] = field(default_factory=dict)
+
+
+class _Executor:
+    """Runs a fused model's graphs: the main graph, and the bodies of the If/Loop/Scan nodes
+    that hold fused nodes, once per iteration or branch taken, each fused node on the backend.
+    Schedules and onnxruntime sessions are made once per graph and reused by every iteration."""
+
+    def __init__(self, model: onnx.ModelProto, backend: Backend, target: str, progress: Progress | None) -> None:
+        self.model = model
+        self.functions = LocalFunctions(model)
+        self.backend = backend
+        self.target = target
+        self.progress = progress
+        self.runs: list[tuple[int, FusedRun]] = []
+        self._position = 0  # of the main-graph node being run: runs inside a body sort with it
+        self._plans: dict[int, tuple[onnx.GraphProto, list[tuple[_Segment, list[tuple[int, onnx.NodeProto]]]]]] = {}
+        self._constants: dict[int, dict[str, np.ndarray]] = {}
+        self._bodies: dict[tuple[int, str], tuple[onnx.NodeProto, onnx.GraphProto]] = {}  # node kept: its id stays
+        self._scan_opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+    def _plan(self, graph: onnx.GraphProto) -> list[tuple[_Segment, list[tuple[int, onnx.NodeProto]]]]:
+        found = self._plans.get(id(graph))
+        if found is None:
+            plan = _schedule(list(graph.node), [o.name for o in graph.output])
+            levels = [(_Segment(segment, [o for n in segment for o in n.output if o in plan.exported]), fused)
+                      for segment, fused in zip(plan.standard, plan.fused)]
+            found = self._plans[id(graph)] = (graph, levels)  # the graph is kept, so its id stays its own
+        return found[1]
+
+    def run_graph(self, graph: onnx.GraphProto, env: MutableMapping[str, np.ndarray],
+                  constants: Mapping[str, np.ndarray], where: str) -> None:
+        """Computes the graph's values into `env` (which also holds what the graph reads)."""
+        top = not where
+        for segment, special in self._plan(graph):
+            if segment.outputs:
+                env.update(self._run_segment(segment, env))
+            for position, node in special:
+                if top:
+                    self._position = position
+                if is_fused(node):
+                    run = _run_fused_node(node, env, constants, self.backend, self.target)
+                    run.where = where
+                    self.runs.append((self._position, run))
+                else:
+                    self._run_control(node, env, constants, where)
+                if top and self.progress:
+                    self.progress.advance()
+
+    def _run_segment(self, segment: _Segment, env: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        produced = {o for n in segment.nodes for o in n.output if o}
+        reads = list(dict.fromkeys(r for n in segment.nodes for r in _node_reads(n) if r not in produced))
+        missing = [r for r in reads if r not in env]
+        if missing:
+            raise GraphExecError(f"value '{printable(missing[0])}' is used before it is computed")
+        values = {r: np.asarray(env[r]) for r in reads}
+        key = tuple((r, str(v.dtype), v.shape) for r, v in values.items())
+        prepared = segment.sessions.get(key)
+        if prepared is None:
+            seg = _segment_model(self.model, self.functions, segment.nodes, values, segment.outputs)
+            prepared = segment.sessions[key] = PreparedModel(seg)
+        return prepared.run(values)
+
+    def _body(self, node: onnx.NodeProto, attribute: str) -> onnx.GraphProto:
+        """The node's graph attribute, as one object for every call (plans are cached by it)."""
+        key = (id(node), attribute)
+        found = self._bodies.get(key)
+        if found is None:
+            graph = next((a.g for a in node.attribute if a.name == attribute and a.type == onnx.AttributeProto.GRAPH),
+                         None)
+            if graph is None:
+                raise GraphExecError(f"{node.op_type} node '{printable(node.name)}' has no {attribute} graph")
+            found = self._bodies[key] = (node, graph)
+        return found[1]
+
+    def _body_constants(self, body: onnx.GraphProto, outer: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        own = self._constants.get(id(body))
+        if own is None:
+            own = self._constants[id(body)] = graph_constants(body)
+        return ChainMap(own, dict(outer)) if own else outer
+
+    def _run_control(self, node: onnx.NodeProto, env: MutableMapping[str, np.ndarray],
+                     constants: Mapping[str, np.ndarray], where: str) -> None:
+        runner = RUNNERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if runner is None or (node.op_type == "Scan" and self._scan_opset < 9):
+            raise GraphExecError(f"node '{printable(node.name)}' ({printable(node.op_type)}) holds fused nodes in "
+                                 "a graph attribute, which only If, Loop and Scan (opset 9 and later) can run")
+
+        def call(attribute: str, formals: Sequence[np.ndarray]) -> list[np.ndarray]:
+            body = self._body(node, attribute)
+            label = body_label(node, attribute)
+            local: ChainMap[str, np.ndarray] = ChainMap({}, env)
+            local.maps[0].update((t.name, numpy_helper.to_array(t)) for t in body.initializer)
+            local.maps[0].update((vi.name, value) for vi, value in zip(body.input, formals))
+            self.run_graph(body, local, self._body_constants(body, constants), f"{where}/{label}" if where else label)
+            missing = [o.name for o in body.output if o.name not in local]
+            if missing:
+                raise GraphExecError(f"output '{printable(missing[0])}' of {printable(label)} was never computed")
+            return [np.asarray(local[o.name]) for o in body.output]
+
+        try:
+            outputs = runner(node, env, call)
+        except ControlFlowError as exc:
+            raise GraphExecError(str(exc)) from None
+        env.update((name, value) for name, value in zip(node.output, outputs) if name)
+
+
 def run_fused_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend,
                     target: str, progress: Progress | None = None
                     ) -> tuple[dict[str, np.ndarray], list[FusedRun]]:
     """Graph outputs of the fused model on `feeds`, and a record of every fused node's run (in
-    graph order)."""
+    graph order; a fused node inside a loop body has one run per iteration, in order)."""
     graph = model.graph
-    constants = model_constants(model)
-    functions = LocalFunctions(model)
     env: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     env.update(feeds)
-    nodes = list(graph.node)
-    plan = _schedule(nodes, [o.name for o in graph.output])
+    executor = _Executor(model, backend, target, progress)
     if progress:
+        plan = executor._plan(graph)
         progress.stage(f"fused model: fused nodes on the {backend.name} backend",
-                       total=sum(map(len, plan.fused)))
-    runs: list[tuple[int, FusedRun]] = []
-    for segment, fused_nodes in zip(plan.standard, plan.fused):
-        outputs = [o for n in segment for o in n.output if o in plan.exported]
-        if outputs:
-            seg = _segment_model(model, functions, segment, env, outputs)
-            env.update(run_model(seg, {vi.name: env[vi.name] for vi in seg.graph.input}))
-        for position, node in fused_nodes:
-            runs.append((position, _run_fused_node(node, env, constants, backend, target)))
-            if progress:
-                progress.advance()
+                       total=sum(len(special) for _, special in plan))
+    executor.run_graph(graph, env, model_constants(model), "")
     missing = [o.name for o in graph.output if o.name not in env]
     if missing:
         raise GraphExecError(f"graph output '{printable(missing[0])}' was never computed")
-    runs.sort(key=lambda item: item[0])
-    return {o.name: env[o.name] for o in graph.output}, [run for _, run in runs]
+    executor.runs.sort(key=lambda item: item[0])  # stable: the runs of one body keep their order
+    return {o.name: env[o.name] for o in graph.output}, [run for _, run in executor.runs]
 
 
-def _run_fused_node(node: onnx.NodeProto, env: dict[str, np.ndarray], constants: Mapping[str, np.ndarray],
+def _run_fused_node(node: onnx.NodeProto, env: MutableMapping[str, np.ndarray], constants: Mapping[str, np.ndarray],
                     backend: Backend, target: str) -> FusedRun:
     op = OP_SPECS[node.op_type]
     missing = [n for n in node.input if n not in env]
