@@ -16,12 +16,14 @@ import numpy as np
 import onnx
 
 from lowering.fused_ops import OP_SPECS
+from lowering.terminal import printable
 from runtime.backend import Backend
 from runtime.graph_exec import FusedRun, run_fused_model
 from runtime.local_functions import LocalFunctions
 from runtime.node_references import function_body_references
+from runtime.node_runs import by_node, never_run, stacked
 from runtime.ort_exec import run_model
-from runtime.precision import HALF_TYPES, THRESHOLDS, compare, rounded_to
+from runtime.precision import HALF_TYPES, THRESHOLDS, Comparison, compare, rounded_to
 from runtime.progress import Progress
 from runtime.report import DiffReport, Row
 
@@ -66,33 +68,45 @@ def _masked_select_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden:
 
 def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress | None = None) -> list[Row]:
     """One row per output of each fused node: its kernel against its function body (or the
-    float64 formula when it has none)."""
+    float64 formula when it has none). A node inside a loop body or a branch is compared in every
+    run it made, on the inputs of that run, in one row that says how many runs it checked; one
+    that never ran gets a row that says so."""
     functions = LocalFunctions(fused)
     refs = function_body_references(fused, runs, progress, functions)
+    reference = {id(run): ref for run, ref in zip(runs, refs)}
     if progress:
         progress.stage("comparing fused nodes with their references", total=len(runs))
     rows = []
-    for run, ref in zip(runs, refs):
-        formula = formula_goldens(run) if ref is None else {}
-        for role, actual in run.outputs.items():
-            if ref is not None:
-                golden, where = ref[role], "matched subgraph"
-            else:
-                golden, where = formula[role], "float64 formula"
-            cmp = compare(run.node.name, actual, golden)
-            if (cmp.inf_mismatch or cmp.nan_mismatch) and ref is not None:
-                found = functions.called_by(run.node)
+    groups = by_node(runs)
+    for group in groups:
+        goldens = [(reference[id(run)], "matched subgraph") if reference[id(run)] is not None
+                   else (formula_goldens(run), "float64 formula") for run in group.runs]
+        for role in group.runs[0].outputs:
+            actual = stacked([run.outputs[role] for run in group.runs])
+            golden = stacked([g[role] for g, _ in goldens])
+            where = goldens[0][1]
+            cmp = compare(group.node.name, actual, golden)
+            if (cmp.inf_mismatch or cmp.nan_mismatch) and where == "matched subgraph":
+                found = functions.called_by(group.node)
                 body = list(found.node) if found else []
                 if cmp.inf_mismatch:
                     cmp.note += _clip_hint(body, actual, golden)
                 if cmp.nan_mismatch:
                     cmp.note += _masked_select_hint(body, actual, golden)
-            if run.error:
+            failed = [(k, run.error) for k, run in enumerate(group.runs) if run.error]
+            if failed:
                 cmp.passed = False
-                cmp.note = f"kernel failed: {run.error}"
-            rows.append(Row("node", run.node.name, where, cmp, run.node.op_type))
+                k, error = failed[0]
+                cmp.note = f"kernel failed: {error}" + (f" (run {k + 1} of {len(group.runs)})" if group.where else "")
+            rows.append(Row("node", group.node.name, where, cmp, group.node.op_type, group.checked_in()))
         if progress:
-            progress.advance()
+            progress.advance(len(group.runs))
+    for idle in never_run(fused, groups):
+        cmp = Comparison(idle.node.name, "-", (), float("nan"), float("nan"), float("nan"), 0.0, 0, 0, True,
+                         "not run on these inputs, so not checked")
+        rows.append(Row("node", idle.node.name, "not run", cmp, idle.node.op_type,
+                        f"not run on these inputs (in {printable(idle.where)}: a branch not taken or a loop of "
+                        "no iteration), so not checked"))
     return rows
 
 

@@ -20,10 +20,13 @@ class Row:
     reference: str  # what the golden was: "unfused graph", "matched subgraph", "float64 formula"
     comparison: Comparison
     op_type: str = ""
+    checked: str = ""  # a fused node inside a body: what its row compares ("checked in 100 iterations of ...")
 
     def to_json(self) -> dict[str, object]:
         d = self.comparison.to_json()
         d.update(kind=self.kind, name=self.name, op_type=self.op_type, reference=self.reference)
+        if self.checked:
+            d["checked"] = self.checked
         return d
 
 
@@ -80,6 +83,10 @@ def format_table(report: DiffReport) -> str:
     out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in lines]
     if not report.rows:
         out.append("no graph outputs to compare")
+    inside = [r for r in report.rows if r.checked]
+    if inside:
+        out.append("fused nodes inside If/Loop/Scan bodies:")
+        out += [f"  {printable(r.name, NAME_WIDTH)}: {r.checked}" for r in inside]
     return "\n".join(out) + "\n" + format_failures(report)
 
 
@@ -92,5 +99,7 @@ def format_failures(report: DiffReport) -> str:
     for r in fails:
         what = (f"fused node {printable(r.name)} ({r.op_type})" if r.kind == "node"
                 else f"output {printable(r.name)}")
+        if r.checked:
+            what += f", {r.checked}"
         out.append(f"  {what}: {printable(r.comparison.note, NOTE_WIDTH) or 'over threshold'}")
     return "\n".join(out) + "\n"
