@@ -79,8 +79,10 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress |
     rows = []
     groups = by_node(runs)
     for group in groups:
-        goldens = [(reference[id(run)], "matched subgraph") if reference[id(run)] is not None
-                   else (formula_goldens(run), "float64 formula") for run in group.runs]
+        goldens: list[tuple[dict[str, np.ndarray], str]] = []
+        for run in group.runs:
+            ref = reference[id(run)]
+            goldens.append((ref, "matched subgraph") if ref is not None else (formula_goldens(run), "float64 formula"))
         for role in group.runs[0].outputs:
             actual = stacked([run.outputs[role] for run in group.runs])
             golden = stacked([g[role] for g, _ in goldens])
