@@ -211,17 +211,24 @@ inline AscendC::LocalTensor<T> TensorOf(UbBuffer* b)
     return t;
 }
 
+// The region holding address p; one that only ends there (p one past its last byte) counts when no
+// region holds it, since buffers may lie back to back (an allocator's arena hands out adjacent
+// tensors) and a pointer to the next one's first byte is that one's.
 inline int32_t FindRegion(const void* p)
 {
     Launch* l = Current().launch;
     const uint8_t* q = static_cast<const uint8_t*>(p);
+    int32_t ending = -1;
     for (uint32_t i = 0; i < l->nRegions; ++i) {
         const GmRegion& r = l->regions[i];
-        if (q >= r.base && q <= r.base + r.bytes) {
+        if (q >= r.base && q < r.base + r.bytes) {
             return static_cast<int32_t>(i);
         }
+        if (q == r.base + r.bytes && ending < 0) {
+            ending = static_cast<int32_t>(i);
+        }
     }
-    return -1;
+    return ending;
 }
 
 inline void RecordWrite(BlockRecord& rec, uint32_t region, uint64_t begin, uint64_t end)
