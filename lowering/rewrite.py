@@ -415,12 +415,13 @@ def _broadcast_dims(index: GraphIndex, like: str, other: str | None) -> list | N
 
 def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, fused: list[Node], typed: set[str]) -> None:
     """Writes value_info for every value a fused node reads or writes that has none (is not in
-    `typed`), so the fused model can be lowered on its own (the pass may have inferred types the
-    exporter did not write)."""
+    `typed`) or only an incomplete one the pass completed, so the fused model can be lowered on
+    its own (the pass may have inferred types the exporter did not write, or wrote as [?,?])."""
     typed = typed | info.graph_inputs | info.graph_outputs
     for node in fused:
         for name in node.input + node.output:
-            if name in typed or name in info.initializers or name in info.types.declared:
+            if (name in typed or name in info.initializers
+                    or (name in info.types.declared and name not in info.types.inferred)):
                 continue
             vi = info.types.value_info(name)
             if vi is not None and vi.type.tensor_type.elem_type:
@@ -475,8 +476,10 @@ def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -
                        rewritten.renamed_at, available, info.graph_outputs)
     graph = work.graph
     graph.node.extend([n.to_proto() for n in nodes])
-    declared = info.types.declared
-    graph.value_info.extend([declared[name] for n in nodes for name in n.output if name in declared])
+    declared, inferred = info.types.declared, info.types.inferred
+    completed = {name for n in rewritten.fused for name in n.input + n.output if name in inferred}
+    graph.value_info.extend([declared[name] for n in nodes for name in n.output
+                             if name in declared and name not in completed])
     graph.initializer.extend([t for name, t in info.initializers.items()
                               if name in info.graph_inputs or still_read(name)])
     graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name)
