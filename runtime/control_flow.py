@@ -41,11 +41,17 @@ def _scalar(value: np.ndarray) -> bool | int:
     return arr.reshape(-1)[0].item()
 
 
-def _empty(body: onnx.GraphProto, k: int) -> np.ndarray:
-    """A scan output of no iteration: empty along its new axis, of the body output's dtype."""
-    elem = body.output[k].type.tensor_type.elem_type
-    dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.dtype(np.float32)
-    return np.zeros((0,), dtype)
+def _empty(body: onnx.GraphProto, k: int, axis: int = 0) -> np.ndarray:
+    """A scan output of no iteration: empty along its new axis, of the body output's dtype and,
+    where the body declares every dim, its shape."""
+    tt = body.output[k].type.tensor_type
+    dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else np.dtype(np.float32)
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    if not tt.HasField("shape") or None in dims:
+        return np.zeros((0,), dtype)
+    shape = [int(d) for d in dims if d is not None]
+    shape.insert(axis % (len(shape) + 1), 0)
+    return np.zeros(tuple(shape), dtype)
 
 
 def run_if(node: onnx.NodeProto, read: Mapping[str, np.ndarray], call: Call) -> list[np.ndarray]:
@@ -106,7 +112,7 @@ def run_scan(node: onnx.NodeProto, read: Mapping[str, np.ndarray], call: Call) -
     outputs = list(states)
     for k, values in enumerate(collected):
         if not values:
-            outputs.append(_empty(body, len(states) + k))
+            outputs.append(_empty(body, len(states) + k, int(out_axes[k])))
             continue
         if out_dirs[k]:
             values = values[::-1]
