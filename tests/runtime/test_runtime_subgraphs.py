@@ -18,6 +18,7 @@ from lowering.cli import main
 from runtime.backends.cpu import CpuBackend
 from runtime.control_flow import run_loop, run_scan
 from runtime.diff import diff_models
+from runtime.inputs import edge_hints
 from runtime.report import DiffReport, format_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lowering"))
@@ -148,3 +149,13 @@ def test_lower_verifies_a_100_iteration_loop_in_seconds(tmp_path, capsys, seed: 
     assert code == 0, printed
     assert "ApplyProximalGradientDescent_0: checked in 100 iterations of Loop(w)/body" in printed
     assert elapsed < 10, f"{elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("name", ["tf_while_ista.onnx", "jax_fori_ista.onnx", "hand_scan_prox.onnx"])
+def test_generated_inputs_draw_a_solvers_scalars_as_the_fused_ops(name: str) -> None:
+    """tf2onnx and jax2onnx carry lr, l1 and l2 through the loop unchanged; the hints follow them
+    back to the graph inputs, so --verify draws them in the op's ranges, not as N(0, 2) tensors."""
+    fused, _ = fuse(str(FOLDER / name))
+    scalars = edge_hints(fused).scalars
+    lr, l1, l2 = (next(k for k in scalars if k.lower() == n) for n in ("lr", "l1", "l2"))
+    assert (scalars[lr][1], scalars[l1][1], scalars[l2][1]) == ("alpha", "l1", "l2")
