@@ -15,7 +15,7 @@ import pytest
 from codegen.api import build_kernels
 from lowering import fuse
 from lowering.cli import main
-from lowering.fused_ops import DOMAIN
+from lowering.fused_ops import DOMAIN, PROXIMAL_GD
 
 from .pass_numerics import assert_same
 from .subgraph_fixtures import FOLDER, entries, feeds, load, run_ort
@@ -162,3 +162,31 @@ def test_lower_writes_where_each_fusion_is(tmp_path, capsys) -> None:
     data = json.loads((out / "report.json").read_text())
     assert [f["graph"] for f in data["fusions"]] == ["Loop(w)/body/If(wout)/then_branch"]
     assert (out / "kernels" / "apply_proximal_gradient_descent").is_dir()
+
+
+IN_A_FUNCTION = f"""<ir_version: 10, opset_import: ["" : 18, "local" : 1]>
+main (float[8,16] w0, float[8,16] g, float lr, float l1, float l2) => (float[8,16] w) {{
+  w = local.Solve(w0, g, lr, l1, l2)
+}}
+<domain: "local", opset_import: ["" : 18]>
+Solve (w0, g, lr, l1, l2) => (w) {{
+  m = Constant<value = int64 {{5}}>()
+  c = Constant<value = bool {{1}}>()
+  zero = Constant<value = float {{0}}>()
+  one = Constant<value = float {{1}}>()
+  w = Loop(m, c, w0) <body = step (int64 i, bool cin, float[8,16] win) => (bool cout, float[8,16] wout) {{
+      cout = Identity(cin)
+      st1 = Mul(lr, g){PROX.format(k=1, w="win", out="wout")}
+  }}>
+}}"""
+
+
+def test_a_loop_inside_a_model_local_function_is_inlined_and_fused(rng: np.random.Generator) -> None:
+    model = onnx.parser.parse_model(IN_A_FUNCTION)
+    fused, report = fuse(model)
+    assert report.inlined_functions == ["local.Solve"]
+    assert [(f.op_type, f.graph) for f in report.fusions] == [(PROXIMAL_GD, "Loop(w)/body")]
+    assert not [f for f in fused.functions if f.domain == "local"]
+    onnx.checker.check_model(fused, full_check=True)
+    inputs = _step_feeds(rng)
+    assert_same(run_ort(model, inputs)[0], run_ort(fused, inputs)[0])
