@@ -61,7 +61,7 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     enabled = gc.isenabled()
     gc.disable()
     try:
-        def one_graph(graph_model: onnx.ModelProto, naming: Naming | None) -> tuple[onnx.ModelProto, FusionReport]:
+        def one_graph(graph_model: onnx.ModelProto, naming: Naming) -> tuple[onnx.ModelProto, FusionReport]:
             return _fuse_proto(graph_model, patterns, validated, recompute_shared, by_meaning, naming)
 
         return functions.fuse_through_functions(model, lambda m: fuse_with_subgraphs(m, one_graph))
@@ -77,6 +77,8 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
     decoded = decode_nodes(model.graph)
+    if naming is not None:
+        naming.see(n.op_type for n in decoded)
     info.types.attach(decoded)
     if not validated:
         verify.check_input_order(decoded, info.graph_inputs | info.initializers.keys())

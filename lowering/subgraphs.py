@@ -19,7 +19,7 @@ names unique in the whole model, and each fusion and near miss records the graph
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import onnx
@@ -36,14 +36,27 @@ FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 @dataclass
 class Naming:
-    """Names shared by the passes over the graphs of one model."""
+    """Names shared by the passes over the graphs of one model. What the model's bodies hold is
+    read only once the main graph's pass has seen it has bodies (`see`): a model without any
+    pays nothing for them."""
 
-    reserved: set[str]  # value and node names of every graph, and the names the passes made
-    overloads: set[tuple[str, str]]  # (op type, overload) of the fused ops' functions
+    model: onnx.ModelProto
+    reserved: set[str] = field(default_factory=set)  # names of every graph, and those the passes made
+    overloads: set[tuple[str, str]] | None = None  # (op type, overload) of the fused ops' functions
     fused: int = 0  # fused nodes named so far (they are numbered across the model)
+    bodies: bool | None = None  # whether the main graph has If/Loop/Scan bodies, once seen
+
+    def see(self, op_types: Iterable[str]) -> None:
+        """Told the op types of the main graph's nodes by its pass, before it names anything."""
+        if self.bodies is not None:
+            return
+        self.bodies = any(op in OWNERS for op in op_types) and has_bodies(self.model.graph)
+        if self.bodies:
+            _all_names(self.model.graph, self.reserved)
+            self.overloads = {(f.name, f.overload) for f in self.model.functions if f.domain == DOMAIN}
 
 
-Run = Callable[[onnx.ModelProto, "Naming | None"], tuple[onnx.ModelProto, FusionReport]]
+Run = Callable[[onnx.ModelProto, Naming], tuple[onnx.ModelProto, FusionReport]]
 
 
 def _all_names(graph: onnx.GraphProto, into: set[str]) -> None:
@@ -65,11 +78,7 @@ def _all_names(graph: onnx.GraphProto, into: set[str]) -> None:
 
 def fuse_with_subgraphs(model: onnx.ModelProto, run: Run) -> tuple[onnx.ModelProto, FusionReport]:
     """`run` on the main graph, then on every If/Loop/Scan body, nested ones included."""
-    if not has_bodies(model.graph):
-        return run(model, None)
-    reserved: set[str] = set()
-    _all_names(model.graph, reserved)
-    naming = Naming(reserved, {(f.name, f.overload) for f in model.functions if f.domain == DOMAIN})
+    naming = Naming(model)
     context = _Context(run, naming, model, [f for f in model.functions if f.domain != DOMAIN])
     fused, report, functions = context.fuse(model, "", {}, frozenset())
     if functions:
@@ -116,7 +125,7 @@ class _Context:
             fusion.graph = path
         for rejection in report.rejections:
             rejection.graph = path
-        if not has_bodies(fused.graph):
+        if not self.naming.bodies or not has_bodies(fused.graph):
             return fused, report, made
         info = GraphInfo(model)
         visible = dict(constants)
