@@ -65,9 +65,11 @@ Also: `lower diff UNFUSED FUSED [options]` compares a fused model with the unfus
 
 EXIT_CODES = """\
 exit codes:
-  0    success
+  0    success (--verify of a graph onnxruntime cannot run whole: every comparison that ran
+       passed, and a "partial check:" line says what could not be checked and why)
   1    --verify: a comparison FAILed the precision standard
-  2    bad input or request (a path, a permission, an option, the model): one line on stderr
+  2    bad input or request (a path, a permission, an option, the model, nothing that could be
+       checked): one line on stderr
   3    internal error, a bug of lower's (set LOWER_DEBUG=1 for the traceback)
   130  interrupted (SIGINT); 143 terminated (SIGTERM): nothing of the run is left behind"""
 

@@ -11,6 +11,11 @@ SmoothL1LossGradV2(predict, label, dout) -> gradient
     s = x / sigma            where |x| < sigma
         sign(x)              elsewhere (sign(+-0) = 0); NaN in x gives NaN
     gradient = scale * norm * dout * s,  norm = 1/numel(predict) for "mean", else 1
+    nonfinite ("select" | "blend" | "blend_dout", default "select"): how +-inf inputs behave.
+           select: as above (a Where picks a branch and never reads the other); blend: an
+           arithmetic select (mask * branch + (1 - mask) * branch) of x / sigma and sign(x),
+           then times dout: NaN where x / sigma is +-inf; blend_dout: the same select of
+           the branches times dout and norm * scale: NaN also where dout is +-inf or NaN
     predict and label have one shape; dout has that shape or exactly one element.
 
 ApplyProximalGradientDescent(var, alpha, l1, l2, delta) -> var_out
@@ -24,6 +29,9 @@ ApplyProximalGradientDescent(var, alpha, l1, l2, delta) -> var_out
     prox = var - alpha * delta
     var_out = sign(prox) * min(max(|prox| - threshold, 0), shrink_max) / divisor
               (sign(0) = 0; NaN propagates)
+    nonfinite ("select" | "blend" | "nan_to_zero", default "select"): blend gives NaN where
+           prox is +-inf (an arithmetic select); nan_to_zero gives 0 where prox is NaN (a
+           where-chain whose comparisons are all false there, ONNX Shrink)
     alpha, l1, l2 hold one element each (0-D or [1]); var and delta share one shape.
 
 Tensors are float32, float16 or bfloat16 (one dtype per node for the tensor inputs; the scalars of
@@ -35,6 +43,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +58,8 @@ PROXIMAL_GD = "ApplyProximalGradientDescent"
 
 REDUCTIONS = ("none", "mean", "sum")
 SCALAR_FORMS = ("raw", "folded", "folded_reciprocal")
+SMOOTH_L1_NONFINITE = ("select", "blend", "blend_dout")
+PROXIMAL_NONFINITE = ("select", "blend", "nan_to_zero")
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,7 @@ class OpSpec:
     scalar_draws: Mapping[str, ScalarDraw] = field(default_factory=dict)
     kinks: Callable[[Mapping[str, object], Mapping[str, float]], tuple[Kink, ...]] = field(
         default=lambda attrs, scalars: ())
+    proof: ProofSpec | None = None
 
     @property
     def attrs(self) -> dict[str, object]:
@@ -116,6 +129,38 @@ class OpSpec:
     def golden(self, inputs: Mapping[str, np.ndarray], attrs: Mapping[str, object]) -> tuple[np.ndarray, ...]:
         """The float64 reference with attributes checked and defaulted."""
         return self.reference(inputs, self.check_attrs(attrs))
+
+
+@dataclass(frozen=True)
+class ProofSpec:
+    """The op as a formula a proof compares a region with (lowering.proof).
+
+    `contract(m, inputs, params, attrs)` builds the output from the inputs (extended-real values,
+    by contract name) with the semantics `m` (lowering.proof.semantics.Semantics), so one text
+    serves exact evaluation and the solver. `params` are the real numbers the kernel derives from
+    the attributes (sigma and 1/sigma, ...) plus `norm` (1/numel(first input) for reduction mean,
+    else 1), given exactly as the region holds them; `derive(attrs, at, snap, big, known)` finds
+    them: `at` evaluates the region exactly at inputs given by name (divided by norm there; inputs
+    that are constants keep their values, which `known` gives by name), `snap` replaces
+    an attribute's float by the region constant (or product or quotient of two) it rounds, `big` is
+    beyond every constant. `kernel(attrs)` are the same parameters as the kernel computes them from
+    the attributes: each derived one must equal its kernel twin up to the rounding of a float32
+    attribute.
+    `domain(m, inputs, attrs, dtype)` is what the op assumes of its runtime scalar inputs, and `finite`
+    names the inputs that must be finite numbers (a step size, a penalty).
+    """
+
+    contract: Callable[[Any, Mapping[str, Any], Mapping[str, Any], Mapping[str, object]], Any]
+    derive: Callable[[Mapping[str, object], Callable[..., Fraction | None], Callable[[float], Fraction], Fraction,
+                      Mapping[str, Fraction]], dict[str, Fraction]]
+    kernel: Callable[[Mapping[str, object]], dict[str, Fraction]]
+    domain: Callable[[Any, Mapping[str, Any], Mapping[str, object], int | None], Any] = field(
+        default=lambda m, inputs, attrs, dtype: True)
+    finite: tuple[str, ...] = ()
+    domain_text: str = ""
+    # (attribute, values): variants of the op that differ only at +-inf and NaN, tried in turn
+    # when the region's non-finite behaviour is not the default's
+    nonfinite: tuple[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +210,7 @@ def smooth_l1_grad_reference(
     sigma: float,
     reduction: str,
     scale: float = 1.0,
+    nonfinite: str = "select",
 ) -> np.ndarray:
     """float64 golden of SmoothL1LossGradV2 (result in float64; the caller rounds)."""
     if reduction not in REDUCTIONS:
@@ -177,8 +223,15 @@ def smooth_l1_grad_reference(
         inside = np.abs(x) < sigma
         s = np.where(inside, x / (sigma if sigma > 0 else 1.0), _sign_keep_nan(x))
     norm = 1.0 / p.size if reduction == "mean" and p.size else 1.0
+    d = np.asarray(dout, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        return float(scale) * norm * np.asarray(dout, np.float64) * s
+        linear = x / (sigma if sigma > 0 else 1.0)
+        if nonfinite == "blend":  # 0 * a branch is 0 where it is finite, NaN where it is not
+            s = s + 0.0 * linear + 0.0 * np.sign(x)
+        out = float(scale) * norm * d * s
+        if nonfinite == "blend_dout":
+            out = out + 0.0 * (float(scale) * norm * d * linear) + 0.0 * (float(scale) * norm * d * np.sign(x))
+        return out
 
 
 def proximal_scalars(alpha: float, l1: float, l2: float, scalar_form: str) -> tuple[float, float]:
@@ -201,6 +254,7 @@ def proximal_gd_reference(
     delta: np.ndarray,
     scalar_form: str = "raw",
     shrink_max: float = float("inf"),
+    nonfinite: str = "select",
 ) -> np.ndarray:
     """float64 golden of ApplyProximalGradientDescent (result in float64; the caller rounds)."""
     a = float(np.asarray(alpha, np.float64).reshape(-1)[0])
@@ -214,17 +268,24 @@ def proximal_gd_reference(
         prox = np.asarray(var, np.float64) - a * np.asarray(delta, np.float64)
         shrunk = np.minimum(np.maximum(np.abs(prox) - threshold, 0.0), shrink_max)
         shrunk = np.where(np.isnan(prox), prox, shrunk)
-        return _sign_keep_nan(prox) * shrunk / divisor
+        out = _sign_keep_nan(prox) * shrunk / divisor
+        if nonfinite == "blend":
+            out = out + 0.0 * prox
+        elif nonfinite == "nan_to_zero":
+            out = np.where(np.isnan(prox), 0.0, out)
+        return out
 
 
 def _smooth_l1_golden(x: Mapping[str, np.ndarray], a: Mapping[str, object]) -> tuple[np.ndarray, ...]:
     return (smooth_l1_grad_reference(x["predict"], x["label"], x["dout"], float(a["sigma"]),  # type: ignore[arg-type]
-                                     str(a["reduction"]), float(a["scale"])),)  # type: ignore[arg-type]
+                                     str(a["reduction"]), float(a["scale"]),  # type: ignore[arg-type]
+                                     str(a["nonfinite"])),)
 
 
 def _proximal_golden(x: Mapping[str, np.ndarray], a: Mapping[str, object]) -> tuple[np.ndarray, ...]:
     return (proximal_gd_reference(x["var"], x["alpha"], x["l1"], x["l2"], x["delta"],
-                                  str(a["scalar_form"]), float(a["shrink_max"])),)  # type: ignore[arg-type]
+                                  str(a["scalar_form"]), float(a["shrink_max"]),  # type: ignore[arg-type]
+                                  str(a["nonfinite"])),)
 
 
 def _smooth_l1_kinks(a: Mapping[str, object], _: Mapping[str, float]) -> tuple[Kink, ...]:
@@ -238,36 +299,149 @@ def _proximal_kinks(a: Mapping[str, object], x: Mapping[str, float]) -> tuple[Ki
     return (Kink("var", "delta", (threshold, -threshold, 0.0, -0.0)),)
 
 
+def _smooth_l1_contract(m: Any, x: Mapping[str, Any], p: Mapping[str, Any], a: Mapping[str, object]) -> Any:
+    """As the kernel's streamed-dout path computes it: (s * dout) * (scale * norm); a blend adds
+    0 * each branch (NaN where the branch not taken is +-inf or NaN, as mask arithmetic gives)."""
+    diff = m.sub(x["predict"], x["label"])
+    factor = m.mul(p["scale"], p["norm"])
+    sign = m.sign(diff)
+    linear = m.mul(diff, p["inv_sigma"]) if "sigma" in p else diff
+    s = m.where(m.lt(m.abs(diff), p["sigma"]), linear, sign) if "sigma" in p else sign
+    zero = m.const(0)
+    form = a["nonfinite"]
+    if form == "blend_dout":
+        lin, sgn = m.mul(m.mul(linear, x["dout"]), factor), m.mul(m.mul(sign, x["dout"]), factor)
+        picked = m.where(m.lt(m.abs(diff), p["sigma"]), lin, sgn) if "sigma" in p else sgn
+        return m.add(picked, m.add(m.mul(zero, lin), m.mul(zero, sgn)))
+    if form == "blend":
+        s = m.add(s, m.add(m.mul(zero, linear), m.mul(zero, sign)))
+    return m.mul(m.mul(s, x["dout"]), factor)
+
+
+def _smooth_l1_derive(a: Mapping[str, object], at: Callable[..., Fraction | None], snap: Callable[[float], Fraction],
+                      big: Fraction, known: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    """scale from the plateau beyond sigma; sigma from the region's constants; 1/sigma from the
+    slope at sigma / 2 (a region that multiplies by a rounded 1/beta holds that number)."""
+    dout = known.get("dout", Fraction(1))
+    plateau = at(predict=big, label=0, dout=1)
+    out: dict[str, Fraction] = {}
+    if plateau is None or plateau == 0 or dout == 0:
+        return out
+    plateau /= dout
+    out["scale"] = plateau
+    sigma = float(a["sigma"])  # type: ignore[arg-type]
+    if sigma > 0:
+        b = snap(sigma)
+        inner = at(predict=b / 2, label=0, dout=1)
+        if inner is not None and b > 0:
+            out["sigma"] = b
+            out["inv_sigma"] = inner / dout / (plateau * b / 2)
+    return out
+
+
+def _smooth_l1_kernel(a: Mapping[str, object]) -> dict[str, Fraction]:
+    sigma = Fraction(float(a["sigma"]))  # type: ignore[arg-type]
+    out = {"scale": Fraction(float(a["scale"]))}  # type: ignore[arg-type]
+    if sigma > 0:
+        out.update(sigma=sigma, inv_sigma=1 / sigma)
+    return out
+
+
 register(OpSpec(
     SMOOTH_L1_GRAD,
     inputs=("predict", "label", "dout"),
     outputs=("gradient",),
     scalar_inputs=(),
     attr_specs=(AttrSpec("sigma", 1.0, minimum=0.0), AttrSpec("reduction", "mean", choices=REDUCTIONS),
-                AttrSpec("scale", 1.0)),
+                AttrSpec("scale", 1.0), AttrSpec("nonfinite", "select", choices=SMOOTH_L1_NONFINITE)),
     reference=_smooth_l1_golden,
     formula=("x = predict - label\n"
              "s = x / sigma where |x| < sigma, else sign(x)   (sign(+-0) = 0; NaN in x gives NaN)\n"
-             "gradient = scale * norm * dout * s,  norm = 1/numel(predict) for reduction mean, else 1"),
+             "gradient = scale * norm * dout * s,  norm = 1/numel(predict) for reduction mean, else 1\n"
+             "nonfinite blend: s + 0 * (x / sigma) + 0 * sign(x); blend_dout: gradient + 0 * each branch's gradient"),
     example_scalars={"dout": 0.5},
     kinks=_smooth_l1_kinks,
+    proof=ProofSpec(_smooth_l1_contract, _smooth_l1_derive, _smooth_l1_kernel,
+                    nonfinite=("nonfinite", SMOOTH_L1_NONFINITE)),
 ))
+
+def _proximal_contract(m: Any, x: Mapping[str, Any], p: Mapping[str, Any], a: Mapping[str, object]) -> Any:
+    """As the kernel computes it: the threshold and 1 / divisor on the scalar unit, then one
+    multiply (codegen.rules.proximal), so its overflows are the kernel's."""
+    alpha, l1, l2 = x["alpha"], x["l1"], x["l2"]
+    one = m.const(1)
+    form = a["scalar_form"]
+    if form == "raw":
+        threshold, scale = m.mul(alpha, l1), m.div(one, m.add(one, m.mul(alpha, l2)))
+    elif form == "folded":
+        threshold, scale = l1, m.div(one, l2)
+    else:
+        threshold, scale = l1, l2
+    prox = m.sub(x["var"], m.mul(x["delta"], alpha))
+    shrunk = m.max(m.sub(m.abs(prox), threshold), m.const(0))
+    if "shrink_max" in p:
+        shrunk = m.min(shrunk, p["shrink_max"])
+    out = m.mul(m.mul(m.sign(prox), shrunk), scale)
+    if a["nonfinite"] == "blend":
+        out = m.add(out, m.mul(m.const(0), prox))
+    elif a["nonfinite"] == "nan_to_zero":
+        out = m.where(m.isnan(prox), m.const(0), out)
+    return out
+
+
+def _proximal_derive(a: Mapping[str, object], at: Callable[..., Fraction | None], snap: Callable[[float], Fraction],
+                     big: Fraction, known: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    cap = float(a["shrink_max"])  # type: ignore[arg-type]
+    return {"shrink_max": Fraction(cap)} if cap != float("inf") else {}
+
+
+_STEP_BOUND = 256  # how large a runtime step, threshold or divisor the proof admits
+
+
+def _proximal_domain(m: Any, x: Mapping[str, Any], a: Mapping[str, object], dtype: int | None) -> Any:
+    """A step and penalties as TensorFlow and CANN mean them (alpha, l1, l2 >= 0: the threshold
+    is >= 0, the divisor >= 1) and of a size training uses (the threshold and the divisor at most
+    256; alpha too, and at most 1 for float16 and bfloat16 tensors): beyond that a graph that
+    computes alpha * delta in a half type overflows where the kernel, in float32, does not."""
+    b = m.b
+    zero, one, top = m.const(0), m.const(1), m.const(_STEP_BOUND)
+    alpha, l1, l2 = x["alpha"], x["l1"], x["l2"]
+    form = a["scalar_form"]
+    half = dtype in (10, 16)  # TensorProto.FLOAT16, BFLOAT16
+    step = b.and_(m.le(zero, alpha), m.le(alpha, one if half else top))
+    if form == "raw":
+        return b.and_(step, m.le(zero, l1), m.le(zero, l2), m.le(m.mul(alpha, l1), top), m.le(m.mul(alpha, l2), top))
+    if form == "folded":
+        return b.and_(step, m.le(zero, l1), m.le(l1, top), m.le(one, l2), m.le(l2, top))
+    return b.and_(step, m.le(zero, l1), m.le(l1, top), m.le(m.div(one, top), l2), m.le(l2, one))
+
+
+def _proximal_kernel(a: Mapping[str, object]) -> dict[str, Fraction]:
+    cap = float(a["shrink_max"])  # type: ignore[arg-type]
+    return {"shrink_max": Fraction(cap)} if cap != float("inf") else {}
+
 
 register(OpSpec(
     PROXIMAL_GD,
     inputs=("var", "alpha", "l1", "l2", "delta"),
     outputs=("var_out",),
     scalar_inputs=("alpha", "l1", "l2"),
-    attr_specs=(AttrSpec("scalar_form", "raw", choices=SCALAR_FORMS), AttrSpec("shrink_max", float("inf"))),
+    attr_specs=(AttrSpec("scalar_form", "raw", choices=SCALAR_FORMS), AttrSpec("shrink_max", float("inf")),
+                AttrSpec("nonfinite", "select", choices=PROXIMAL_NONFINITE)),
     reference=_proximal_golden,
     formula=("prox = var - alpha * delta\n"
              "var_out = sign(prox) * min(max(|prox| - threshold, 0), shrink_max) / divisor"
              "   (sign(0) = 0; NaN propagates)\n"
-             "threshold, divisor = alpha*l1, 1 + alpha*l2 (raw) | l1, l2 (folded) | l1, 1/l2 (folded_reciprocal)"),
+             "threshold, divisor = alpha*l1, 1 + alpha*l2 (raw) | l1, l2 (folded) | l1, 1/l2 (folded_reciprocal)\n"
+             "nonfinite blend: + 0 * prox (NaN where prox is +-inf); nan_to_zero: 0 where prox is NaN"),
     example_scalars={"alpha": 0.01, "l1": 0.001, "l2": 0.01},
     # a positive step and non-negative penalties, with exact zeros now and then (l1 = 0 removes
     # the shrink, l2 = 0 the scaling)
     scalar_draws={"alpha": ScalarDraw((0.5, 0.125), 0.01, 1.0),
                   "l1": ScalarDraw((0.0, 0.25), 0.0, 0.5), "l2": ScalarDraw((0.0, 0.25), 0.0, 0.5)},
     kinks=_proximal_kinks,
+    proof=ProofSpec(_proximal_contract, _proximal_derive, _proximal_kernel, _proximal_domain, finite=("alpha", "l1", "l2"),
+                    domain_text="alpha, l1, l2 >= 0 (threshold >= 0, divisor >= 1); threshold, divisor <= 256; alpha <= 256 "
+                                "(<= 1 for float16 and bfloat16)",
+                    nonfinite=("nonfinite", PROXIMAL_NONFINITE)),
 ))

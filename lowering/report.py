@@ -23,6 +23,8 @@ class Fusion:
     replaced_nodes: list[str]
     caveats: list[str] = field(default_factory=list)
     graph: str = ""  # the subgraph it is in ("Loop_3/body"); empty for the main graph
+    # fused under assume_finite: equal to the graph wherever inputs and result are finite
+    assumed_finite: bool = False
 
 
 @dataclass

@@ -29,6 +29,7 @@ from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .patterns.meaning.evaluate import ELEMENTWISE
+from .proof.prove import prove as prove_match
 from .report import Fusion, FusionReport, Rejection
 from .subgraphs import Naming, fuse_with_subgraphs
 
@@ -37,7 +38,7 @@ FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
                validated: bool = True, recompute_shared: bool = True,
-               by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
+               by_meaning: bool = True, assume_finite: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
     Calls of model-local functions that could hold a pattern are inlined first; only those whose
@@ -55,6 +56,10 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     nodes is refused either way: it is a piece of a larger function.
 
     `by_meaning` runs the recogniser (lowering.patterns.meaning) on the kink ops the patterns left.
+
+    Every match, however found, is fused only when lowering.proof proves it computes its fused
+    op's contract; `assume_finite` waives a difference at +-inf and NaN inputs only (the
+    report says so per fusion).
     """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
@@ -62,7 +67,7 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     gc.disable()
     try:
         def one_graph(graph_model: onnx.ModelProto, naming: Naming) -> tuple[onnx.ModelProto, FusionReport]:
-            return _fuse_proto(graph_model, patterns, validated, recompute_shared, by_meaning, naming)
+            return _fuse_proto(graph_model, patterns, validated, recompute_shared, by_meaning, naming, assume_finite)
 
         return functions.fuse_through_functions(model, lambda m: fuse_with_subgraphs(m, one_graph))
     finally:
@@ -71,7 +76,8 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
 
 
 def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = True,
-                by_meaning: bool = True, naming: Naming | None = None) -> tuple[onnx.ModelProto, FusionReport]:
+                by_meaning: bool = True, naming: Naming | None = None,
+                assume_finite: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
     """The pass on one graph: the model's main graph, or a subgraph as lowering.subgraphs makes a
     model of it. `naming` holds the names the other graphs of the model use and made."""
     info = GraphInfo(model)
@@ -97,6 +103,10 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
         for op in p.anchors:
             by_op.setdefault(op, []).append(p)
     explained: dict[str, set[int]] = {}  # per pattern: nodes an earlier, wider attempt already reported
+
+    def accept(m: Match) -> Match:
+        return _proved(alg, _check_closed(index, alg, m, stats.cse_shared, recompute_shared), assume_finite)
+
     rejected: list[tuple[int, Rejection]] = []
     for i in sorted((i for op in by_op for i in index.by_op.get(op, ())), reverse=True):
         node = nodes[i]
@@ -110,7 +120,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
             try:
                 found = pattern.match(alg, i)
                 if found is not None:
-                    found = _check_closed(index, alg, found, stats.cse_shared, recompute_shared)
+                    found = accept(found)
             except NoMatch as exc:
                 if i not in explained.get(pattern.name, ()):
                     rejected.append((i, Rejection(pattern.name, node_label(node), node.op_type, str(exc))))
@@ -122,8 +132,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
                 break
     if by_meaning:
         explained_at = {i for i, _ in rejected}
-        recognised, refusals = meaning.recognise(
-            alg, dead, lambda m: _check_closed(index, alg, m, stats.cse_shared, recompute_shared), explained_at)
+        recognised, refusals = meaning.recognise(alg, dead, accept, explained_at)
         matches.extend(recognised)
         # a region a pattern already gave its reason for keeps that reason alone
         rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]),
@@ -208,6 +217,16 @@ def _check_closed(index: GraphIndex, alg: Algebra, m: Match, cse_shared: set[str
         raise NoMatch("too few matched nodes after its inputs leave the graph to put the Expand of a broadcast "
                       "input in their place")
     return closed
+
+
+def _proved(alg: Algebra, m: Match, assume_finite: bool) -> Match:
+    """The match with what its proof adds (a non-finite variant, caveats), or NoMatch with the
+    proof's counterexample."""
+    verdict = prove_match(alg, m, assume_finite)
+    if not verdict.holds:
+        raise NoMatch(verdict.reason)
+    caveats = m.caveats + [c for c in verdict.caveats if c not in m.caveats]
+    return replace(m, attrs={**m.attrs, **verdict.attrs}, caveats=caveats, waived=verdict.waived)
 
 
 def _meeting_point(index: GraphIndex, output: str, user: int, depth: int = 8) -> int | None:
@@ -348,7 +367,8 @@ def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], re
         report.fusions.append(Fusion(
             pattern=m.pattern, node=node_name, op_type=m.op_type, domain=DOMAIN, output=m.output,
             inputs=input_names, attributes=dict(m.attrs), dtype=DTYPE_NAMES.get(m.dtype, str(m.dtype)),
-            replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats)))
+            replaced_nodes=[node_label(index.nodes[i]) for i in sorted(m.interior)], caveats=list(m.caveats),
+            assumed_finite=m.waived))
     # the matched nodes read nothing any more; their replacements (fused nodes, re-emitted copies) do
     out.new_reads = {name for n in replacement.values() for name in n.input}
     out.gone = removed | cleanup.dead_after_removal(index, removed, out.new_reads) | index.dead

@@ -3,13 +3,17 @@
 Rows: one per graph output (fused model run end to end, standard nodes on onnxruntime and fused
 nodes on the backend, against onnxruntime on the unfused model) and one per fused node (its
 kernel against onnxruntime on the node's matched subgraph, the function body, on the inputs the
-node received; a node without a function body is compared with the float64 formula of
-lowering/fused_ops.py, rounded once to the node's dtype as CANN's goldens are).
+node received; a node without a function body, or with one onnxruntime cannot run, is compared
+with the float64 formula of lowering/fused_ops.py, rounded once to the node's dtype as CANN's
+goldens are), plus one per input a node of the unfused graph writes in place (an accumulator's
+buffer). Where onnxruntime cannot run the unfused graph whole (runtime/coverage.py), the graphs
+run as far as onnxruntime and lower's own ops (runtime/contrib_ops.py) take them, comparisons
+that need a value nothing computes are SKIP rows, and report.partial says so in one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,11 +22,13 @@ import onnx
 from lowering.fused_ops import OP_SPECS
 from lowering.terminal import printable
 from runtime.backend import Backend
-from runtime.graph_exec import FusedRun, run_fused_model
+from runtime.coverage import OrtOps, plan
+from runtime.graph_exec import FusedRun, GraphRun, run_graph
 from runtime.local_functions import LocalFunctions
 from runtime.node_references import function_body_references
-from runtime.node_runs import by_node, never_run, stacked
+from runtime.node_runs import by_node, never_run, node_key, positions, stacked
 from runtime.ort_exec import run_model
+from runtime.partial import describe_partial
 from runtime.precision import HALF_TYPES, THRESHOLDS, Comparison, compare, rounded_to
 from runtime.progress import Progress
 from runtime.report import DiffReport, Row
@@ -66,23 +72,33 @@ def _masked_select_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden:
     return ""
 
 
-def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress | None = None) -> list[Row]:
-    """One row per output of each fused node: its kernel against its function body (or the
-    float64 formula when it has none). A node inside a loop body or a branch is compared in every
-    run it made, on the inputs of that run, in one row that says how many runs it checked; one
-    that never ran gets a row that says so."""
+def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress | None = None,
+              not_run: Sequence[tuple[onnx.NodeProto, str]] = ()) -> list[Row]:
+    """One row per output of each fused node, in graph order (a node inside a body where the
+    main-graph node that holds it is): its kernel against its function body (or the float64
+    formula when it has none, or one that onnxruntime cannot run). A node inside a loop body or a
+    branch is compared in every run it made, on the inputs of that run, in one row that says how
+    many runs it checked. A SKIP row for each node in `not_run` (with why its inputs cannot be
+    computed), and for each node inside a body that never ran on these inputs."""
     functions = LocalFunctions(fused)
-    refs = function_body_references(fused, runs, progress, functions)
+    ort = OrtOps(fused, functions)
+    groups = by_node(runs)
+    foreign = {id(g) for g in groups if (fn := functions.called_by(g.node)) is not None and not ort.runs_all(fn.node)}
+    index = {id(run): k for k, run in enumerate(runs)}
+    refs = function_body_references(fused, runs, progress, functions,
+                                    skip={index[id(run)] for g in groups if id(g) in foreign for run in g.runs})
     reference = {id(run): ref for run, ref in zip(runs, refs)}
     if progress:
         progress.stage("comparing fused nodes with their references", total=len(runs))
-    rows = []
-    groups = by_node(runs)
+    position = positions(fused)
+    rows: list[tuple[int, Row]] = []
     for group in groups:
         goldens: list[tuple[dict[str, np.ndarray], str]] = []
         for run in group.runs:
             ref = reference[id(run)]
             goldens.append((ref, "matched subgraph") if ref is not None else (formula_goldens(run), "float64 formula"))
+        partial = ("its matched subgraph holds ops onnxruntime cannot run: held to the float64 formula"
+                   if id(group) in foreign else "")
         for role in group.runs[0].outputs:
             actual = stacked([run.outputs[role] for run in group.runs])
             golden = stacked([g[role] for g, _ in goldens])
@@ -100,16 +116,24 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress |
                 cmp.passed = False
                 k, error = failed[0]
                 cmp.note = f"kernel failed: {error}" + (f" (run {k + 1} of {len(group.runs)})" if group.where else "")
-            rows.append(Row("node", group.node.name, where, cmp, group.node.op_type, group.checked_in()))
+            rows.append((position.get(node_key(group.node), -1),
+                         Row("node", group.node.name, where, cmp, group.node.op_type, partial=partial,
+                             checked=group.checked_in())))
         if progress:
             progress.advance(len(group.runs))
+    rows += [(position.get(node_key(node), -1), _skipped("node", node.name, "matched subgraph", why, node.op_type))
+             for node, why in not_run]
+    left_out = {node_key(node) for node, _ in not_run}
     for idle in never_run(fused, groups):
-        cmp = Comparison(idle.node.name, "-", (), float("nan"), float("nan"), float("nan"), 0.0, 0, 0, True,
-                         "not run on these inputs, so not checked")
-        rows.append(Row("node", idle.node.name, "not run", cmp, idle.node.op_type,
-                        f"not run on these inputs (in {printable(idle.where)}: a branch not taken or a loop of "
-                        "no iteration), so not checked"))
-    return rows
+        if node_key(idle.node) in left_out:
+            continue
+        why = (f"not run on these inputs (in {printable(idle.where)}: a branch not taken or a loop of "
+               "no iteration), so not checked")
+        row = _skipped("node", idle.node.name, "not run", why, idle.node.op_type)
+        row.checked = why
+        rows.append((position.get(node_key(idle.node), -1), row))
+    rows.sort(key=lambda item: item[0])  # stable: a body's nodes keep their order
+    return [row for _, row in rows]
 
 
 @dataclass(frozen=True)
@@ -150,18 +174,46 @@ def _computed_through(model: onnx.ModelProto) -> dict[str, _Through]:
     return out
 
 
+def _skipped(kind: str, name: str, reference: str, why: str, op_type: str = "") -> Row:
+    nan = float("nan")
+    cmp = Comparison(name, "", (), nan, nan, nan, nan, 0, 0, False, why)
+    return Row(kind, name, reference, cmp, op_type, skipped=why)
+
+
+def _rests_on(via: frozenset[str]) -> str:
+    return (f"rests on lower's {', '.join(sorted(via))} (runtime/contrib_ops.py), which onnxruntime cannot run"
+            if via else "")
+
+
+def _unfused_run(unfused: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend, target: str,
+                 progress: Progress | None) -> GraphRun:
+    """The reference run: one onnxruntime session over the whole model, or, when onnxruntime
+    cannot run some of its nodes, run_graph's mix of onnxruntime and lower's own ops."""
+    cov = plan(unfused, kernels=False)
+    if cov.complete:
+        if progress:
+            progress.stage("onnxruntime: unfused model")
+        return GraphRun(run_model(unfused, feeds), [], cov)
+    return run_graph(unfused, feeds, backend, target, progress, what="unfused model", kernels=False)
+
+
 def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
                 backend: Backend, target: str, report: DiffReport,
                 progress: Progress | None = None) -> DiffReport:
-    """Fill `report.rows` with the comparisons of `fused` against `unfused` on `feeds`."""
-    if progress:
-        progress.stage("onnxruntime: unfused model")
-    golden = run_model(unfused, feeds)
-    actual, runs = run_fused_model(fused, feeds, backend, target, progress)
+    """Fill `report.rows` with the comparisons of `fused` against `unfused` on `feeds`; where
+    onnxruntime cannot run the unfused graph whole, also `report.partial` (runtime/partial.py)."""
+    reference = _unfused_run(unfused, feeds, backend, target, progress)
+    golden = reference.outputs
+    run = run_graph(fused, feeds, backend, target, progress)
+    actual = run.outputs
     if progress:
         progress.stage("comparing graph outputs")
     through = _computed_through(unfused)
     for out in unfused.graph.output:
+        why = reference.missing.get(out.name) or run.missing.get(out.name)
+        if why:
+            report.rows.append(_skipped("output", out.name, "unfused graph", why))
+            continue
         if out.name not in actual:
             missing = compare(out.name, np.zeros(0), np.zeros(1))
             missing.note = "the fused model has no such output"
@@ -179,6 +231,26 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
             cmp.note += _clip_hint(list(unfused.graph.node), actual[out.name], golden[out.name])
         if cmp.nan_mismatch:
             cmp.note += _masked_select_hint(list(unfused.graph.node), actual[out.name], golden[out.name])
-        report.rows.append(Row("output", out.name, "unfused graph", cmp))
-    report.rows += node_rows(fused, runs, progress)
+        via = reference.coverage.via.get(out.name, frozenset()) | run.coverage.via.get(out.name, frozenset())
+        report.rows.append(Row("output", out.name, "unfused graph", cmp, partial=_rests_on(via)))
+    report.rows += update_rows(reference, run)
+    report.rows += node_rows(fused, run.runs, progress, run.not_run)
+    if not reference.coverage.complete:
+        report.partial, report.partial_detail = describe_partial(report.rows, reference.coverage)
     return report
+
+
+def update_rows(reference: GraphRun, run: GraphRun) -> list[Row]:
+    """One row per input that a node of the unfused graph writes in place (an accumulator's
+    buffer): onnxruntime-training's graphs hand a gradient to the training loop only that way."""
+    rows = []
+    for name, want in reference.updates.items():
+        got = run.updates.get(name)
+        if got is None:
+            cmp = compare(name, np.zeros(0), np.zeros(1))
+            cmp.note = f"the fused model does not update it (the unfused graph's {want.op} does)"
+            rows.append(Row("update", name, "unfused graph", cmp))
+            continue
+        cmp = compare(name, got.value, want.value)
+        rows.append(Row("update", name, "unfused graph", cmp, want.op, partial=_rests_on(want.via | got.via)))
+    return rows

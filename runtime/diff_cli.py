@@ -34,6 +34,7 @@ from lowering.loading import load
 from lowering.terminal import printable
 from runtime.backend import DEFAULT_TARGET, Backend, BackendError
 from runtime.backends import backend_names, get_backend
+from runtime.contrib_ops import ContribOpError
 from runtime.diff import diff_models
 from runtime.fused_node import FusedNodeError
 from runtime.graph_exec import GraphExecError
@@ -52,12 +53,12 @@ from runtime.inputs import (
 from runtime.interpreter import KernelExecutionError
 from runtime.ort_exec import OrtRunError
 from runtime.progress import Progress
-from runtime.report import DiffReport, format_failures, format_table
+from runtime.report import DiffReport, format_failures, format_table, partial_line
 
 DEFAULT_SEED = 0
 INPUT_OPTIONS = "diff inputs and backend"  # the title of add_input_options' argument group
 MESSAGE_WIDTH = 400  # an error line is cut to this many characters (a 5000-character node name)
-_BAD_INPUT = (LoweringError, BackendError, OrtRunError, GraphExecError, FusedNodeError,
+_BAD_INPUT = (LoweringError, BackendError, OrtRunError, GraphExecError, FusedNodeError, ContribOpError,
               UnknownTargetError, OSError)
 
 
@@ -137,8 +138,11 @@ def check_input_options(args: argparse.Namespace, model: onnx.ModelProto) -> Inp
         check_npz(npz, specs)
     else:
         shapes = resolve_shapes(specs, parse_shape_options(getattr(args, "shape", None)))
+    name = getattr(args, "backend", None) or "cpu"
+    # the npu backend says which toolkit and packages it uses; -q keeps only its warnings
+    options = {"quiet": True} if name == "npu" and getattr(args, "quiet", False) else {}
     try:
-        backend = get_backend(getattr(args, "backend", None) or "cpu")
+        backend = get_backend(name, **options)
     except BackendError as exc:
         raise InputError(f"--backend: {exc}") from None
     seed = getattr(args, "seed", None)
@@ -199,6 +203,8 @@ def _diff(models: ModelPair, unfused_name: str, fused_name: str, target: str, ar
         sys.stdout.write(format_table(report))
     elif not report.passed:
         sys.stdout.write(format_failures(report))
+    elif report.partial:  # a caveat of the success, so -q prints it too
+        sys.stdout.write(partial_line(report) + "\n")
     if opts.json:
         try:
             with open(opts.json, "w", encoding="utf-8") as fh:
@@ -207,6 +213,9 @@ def _diff(models: ModelPair, unfused_name: str, fused_name: str, target: str, ar
             print(f"{prog}: error: cannot write --json {printable(opts.json)}: "
                   f"{printable(exc.strerror or str(exc))}", file=sys.stderr)
             return 2
+    if report.rows and not report.ran():
+        print(f"{prog}: error: nothing could be checked (see the partial check above)", file=sys.stderr)
+        return 2
     return 0 if report.passed else 1
 
 

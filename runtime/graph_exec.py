@@ -6,6 +6,11 @@ then each fused node of that level goes through the aclnn shim to the backend's 
 segment model carries only the local functions its own nodes call. The function body a fused
 node carries is never used here; runtime/node_references.py runs it separately, as the
 reference for that node.
+
+An If/Loop/Scan node whose bodies hold fused nodes runs here too (runtime/control_flow.py), one
+body call per iteration or branch taken, each body cut into levels the same way. Where
+onnxruntime cannot run the graph whole (runtime/coverage.py), lower runs the ops it has
+(runtime/contrib_ops.py) in the main graph, and what depends on any other op is left out.
 """
 
 from __future__ import annotations
@@ -19,14 +24,16 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from codegen.nodes import InputSpec, NodeSpec, holds_fused_nodes
+from codegen.nodes import InputSpec, NodeSpec
 from lowering.errors import ToolError
 from lowering.fused_ops import OP_SPECS
-from lowering.graph import body_label, graph_constants, may_have_subgraphs, model_constants, subgraph_inputs
+from lowering.graph import body_label, graph_constants, model_constants, subgraph_inputs
 from lowering.terminal import printable
 from runtime import aclnn
 from runtime.backend import Backend, BackendError
+from runtime.contrib_ops import run_contrib
 from runtime.control_flow import RUNNERS, ControlFlowError
+from runtime.coverage import Coverage, op_label, plan, plan_body
 from runtime.fused_node import fused_attrs, is_fused
 from runtime.interpreter import KernelExecutionError
 from runtime.local_functions import LocalFunctions
@@ -104,31 +111,30 @@ def node_spec_at_runtime(node: onnx.NodeProto, inputs: Mapping[str, np.ndarray],
 @dataclass
 class _Schedule:
     """The graph cut into levels by fused-node depth: level L's standard nodes run as one
-    onnxruntime model, then the fused nodes that read values of depth L at most (and the
-    If/Loop/Scan nodes whose bodies hold fused nodes, which run here). A value's depth is the
-    most such nodes on a path to it, so the sessions number the longest chain of fused nodes
-    plus one, not the fused nodes: an optimizer's thousand parallel updates take two."""
+    onnxruntime model, then the fused nodes that read values of depth L at most. A value's depth
+    is the most fused nodes on a path to it, so the sessions number the longest chain of fused
+    nodes plus one, not the fused nodes: an optimizer's thousand parallel updates take two.
+    Nodes lower runs itself (Coverage.by_lower) and If/Loop/Scan nodes whose bodies run here
+    (Coverage.control) are placed like fused nodes; nodes that cannot run (Coverage.skipped)
+    are left out."""
 
     standard: list[list[onnx.NodeProto]]  # by level, in graph order
     fused: list[list[tuple[int, onnx.NodeProto]]]  # by level: (graph position, node)
     exported: set[str]  # values read outside the level's standard batch, or graph outputs
 
 
-def _runs_here(node: onnx.NodeProto) -> bool:
-    """Whether the node runs outside onnxruntime: a fused node, or a node whose bodies hold one."""
-    return is_fused(node) or (may_have_subgraphs(node) and holds_fused_nodes(node))
-
-
-def _schedule(nodes: list[onnx.NodeProto], outputs: list[str]) -> _Schedule:
+def _schedule(nodes: list[onnx.NodeProto], outputs: list[str], cov: Coverage) -> _Schedule:
     depth: dict[str, int] = {}
-    batch_of: dict[str, tuple[bool, int]] = {}  # value -> (made by a fused node, level)
+    batch_of: dict[str, tuple[bool, int]] = {}  # value -> (run apart from onnxruntime, level)
     standard: list[list[onnx.NodeProto]] = []
     fused: list[list[tuple[int, onnx.NodeProto]]] = []
     exported = set(outputs)
     for position, node in enumerate(nodes):
+        if position in cov.skipped:
+            continue
         reads = _node_reads(node)
         level = max((depth.get(r, 0) for r in reads), default=0)
-        here = (_runs_here(node), level)
+        here = (cov.apart(position), level)
         exported.update(r for r in reads if batch_of.get(r, here) != here)
         while len(standard) <= level:
             standard.append([])
@@ -143,6 +149,27 @@ def _schedule(nodes: list[onnx.NodeProto], outputs: list[str]) -> _Schedule:
     return _Schedule(standard, fused, exported)
 
 
+@dataclass(frozen=True)
+class Update:
+    """A value a node (an accumulator) wrote into one of its inputs in place."""
+
+    value: np.ndarray
+    op: str  # the writer's op label
+    via: frozenset[str]  # the ops lower ran on the way to it (the writer's among them)
+
+
+@dataclass
+class GraphRun:
+    """A fused (or unfused) model's run where onnxruntime may not run every node (Coverage)."""
+
+    outputs: dict[str, np.ndarray]  # the graph outputs that could be computed
+    runs: list[FusedRun]  # fused nodes that ran, in graph order (inside a body: one per run, in order)
+    coverage: Coverage
+    not_run: list[tuple[onnx.NodeProto, str]] = field(default_factory=list)  # fused nodes left out, why
+    missing: dict[str, str] = field(default_factory=dict)  # graph output -> why it cannot be computed
+    updates: dict[str, Update] = field(default_factory=dict)  # by the value a node wrote into in place
+
+
 @dataclass
 class _Segment:
     """One level's standard nodes as a model, loaded once per shapes of what it reads."""
@@ -152,49 +179,72 @@ class _Segment:
     sessions: dict[tuple, PreparedModel] = field(default_factory=dict)
 
 
+@dataclass
+class _Plan:
+    """How one graph runs: its coverage and its levels (standard segment, nodes run apart)."""
+
+    graph: onnx.GraphProto  # kept, so that the id the plan is cached by stays its own
+    coverage: Coverage
+    levels: list[tuple[_Segment, list[tuple[int, onnx.NodeProto]]]]
+
+
 class _Executor:
     """Runs a fused model's graphs: the main graph, and the bodies of the If/Loop/Scan nodes
     that hold fused nodes, once per iteration or branch taken, each fused node on the backend.
     Schedules and onnxruntime sessions are made once per graph and reused by every iteration."""
 
-    def __init__(self, model: onnx.ModelProto, backend: Backend, target: str, progress: Progress | None) -> None:
+    def __init__(self, model: onnx.ModelProto, cov: Coverage, backend: Backend, target: str,
+                 progress: Progress | None) -> None:
         self.model = model
         self.functions = LocalFunctions(model)
         self.backend = backend
         self.target = target
         self.progress = progress
         self.runs: list[tuple[int, FusedRun]] = []
+        self.updates: dict[str, Update] = {}
         self._position = 0  # of the main-graph node being run: runs inside a body sort with it
-        self._plans: dict[int, tuple[onnx.GraphProto, list[tuple[_Segment, list[tuple[int, onnx.NodeProto]]]]]] = {}
+        self._plans: dict[int, _Plan] = {}
         self._constants: dict[int, dict[str, np.ndarray]] = {}
         self._bodies: dict[tuple[int, str], tuple[onnx.NodeProto, onnx.GraphProto]] = {}  # node kept: its id stays
         self._scan_opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        self.main = self._plan(model.graph, cov, [o.name for o in model.graph.output if o.name not in cov.dead])
 
-    def _plan(self, graph: onnx.GraphProto) -> list[tuple[_Segment, list[tuple[int, onnx.NodeProto]]]]:
+    def _plan(self, graph: onnx.GraphProto, cov: Coverage | None = None, outputs: list[str] | None = None) -> _Plan:
         found = self._plans.get(id(graph))
         if found is None:
-            plan = _schedule(list(graph.node), [o.name for o in graph.output])
-            levels = [(_Segment(segment, [o for n in segment for o in n.output if o in plan.exported]), fused)
-                      for segment, fused in zip(plan.standard, plan.fused)]
-            found = self._plans[id(graph)] = (graph, levels)  # the graph is kept, so its id stays its own
-        return found[1]
+            cov = cov if cov is not None else plan_body(graph)
+            schedule = _schedule(list(graph.node), [o.name for o in graph.output] if outputs is None else outputs, cov)
+            levels = [(_Segment(segment, [o for n in segment for o in n.output if o in schedule.exported]), apart)
+                      for segment, apart in zip(schedule.standard, schedule.fused)]
+            found = self._plans[id(graph)] = _Plan(graph, cov, levels)
+        return found
+
+    def counted(self) -> int:
+        """The main graph's fused nodes and nodes whose bodies hold some: what progress counts."""
+        cov = self.main.coverage
+        return sum(k in cov.kernels or k in cov.control for _, apart in self.main.levels for k, _ in apart)
 
     def run_graph(self, graph: onnx.GraphProto, env: MutableMapping[str, np.ndarray],
                   constants: Mapping[str, np.ndarray], where: str) -> None:
         """Computes the graph's values into `env` (which also holds what the graph reads)."""
         top = not where
-        for segment, special in self._plan(graph):
+        found = self._plan(graph)
+        cov = found.coverage
+        for segment, apart in found.levels:
             if segment.outputs:
                 env.update(self._run_segment(segment, env))
-            for position, node in special:
+            for position, node in apart:
                 if top:
                     self._position = position
-                if is_fused(node):
+                if position in cov.kernels:
                     run = _run_fused_node(node, env, constants, self.backend, self.target)
                     run.where = where
                     self.runs.append((self._position, run))
-                else:
+                elif position in cov.control:
                     self._run_control(node, env, constants, where)
+                else:
+                    _run_by_lower(node, env, self.updates, cov)
+                    continue
                 if top and self.progress:
                     self.progress.advance()
 
@@ -256,25 +306,73 @@ class _Executor:
         env.update((name, value) for name, value in zip(node.output, outputs) if name)
 
 
+def _fused_inside(node: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """The fused nodes in `node`'s bodies, at any depth, in graph order."""
+    found: list[onnx.NodeProto] = []
+    for a in node.attribute:
+        for graph in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+            for inner in graph.node:
+                if is_fused(inner):
+                    found.append(inner)
+                else:
+                    found += _fused_inside(inner)
+    return found
+
+
+def run_graph(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend, target: str,
+              progress: Progress | None = None, what: str = "fused model", kernels: bool = True) -> GraphRun:
+    """Run `model` on `feeds`: standard nodes in onnxruntime, fused nodes on `backend` (with
+    `kernels` False, as their function bodies in onnxruntime: a reference run), If/Loop/Scan
+    nodes whose bodies hold fused nodes here, one body call at a time, the ops onnxruntime's
+    package lacks through runtime/contrib_ops.py where lower has them; what depends on any other
+    op is left out and said why (GraphRun.not_run, .missing)."""
+    graph = model.graph
+    cov = plan(model, LocalFunctions(model), kernels)
+    env: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    env.update(feeds)
+    executor = _Executor(model, cov, backend, target, progress)
+    counted = executor.counted()
+    if progress:
+        progress.stage(f"{what}: fused nodes on the {backend.name} backend" if counted
+                       else f"{what}: onnxruntime and the ops lower runs", total=counted)
+    executor.run_graph(graph, env, model_constants(model), "")
+    result = GraphRun({}, [], cov, updates=executor.updates)
+    nodes = list(graph.node)
+    for k in sorted(cov.skipped):
+        if k in cov.kernels:
+            result.not_run.append((nodes[k], cov.why.get(k) or cov.dead_reads(nodes[k])))
+        elif kernels:
+            result.not_run += [(inner, cov.why[k]) for inner in _fused_inside(nodes[k])]
+    result.missing = {o.name: cov.dead[o.name] for o in graph.output if o.name in cov.dead}
+    absent = [o.name for o in graph.output if o.name not in env and o.name not in result.missing]
+    if absent:
+        raise GraphExecError(f"graph output '{printable(absent[0])}' was never computed")
+    executor.runs.sort(key=lambda item: item[0])  # stable: the runs of one body keep their order
+    result.outputs = {o.name: env[o.name] for o in graph.output if o.name in env}
+    result.runs = [run for _, run in executor.runs]
+    return result
+
+
 def run_fused_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: Backend,
                     target: str, progress: Progress | None = None
                     ) -> tuple[dict[str, np.ndarray], list[FusedRun]]:
     """Graph outputs of the fused model on `feeds`, and a record of every fused node's run (in
-    graph order; a fused node inside a loop body has one run per iteration, in order)."""
-    graph = model.graph
-    env: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    env.update(feeds)
-    executor = _Executor(model, backend, target, progress)
-    if progress:
-        plan = executor._plan(graph)
-        progress.stage(f"fused model: fused nodes on the {backend.name} backend",
-                       total=sum(len(special) for _, special in plan))
-    executor.run_graph(graph, env, model_constants(model), "")
-    missing = [o.name for o in graph.output if o.name not in env]
-    if missing:
-        raise GraphExecError(f"graph output '{printable(missing[0])}' was never computed")
-    executor.runs.sort(key=lambda item: item[0])  # stable: the runs of one body keep their order
-    return {o.name: env[o.name] for o in graph.output}, [run for _, run in executor.runs]
+    graph order; a fused node inside a loop body has one run per iteration, in order). A graph
+    output that cannot be computed here is an error."""
+    result = run_graph(model, feeds, backend, target, progress)
+    if result.missing:
+        name, why = next(iter(result.missing.items()))
+        raise GraphExecError(f"graph output '{printable(name)}' cannot be computed: it {why}")
+    return result.outputs, result.runs
+
+
+def _run_by_lower(node: onnx.NodeProto, env: MutableMapping[str, np.ndarray], updates: dict[str, Update],
+                  cov: Coverage) -> None:
+    """A node whose op onnxruntime's package lacks, through lower's implementation."""
+    result = run_contrib(node, [np.asarray(env[n]) if n else None for n in node.input])
+    env.update((name, value) for name, value in zip(node.output, result.outputs) if name and value is not None)
+    via = frozenset().union(*(cov.via.get(o, frozenset()) for o in node.output))
+    updates.update((node.input[k], Update(value, op_label(node), via)) for k, value in result.updates.items())
 
 
 def _run_fused_node(node: onnx.NodeProto, env: MutableMapping[str, np.ndarray], constants: Mapping[str, np.ndarray],

@@ -8,7 +8,7 @@ the model, made a diff quadratic in the number of fused nodes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -62,13 +62,14 @@ def _batches(runs: Sequence[FusedRun]) -> Iterator[list[int]]:
 
 
 def function_body_references(model: onnx.ModelProto, runs: Sequence[FusedRun],
-                             progress: Progress | None = None, functions: LocalFunctions | None = None
-                             ) -> list[dict[str, np.ndarray] | None]:
+                             progress: Progress | None = None, functions: LocalFunctions | None = None,
+                             skip: Container[int] = ()) -> list[dict[str, np.ndarray] | None]:
     """For each run, onnxruntime's outputs of its node's function body on the run's inputs, by
-    contract output name (OP_SPECS); None for a node without a function body. `functions`: the
-    model's LocalFunctions, when the caller has them already."""
+    contract output name (OP_SPECS); None for a node without a function body and for the runs
+    at positions in `skip` (a body onnxruntime cannot run). `functions`: the model's
+    LocalFunctions, when the caller has them already."""
     functions = functions or LocalFunctions(model)
-    found = [(k, run, functions.called_by(run.node)) for k, run in enumerate(runs)]
+    found = [(k, run, None if k in skip else functions.called_by(run.node)) for k, run in enumerate(runs)]
     with_body = [(k, run, fn) for k, run, fn in found if fn is not None]
     refs: list[dict[str, np.ndarray] | None] = [None] * len(runs)
     if progress:

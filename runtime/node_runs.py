@@ -37,15 +37,17 @@ class NodeRuns:
         return f"checked in {n} run{'s' if n != 1 else ''} of {printable(self.where)}, the branch taken"
 
 
-def _key(node: onnx.NodeProto) -> tuple[str, ...]:
-    return tuple(node.output)  # a value is defined once in a model, whatever the node names
+def node_key(node: onnx.NodeProto) -> tuple[str, ...]:
+    """What tells one fused node from another: its outputs (a value is defined once in a model,
+    whatever the nodes are named)."""
+    return tuple(node.output)
 
 
 def by_node(runs: list[FusedRun]) -> list[NodeRuns]:
     """The runs grouped by fused node, in the order of each node's first run."""
     groups: dict[tuple[str, ...], NodeRuns] = {}
     for run in runs:
-        key = _key(run.node)
+        key = node_key(run.node)
         if key not in groups:
             groups[key] = NodeRuns(run.node, run.where)
         groups[key].runs.append(run)
@@ -55,12 +57,12 @@ def by_node(runs: list[FusedRun]) -> list[NodeRuns]:
 def never_run(model: onnx.ModelProto, groups: list[NodeRuns]) -> list[NodeRuns]:
     """The fused nodes inside bodies that did not run at all (a branch not taken, a loop of no
     iteration), each with the body it is in."""
-    ran = {_key(g.node) for g in groups}
+    ran = {node_key(g.node) for g in groups}
     found: list[NodeRuns] = []
 
     def walk(graph: onnx.GraphProto, where: str) -> None:
         for node in graph.node:
-            if where and node.domain == DOMAIN and node.op_type in OP_SPECS and _key(node) not in ran:
+            if where and node.domain == DOMAIN and node.op_type in OP_SPECS and node_key(node) not in ran:
                 found.append(NodeRuns(node, where))
             if not may_have_subgraphs(node):
                 continue
@@ -70,6 +72,25 @@ def never_run(model: onnx.ModelProto, groups: list[NodeRuns]) -> list[NodeRuns]:
                     walk(a.g, f"{where}/{label}" if where else label)
 
     walk(model.graph, "")
+    return found
+
+
+def positions(model: onnx.ModelProto) -> dict[tuple[str, ...], int]:
+    """The main-graph position of each fused node: its own, or that of the If/Loop/Scan node
+    whose bodies hold it (at any depth)."""
+    found: dict[tuple[str, ...], int] = {}
+
+    def walk(graph: onnx.GraphProto, position: int | None) -> None:
+        for k, node in enumerate(graph.node):
+            at = k if position is None else position
+            if node.domain == DOMAIN and node.op_type in OP_SPECS:
+                found[node_key(node)] = at
+            if may_have_subgraphs(node):
+                for a in node.attribute:
+                    for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                        walk(g, at)
+
+    walk(model.graph, None)
     return found
 
 

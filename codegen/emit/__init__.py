@@ -2,7 +2,7 @@
 every kernel variant of it (codegen/project.py, DESIGN section 5).
 
     <kernels_dir>/<file_stem>/                       (the msopgen `customize` layout)
-        CMakeLists.txt, CMakePresets.json, build.sh, README.md
+        CMakeLists.txt, CMakePresets.json, build.sh, README.md, build_stamp.json
         op_host/CMakeLists.txt, <stem>_def.cpp, <stem>_infershape.cpp, <stem>_tiling.cpp
         op_kernel/CMakeLists.txt, <stem>.cpp, <stem>.h, <stem>_tiling_data.h, <stem>_tiling_key.h
         examples/CMakeLists.txt, test_aclnn_<stem>.cpp
@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from codegen.emit.build_stamp import STAMP_FILE, build_stamp
 from codegen.emit.host_src import def_cpp, infershape_cpp, tiling_cpp
 from codegen.emit.kernel_src import kernel_cpp, kernel_h, tiling_data_h, tiling_key_h
 from codegen.emit.project_files import (
@@ -48,6 +49,7 @@ def project_files(project: OperatorProject) -> dict[str, str]:
         "CMakePresets.json": cmake_presets(project),
         "README.md": readme(project),
         "build.sh": build_sh(project),
+        STAMP_FILE: build_stamp(project),
         "examples/CMakeLists.txt": example_cmakelists(project),
         f"examples/test_aclnn_{stem}.cpp": example_cpp(project),
         "op_host/CMakeLists.txt": op_host_cmakelists(project),

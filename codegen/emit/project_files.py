@@ -6,6 +6,7 @@ import json
 import math
 from typing import TYPE_CHECKING
 
+from codegen.emit.build_stamp import STAMP_FILE, installed_stamp_name
 from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
 from codegen.emit.golden import golden_function
 from codegen.ir import Kind, Param
@@ -176,6 +177,9 @@ install(TARGETS cust_optiling
         LIBRARY DESTINATION ${{VENDOR_DIR}}/op_impl/ai_core/tbe/op_tiling/lib/linux/${{CMAKE_SYSTEM_PROCESSOR}})
 install(FILES ${{CMAKE_CURRENT_BINARY_DIR}}/liboptiling.so DESTINATION ${{VENDOR_DIR}}/op_impl/ai_core/tbe/op_tiling)
 install(TARGETS cust_opapi LIBRARY DESTINATION ${{VENDOR_DIR}}/op_api/lib)
+# which kernels this library's package holds (read by ascend-lowering's npu backend)
+install(FILES ${{CMAKE_SOURCE_DIR}}/{STAMP_FILE} DESTINATION ${{VENDOR_DIR}}/op_api/lib
+        RENAME {installed_stamp_name(project.file_stem)})
 install(FILES ${{aclnn_inc}} DESTINATION ${{VENDOR_DIR}}/op_api/include)
 """
 

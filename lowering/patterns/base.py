@@ -36,6 +36,8 @@ class Match:
     # input index -> index of the input whose shape it is broadcast to by an Expand the rewrite
     # puts before the fused node (a label that broadcasts to predict's shape)
     expand: dict[int, int] = field(default_factory=dict)
+    # fused only because assume_finite waived a difference at +-inf or NaN inputs
+    waived: bool = False
 
 
 class NoMatch(Exception):

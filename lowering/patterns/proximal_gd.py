@@ -910,6 +910,11 @@ def _scalars(alg: Algebra, alpha: Input, t: Input, rest: Monomial) -> Scalars:
     factors = dict(rest.factors)
     if not factors:
         require(rest.coef != 0 and np.isfinite(rest.coef), "the update is scaled by zero or a non-finite constant")
+        # the fused node carries the number the graph stores: a divisor k as it is (the kernel
+        # takes 1/k on the host), a multiplier as it is; never a rounded reciprocal of either
+        divisor = 1.0 / rest.coef
+        if float(np.float32(rest.coef)) != rest.coef and float(np.float32(divisor)) == divisor:
+            return Scalars("folded", _const_or_value(alg, t), np.array(divisor, np.float32), set())
         return Scalars("folded_reciprocal", _const_or_value(alg, t), np.array(rest.coef, np.float32), set())
     require(len(factors) == 1 and rest.coef == 1.0, "the update is scaled by more than one value")
     (k, exp), = factors.items()

@@ -1,10 +1,19 @@
 """The NPU backend: run the generated custom op on an Ascend device through CANN (ctypes).
 
-Used only where a CANN toolkit is installed: ASCEND_HOME_PATH (or the default
-/usr/local/Ascend/cann) must hold lib64/libascendcl.so and lib64/libnnopbase.so, and the custom-op
-package built from `lower`'s kernels must be installed so that libcust_opapi.so is found under
-ASCEND_CUSTOM_OPP_PATH or ASCEND_OPP_PATH/vendors/*/op_api/lib. Without them, creating the
-backend raises BackendError saying what is missing.
+Used only where a CANN toolkit is installed (runtime/npu/toolkit.py finds it: ASCEND_HOME_PATH,
+ASCEND_TOOLKIT_HOME, then the default install paths) and the custom-op package built from
+`lower`'s kernels is installed (runtime/npu/packages.py finds each operator's libcust_opapi.so
+as CANN does: ASCEND_CUSTOM_OPP_PATH, then vendors/config.ini load_priority). Without them,
+creating the backend raises BackendError saying where it looked and what is missing.
+
+Every backend of the process shares one ACL runtime (runtime/npu/acl_runtime.py: aclInit once,
+everything released at exit) and has a stream of its own, released by `close()` or at the end of
+a `with` block. A backend can run from any thread: each call first makes the device's context
+current in the calling thread. Calls on one backend are serialised (they share its stream).
+
+What it found (the toolkit, the package each operator comes from; not with `quiet`) and what
+looks wrong (a package not built from this model's kernels, per its build stamp) goes to
+`notify`, by default one `npu backend: ...` line on stderr.
 
 Each call is the documented aclnn sequence: aclrtMalloc + aclrtMemcpy per tensor, aclCreateTensor,
 aclnn<Op>GetWorkspaceSize(inputs..., attributes..., outputs..., &workspaceSize, &executor),
@@ -18,79 +27,91 @@ of its own: it is copied back from that input's device buffer.
 from __future__ import annotations
 
 import ctypes
-import glob
-import os
+import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from types import TracebackType
 
 import numpy as np
 
+from codegen.artifact import KernelArtifact
 from codegen.ir import Kernel
 from codegen.op_interface import call_attributes, interface
 from runtime.acl import AclDataType, AclFormat, AclrtMemcpyKind, acl_dtype
 from runtime.backend import Backend, BackendError, KernelCall
 from runtime.backends.cpu import artifact_for
-
-DEFAULT_HOME = "/usr/local/Ascend/cann"
-
-
-def _toolkit_home() -> Path:
-    home = Path(os.environ.get("ASCEND_HOME_PATH") or DEFAULT_HOME)
-    if not (home / "lib64" / "libascendcl.so").is_file():
-        where = "ASCEND_HOME_PATH" if os.environ.get("ASCEND_HOME_PATH") else f"the default {DEFAULT_HOME}"
-        raise BackendError(
-            f"npu backend: no CANN toolkit at {home} ({where}; lib64/libascendcl.so missing); "
-            "install the toolkit and source its set_env.sh, or use --backend cpu")
-    return home
+from runtime.npu.acl_runtime import shared_runtime
+from runtime.npu.packages import OpEntry, OpResolver, find_packages, stamp_problem
 
 
-def _custom_opapi() -> Path:
-    roots = [p for p in os.environ.get("ASCEND_CUSTOM_OPP_PATH", "").split(":") if p]
-    candidates = [Path(r) / "op_api" / "lib" / "libcust_opapi.so" for r in roots]
-    opp = os.environ.get("ASCEND_OPP_PATH")
-    if opp:
-        candidates += [Path(p) for p in sorted(glob.glob(os.path.join(opp, "vendors", "*", "op_api", "lib",
-                                                                         "libcust_opapi.so")))]
-    for c in candidates:
-        if c.is_file():
-            return c
-    raise BackendError(
-        "npu backend: libcust_opapi.so not found; build the generated kernels (kernels/<name>/build.sh), "
-        "install the custom_opp_*.run package and source vendors/<name>/bin/set_env.bash")
+def _to_stderr(message: str) -> None:
+    print(f"npu backend: {message}", file=sys.stderr)
 
 
 class NpuBackend(Backend):
     name = "npu"
 
-    def __init__(self, device_id: int = 0) -> None:
-        home = _toolkit_home()
+    def __init__(self, device_id: int = 0, notify: Callable[[str], None] | None = None,
+                 quiet: bool = False) -> None:
+        if not isinstance(device_id, int) or isinstance(device_id, bool) or device_id < 0:
+            raise BackendError(f"npu backend: device_id must be a non-negative integer, got {device_id!r}")
+        say = notify or _to_stderr
+        self._warn = say
+        self._notify = (lambda message: None) if quiet else say
+        self.runtime = shared_runtime(self._notify)
+        toolkit = self.runtime.toolkit
+        search = find_packages(toolkit.opp_path, toolkit.opp_source)
+        if not search.packages:
+            raise BackendError(
+                "npu backend: no custom-op package installed; looked at " + "; ".join(search.looked)
+                + ". Build the kernels lower generated (kernels/<op>/build.sh), install their custom_opp_*.run "
+                "and, if it was installed with --install-path, source its bin/set_env.bash")
+        self._ops = OpResolver(search, self._notify)
+        self._entries: dict[str, OpEntry] = {}
+        self._checked: set[tuple[str, int]] = set()
         self.device_id = device_id
-        try:
-            self.acl = ctypes.CDLL(str(home / "lib64" / "libascendcl.so"))
-            self.nnop = ctypes.CDLL(str(home / "lib64" / "libnnopbase.so"))
-            self.cust = ctypes.CDLL(str(_custom_opapi()))
-        except OSError as exc:
-            raise BackendError(f"npu backend: cannot load the CANN libraries: {exc}") from None
-        self.acl.aclrtMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int]
-        self.acl.aclrtMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
-                                         ctypes.c_size_t, ctypes.c_int]
-        self.acl.aclrtFree.argtypes = [ctypes.c_void_p]
-        self.acl.aclrtSynchronizeStream.argtypes = [ctypes.c_void_p]
-        self.acl.aclGetRecentErrMsg.restype = ctypes.c_char_p
-        self.nnop.aclCreateTensor.restype = ctypes.c_void_p
-        self.nnop.aclCreateTensor.argtypes = [
-            ctypes.POINTER(ctypes.c_int64), ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
-            ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_uint64, ctypes.c_void_p]
-        self.nnop.aclDestroyTensor.argtypes = [ctypes.c_void_p]
-        self._check(self.acl.aclInit(None), "aclInit")
-        self._check(self.acl.aclrtSetDevice(ctypes.c_int32(device_id)), "aclrtSetDevice")
-        self.stream = ctypes.c_void_p()
-        self._check(self.acl.aclrtCreateStream(ctypes.byref(self.stream)), "aclrtCreateStream")
+        self._lock = threading.Lock()
+        self._stream: ctypes.c_void_p | None = self.runtime.open_stream(device_id)
+
+    @property
+    def acl(self) -> ctypes.CDLL:
+        return self.runtime.acl
+
+    @property
+    def nnop(self) -> ctypes.CDLL:
+        return self.runtime.nnop
+
+    def close(self) -> None:
+        """Release the backend's stream (the runtime itself stays until exit). Idempotent."""
+        with self._lock:
+            if self._stream is not None:
+                stream, self._stream = self._stream, None
+                self.runtime.close_stream(stream)
+
+    def __enter__(self) -> NpuBackend:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
     def _check(self, status: int, what: str) -> None:
-        if status != 0:
-            msg = self.acl.aclGetRecentErrMsg() or b""
-            raise BackendError(f"npu backend: {what} returned {status}: {msg.decode(errors='replace')}")
+        self.runtime.check(status, what)
+
+    def _entry(self, art: KernelArtifact) -> OpEntry:
+        """The operator's aclnn API; the first call of each variant also checks the package's
+        build stamp against the kernel this run needs."""
+        entry = self._entries.get(art.op_name)
+        if entry is None:
+            entry = self._entries[art.op_name] = self._ops.resolve(art.op_name)
+        if (art.op_name, art.key_base) not in self._checked:
+            self._checked.add((art.op_name, art.key_base))
+            problem = stamp_problem(entry.package.library, art)
+            if problem is not None:
+                self._warn(f"warning: aclnn{art.op_name} comes from {entry.package.describe()}, but {problem}; "
+                             f"rebuild kernels/{art.file_stem} (build.sh) and install its custom_opp_*.run")
+        return entry
 
     def _device_tensor(self, arr: np.ndarray, owned: list[ctypes.c_void_p]) -> ctypes.c_void_p:
         arr = np.asarray(arr, order="C")
@@ -112,8 +133,16 @@ class NpuBackend(Backend):
         return ctypes.c_void_p(tensor)
 
     def run(self, call: KernelCall) -> dict[str, np.ndarray]:
+        with self._lock:
+            if self._stream is None:
+                raise BackendError("npu backend: run() after close()")
+            self.runtime.bind(self.device_id)
+            return self._run(call, self._stream)
+
+    def _run(self, call: KernelCall, stream: ctypes.c_void_p) -> dict[str, np.ndarray]:
         art = artifact_for(call.spec, call.target)
         kernel = art.kernel
+        entry = self._entry(art)
         plan = aclnn_arguments(kernel)
         first = np.asarray(call.inputs[kernel.inputs[0].name])
         results = {p.name: np.empty(first.shape, first.dtype) for p in kernel.outputs}
@@ -132,19 +161,14 @@ class NpuBackend(Backend):
                 else:
                     args.append(_c_value(arg.kind, arg.value))
             ws_size, executor = ctypes.c_uint64(0), ctypes.c_void_p()
-            phase1 = getattr(self.cust, f"aclnn{art.op_name}GetWorkspaceSize", None)
-            phase2 = getattr(self.cust, f"aclnn{art.op_name}", None)
-            if phase1 is None or phase2 is None:
-                raise BackendError(f"npu backend: the installed package has no aclnn{art.op_name}; "
-                                   "rebuild and install the kernels lower generated for this model")
-            self._check(phase1(*args, ctypes.byref(ws_size), ctypes.byref(executor)),
+            self._check(entry.get_workspace_size(*args, ctypes.byref(ws_size), ctypes.byref(executor)),
                         f"aclnn{art.op_name}GetWorkspaceSize")
             workspace = ctypes.c_void_p()
             if ws_size.value:
                 self._check(self.acl.aclrtMalloc(ctypes.byref(workspace), ws_size.value, 0), "aclrtMalloc")
                 owned.append(workspace)
-            self._check(phase2(workspace, ws_size, executor, self.stream), f"aclnn{art.op_name}")
-            self._check(self.acl.aclrtSynchronizeStream(self.stream), "aclrtSynchronizeStream")
+            self._check(entry.launch(workspace, ws_size, executor, stream), f"aclnn{art.op_name}")
+            self._check(self.acl.aclrtSynchronizeStream(stream), "aclrtSynchronizeStream")
             for out_name, source in output_sources(kernel).items():
                 out = results[out_name]
                 if out.nbytes:

@@ -203,7 +203,7 @@ def test_project_layout_and_one_call_per_instruction(fused_models) -> None:
         files = project_files(project_of([art]))
         stem = art.file_stem
         assert set(files) == {
-            "CMakeLists.txt", "CMakePresets.json", "README.md", "build.sh",
+            "CMakeLists.txt", "CMakePresets.json", "README.md", "build.sh", "build_stamp.json",
             "examples/CMakeLists.txt", f"examples/test_aclnn_{stem}.cpp",
             "op_host/CMakeLists.txt", "op_kernel/CMakeLists.txt",
             f"op_host/{stem}_def.cpp", f"op_host/{stem}_infershape.cpp", f"op_host/{stem}_tiling.cpp",

@@ -21,10 +21,8 @@ from runtime.graph_exec import run_fused_model
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_MODELS = sorted(glob.glob(str(REPO / "models" / "*.onnx")))
-# onnxruntime-training's graphs hold its training-only ops (com.microsoft Scale, InPlaceAccumulatorV2),
-# which the onnxruntime that --verify runs cannot load
-FIXTURE_MODELS = sorted(p for p in glob.glob(str(REPO / "tests" / "fixtures" / "*" / "*.onnx"))
-                        if Path(p).parent.name != "ort_training")
+# onnxruntime-training's graphs among them verify partially (tests/runtime/test_runtime_partial.py)
+FIXTURE_MODELS = sorted(glob.glob(str(REPO / "tests" / "fixtures" / "*" / "*.onnx")))
 
 
 def _save(model: onnx.ModelProto, path: Path) -> str:

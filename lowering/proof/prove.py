@@ -1,0 +1,530 @@
+"""Proves a match equal to its fused op's contract, or refuses it with a counterexample.
+
+Three questions, each put to an SMT solver over the reals (z3) with the match and the contract
+built by one semantics (lowering.proof.semantics):
+
+1. Real arithmetic. For every finite input (runtime scalars and element counts unknowns too,
+   within the op's domain), does the region compute what the contract computes? Constants are
+   exact rationals; a narrowing Cast inside the region is an unknown function.
+2. Non-finite inputs. With any input +-inf or NaN, does it still? A difference only here is
+   waived by `assume_finite` (and noted), otherwise refused.
+3. Overflow. With every input finite and in its type's range, can an intermediate overflow (and
+   change the result) where the exact result is more than OVERFLOW_MARGIN inside the range? A
+   constant scaling done in another order overflows only within a constant factor of the range
+   (like rounding); a product of two input-dependent terms, or a square, does not.
+
+The kernel's parameters (sigma, 1/sigma, the scale) are taken from the region by exact evaluation
+and its constants (fused_ops.ProofSpec.derive); each must equal the kernel's own up to the
+rounding of a float32 attribute. Rounding itself is not this module's question (the recogniser
+checks it in the graph's dtype).
+
+Proofs are cached per structure (lowering.proof.structure) under the relations between the
+constants (lowering.proof.relations): that proof holds for every instance with the same
+structure and relations, so ten thousand copies of a form with ten thousand different constants
+cost one proof. When the relations are not enough to decide, the instance is proved with its own
+constants.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..algebra import Algebra
+from ..fused_ops import OP_SPECS, ProofSpec
+from ..graph import dtype_name
+from ..patterns.base import Match, same_shape
+from . import relations
+from .formula import run
+from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
+from ..patterns.meaning.evaluate import np_type
+from .structure import Structure, Unprovable, build, exact_value, float_max, overflow_at
+
+TIMEOUT_MS = 4000  # per solver query; unknown is a refusal, never a proof
+# a value within this factor of its type's range is "near the range": an overflow the graph and the
+# kernel meet at different points only there is a constant scaling done in another order
+OVERFLOW_MARGIN = {onnx.TensorProto.FLOAT: Fraction(2) ** 20, onnx.TensorProto.DOUBLE: Fraction(2) ** 20,
+                   onnx.TensorProto.FLOAT16: Fraction(2) ** 4, onnx.TensorProto.BFLOAT16: Fraction(2) ** 20}
+# how far a derived parameter may be from its attribute: the rounding of a constant of the graph's type
+_ATTR_ROUNDING = {onnx.TensorProto.FLOAT16: Fraction(1, 1 << 9), onnx.TensorProto.BFLOAT16: Fraction(1, 1 << 6)}
+_ATTR_ROUNDING_DEFAULT = Fraction(1, 1 << 20)
+_CACHE_SIZE = 4096
+
+
+@dataclass
+class Verdict:
+    holds: bool
+    reason: str = ""  # when it does not: the counterexample, in one line
+    caveats: list[str] = field(default_factory=list)
+    waived: bool = False  # holds only because non-finite inputs were waived (assume_finite)
+    attrs: dict[str, object] = field(default_factory=dict)  # attribute values the proof chose (a variant)
+
+
+@dataclass
+class _Setting:
+    """One match, ready to encode: its structure, how its fused inputs map to leaves and
+    constants, its constants and element counts, its parameters."""
+
+    structure: Structure
+    spec: ProofSpec
+    op_type: str
+    attrs: Mapping[str, object]
+    roles: list[tuple[str, tuple[str, int]]]  # role -> ("in", leaf) | ("c", constant)
+    constants: list[Fraction | float | bool]  # the structure's, then constant inputs, then static counts
+    numel_refs: list[tuple[str, int]]  # per count leaf: ("c", constant) | ("n", unknown count)
+    unknown_counts: int
+    norm: tuple[str, int] | None  # 1 / this count for reduction mean, else None (norm 1)
+    params: dict[str, Fraction]
+    param_exprs: dict[str, relations.Expr] | None  # in terms of the constants, when all have one
+    leaf_dtypes: list[int | None]
+    out_dtype: int | None
+
+
+_cache: dict[tuple, Verdict] = {}
+
+
+def clear_cache() -> None:
+    _cache.clear()
+
+
+def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: str | None = None) -> Verdict:
+    """Whether `match` computes its fused op's contract (see the module docstring)."""
+    spec = OP_SPECS.get(match.op_type)
+    if spec is None or spec.proof is None:
+        return Verdict(False, f"{match.op_type} has no contract a proof can compare with")
+    described = described or _described(match)
+    try:
+        setting = _setting(alg, match, spec.proof, spec.inputs)
+    except Unprovable as exc:
+        return Verdict(False, f"is not proved equal to {described}: the match {exc}")
+    except _Mismatch as exc:
+        return Verdict(False, f"differs from {described}: {exc}")
+    generic_key = None
+    finite_consts = [c for c in setting.constants if isinstance(c, Fraction)]
+    if setting.param_exprs is not None:
+        generic_key = (_base_key(setting, assume_finite), tuple(sorted(setting.param_exprs.items())),
+                       relations.signature(finite_consts))
+        found = _cache.get(generic_key)
+        if found is not None and found.holds:
+            return found
+    concrete_key = (_base_key(setting, assume_finite), tuple(setting.constants),
+                    tuple(sorted(setting.params.items())))
+    found = _cache.get(concrete_key)
+    if found is not None:
+        return found
+    if generic_key is not None and generic_key not in _cache:
+        verdict = _decide(alg, match, setting, assume_finite, generic=True, described=described)
+        _remember(generic_key, verdict)
+        if verdict.holds:
+            return verdict
+    verdict = _decide(alg, match, setting, assume_finite, generic=False, described=described)
+    _remember(concrete_key, verdict)
+    return verdict
+
+
+def _remember(key: tuple, verdict: Verdict) -> None:
+    if len(_cache) >= _CACHE_SIZE:
+        _cache.pop(next(iter(_cache)))
+    _cache[key] = verdict
+
+
+def _base_key(s: _Setting, assume_finite: bool) -> tuple:
+    text_attrs = tuple(sorted((k, v) for k, v in s.attrs.items() if isinstance(v, str)))
+    return (s.structure.key, s.op_type, text_attrs, tuple(s.roles), tuple(s.numel_refs), s.norm,
+            tuple(sorted(s.params)), tuple(type(c).__name__ if isinstance(c, Fraction) else c for c in s.constants),
+            tuple(s.leaf_dtypes), s.out_dtype, assume_finite)
+
+
+def _described(match: Match) -> str:
+    attrs = ", ".join(f"{k}={v:.9g}" if isinstance(v, float) else f"{k}={v}" for k, v in match.attrs.items())
+    return f"{match.op_type}({attrs})"
+
+
+class _Mismatch(Exception):
+    """The region's parameters are not the fused node's."""
+
+
+# -- the setting ------------------------------------------------------------------------------
+
+def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[str]) -> _Setting:
+    index = alg.index
+    s = build(alg, match)
+    constants: list[Fraction | float | bool] = list(s.constants)
+    roles: list[tuple[str, tuple[str, int]]] = []
+    for role, value in zip(role_names, match.inputs):
+        const = index.const(value) if isinstance(value, str) else np.asarray(value)
+        if isinstance(value, str) and value in s.leaves:
+            roles.append((role, ("in", s.leaves.index(value))))
+        elif isinstance(value, str) and s.leaf_refs.get(value, ("", 0))[0] == "c":
+            roles.append((role, s.leaf_refs[value]))
+        elif const is not None:
+            roles.append((role, ("c", len(constants))))
+            constants.append(exact_value(const))
+        else:  # an input the region does not read (dout folded to 1 elsewhere, an unused l2)
+            roles.append((role, ("free", len(roles))))
+    main = match.inputs[0] if isinstance(match.inputs[0], str) else None
+    counts: dict[str, tuple[str, int]] = {}
+    unknown = 0
+
+    def count_ref(tensor: str) -> tuple[str, int]:
+        nonlocal unknown
+        static = _static_numel(index, tensor)
+        if static is not None:
+            constants.append(Fraction(static))
+            return ("c", len(constants) - 1)
+        who = "main" if main is not None and (tensor == main or same_shape(index, tensor, main)) else tensor
+        if who not in counts:
+            counts[who] = ("n", unknown)
+            unknown += 1
+        return counts[who]
+
+    numel_refs = [count_ref(t) for t in s.numels]
+    norm = count_ref(main) if match.attrs.get("reduction", "") == "mean" and main is not None else None
+    attrs = OP_SPECS[match.op_type].check_attrs(match.attrs)
+    setting = _Setting(s, proof, match.op_type, attrs, roles, constants, numel_refs, unknown, norm, {}, None,
+                       [index.elem_type(v) for v in s.leaves], index.elem_type(match.output))
+    finite = [c for c in constants if isinstance(c, Fraction)]
+    big = Fraction(4) * max([Fraction(1)] + [abs(c) for c in finite]) ** 2
+
+    def at(**given: Fraction | int) -> Fraction | None:
+        return _exact_at(setting, given)
+
+    known = {role: constants[k] for role, (kind, k) in roles if kind == "c" and isinstance(constants[k], Fraction)}
+    derived = proof.derive(attrs, at, lambda v: relations.snap(v, finite), big, known)  # type: ignore[arg-type]
+    kernel = proof.kernel(attrs)
+    for name in sorted(set(kernel) | set(derived)):
+        if name not in derived:
+            raise _Mismatch(f"the region has no {name} (the fused node's is {float(kernel[name]):.9g})")
+        if name not in kernel:
+            raise _Mismatch(f"the region has a {name} of {float(derived[name]):.9g}, the fused node none")
+        want, got = kernel[name], derived[name]
+        if abs(got - want) > abs(want) * _ATTR_ROUNDING.get(index.elem_type(match.output) or 0, _ATTR_ROUNDING_DEFAULT):
+            raise _Mismatch(f"the region's {name} is {float(got):.9g}, the fused node's {float(want):.9g}")
+    setting.params = derived
+    exprs = {name: relations.express(v, finite) for name, v in derived.items()}
+    if all(e is not None for e in exprs.values()):
+        # indices into the finite constants
+        setting.param_exprs = {k: v for k, v in exprs.items() if v is not None}
+    return setting
+
+
+def _static_numel(index, tensor: str) -> int | None:
+    vt = index.type_of(tensor)
+    if vt is None or vt.shape is None or not all(isinstance(d, int) for d in vt.shape):
+        return None
+    return math.prod(vt.shape)
+
+
+
+
+# -- exact evaluation ------------------------------------------------------------------------
+
+_COUNT_AT = 4  # the element count exact evaluation takes for an unknown one
+
+
+def _exact_at(s: _Setting, given: Mapping[str, Fraction | int]) -> Fraction | None:
+    """The region's exact value (over norm) with the named inputs given, the others 0; None when
+    it is not a finite number there."""
+    m = Semantics(ExactBackend())
+    leaves = [m.const(0) for _ in s.structure.leaves]
+    for role, (kind, k) in s.roles:
+        if kind == "in" and role in given:
+            leaves[k] = m.const(Fraction(given[role]))
+    consts = [_const_ext(m, c) for c in s.constants]
+    counts = [m.const(_COUNT_AT) for _ in range(s.unknown_counts)]
+    numels = [consts[k] if kind == "c" else counts[k] for kind, k in s.numel_refs]
+
+    def opaque(k: int, x: Ext) -> Ext:
+        """The Cast's rounding at this point, as the graph's type does it."""
+        if not isinstance(x, Ext) or x.kind != FIN:
+            return x
+        t = np_type(s.structure.dtypes[k])
+        if t is None:
+            raise Undetermined("a Cast to a type without a numpy twin")
+        with np.errstate(over="ignore"):
+            return m.const(float(np.asarray(float(x.real)).astype(t).astype(np.float64)))
+
+    try:
+        out, _ = run(s.structure, m, leaves, consts, numels, opaque)
+    except (Undetermined, ZeroDivisionError):
+        return None
+    if out.kind != FIN:
+        return None
+    norm = Fraction(1)
+    if s.norm is not None:
+        kind, k = s.norm
+        n = s.constants[k] if kind == "c" else Fraction(_COUNT_AT)
+        norm = 1 / Fraction(n)  # type: ignore[arg-type]
+    return out.real / norm
+
+
+def _const_ext(m: Semantics, c: Fraction | float | bool) -> Any:
+    if isinstance(c, bool):
+        return c
+    return m.const(c)
+
+
+# -- the queries -----------------------------------------------------------------------------
+
+@dataclass
+class _Encoded:
+    solver: Any
+    m: Semantics
+    leaves: list[Ext]
+    counts: list[Any]
+    consts: list[Any]
+    region: Ext
+    contract: Ext
+    exact_contract: Ext | None = None
+    contract_trace: list[Ext] = field(default_factory=list)  # the exact contract's arithmetic values
+
+
+def _encode(s: _Setting, generic: bool, free_kinds: bool, saturate: bool) -> _Encoded:
+    import z3
+
+    from .z3_backend import Z3Backend
+
+    b = Z3Backend()
+    m = Semantics(b)
+    solver = z3.Solver()
+    solver.set("timeout", TIMEOUT_MS)
+    finite_roles = set(s.spec.finite)
+    leaves: list[Ext] = []
+    role_of_leaf = {k: role for role, (kind, k) in s.roles if kind == "in"}
+    for k, _name in enumerate(s.structure.leaves):
+        real = b.real(f"x{k}")
+        if free_kinds and role_of_leaf.get(k) not in finite_roles:
+            kind = b.kind(f"k{k}")
+            solver.add(kind >= 0, kind <= 3)
+        else:
+            kind = FIN
+        leaves.append(Ext(kind, real))
+    finite_values = [c for c in s.constants if isinstance(c, Fraction)]
+    consts: list[Any] = []
+    symbols = []
+    for j, c in enumerate(s.constants):
+        if generic and isinstance(c, Fraction):
+            sym = b.real(f"c{j}")
+            symbols.append(sym)
+            consts.append(Ext(FIN, sym))
+        else:
+            consts.append(_const_ext(m, c))
+    if generic:
+        solver.add(*relations.constraints(symbols, finite_values))
+    counts = []
+    for j in range(s.unknown_counts):
+        n = b.real(f"n{j}")
+        solver.add(n >= 1)
+        counts.append(Ext(FIN, n))
+    numels = [consts[k] if kind == "c" else counts[k] for kind, k in s.numel_refs]
+    opaque_n = [0]
+
+    def opaque(k: int, _: Any) -> Ext:
+        opaque_n[0] += 1
+        kind = b.kind(f"cast{k}_{opaque_n[0]}_kind")
+        solver.add(kind >= 0, kind <= 3)
+        return Ext(kind, b.real(f"cast{k}_{opaque_n[0]}"))
+
+    region, _ = run(s.structure, Semantics(b, saturate), leaves, consts, numels, opaque)
+    inputs: dict[str, Any] = {}
+    dummies: dict[str, Any] = {}
+    for role, (kind, k) in s.roles:
+        if kind == "in":
+            inputs[role] = leaves[k]
+        elif kind == "c":
+            inputs[role] = consts[k]
+            dummies[role] = Ext(FIN, b.real(f"unused_{role}"))
+        else:
+            inputs[role] = Ext(b.kind(f"k_{role}") if free_kinds and role not in finite_roles else FIN,
+                               b.real(f"free_{role}"))
+            if not isinstance(inputs[role].kind, int):
+                solver.add(inputs[role].kind >= 0, inputs[role].kind <= 3)
+    params = _param_exts(s, m, consts, counts, generic)
+    m.trace = []
+    contract = s.spec.contract(m, inputs, params, s.attrs)
+    trace, m.trace = m.trace, None
+    exact_contract = None
+    if saturate:  # the kernel computes in float32 and rounds its result to the output type once
+        exact_contract = contract
+        kernel = Semantics(b, saturate=True, bound=overflow_at(onnx.TensorProto.FLOAT))
+        contract = kernel.limit(s.spec.contract(kernel, inputs, params, s.attrs), overflow_at(s.out_dtype))
+    # the domain binds runtime inputs only: a constant input is what it is
+    domain = s.spec.domain(m, {**inputs, **dummies}, s.attrs, s.out_dtype)
+    if domain is not True:
+        solver.add(domain)
+    return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract, trace)
+
+
+def _param_exts(s: _Setting, m: Semantics, consts: list[Any], counts: list[Any], generic: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    finite_idx = [j for j, c in enumerate(s.constants) if isinstance(c, Fraction)]
+    for name, value in s.params.items():
+        if generic and s.param_exprs is not None:
+            sign, factors = s.param_exprs[name]
+            e = m.const(sign)
+            for i, exp in factors:
+                c = consts[finite_idx[i]]
+                e = m.mul(e, c) if exp > 0 else m.div(e, c)
+            out[name] = e
+        else:
+            out[name] = m.const(value)
+    if s.norm is not None:
+        kind, k = s.norm
+        out["norm"] = m.div(m.const(1), consts[k] if kind == "c" else counts[k])
+    else:
+        out["norm"] = m.const(1)
+    return out
+
+
+def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: bool, described: str) -> Verdict:
+    import z3
+
+    caveats: list[str] = []
+    if s.spec.domain_text and any(kind != "c" for role, (kind, _) in s.roles if role in s.spec.finite):
+        caveats.append(f"proved for runtime scalars with {s.spec.domain_text}, the op's domain")
+    # 1. the reals (the non-finite variants of an op agree there)
+    e = _encode(s, generic, free_kinds=False, saturate=False)
+    e.solver.add(e.m.differs(e.region, e.contract))
+    found = e.solver.check()
+    if found != z3.unsat:
+        return _refusal(alg, match, s, e, found, generic, described, "")
+    # 2. non-finite inputs, with the op's variants for them in turn
+    first: Verdict | None = None
+    for variant in _variants(s):
+        tried = replace(s, attrs={**s.attrs, **variant})
+        e = _encode(tried, generic, free_kinds=True, saturate=False)
+        kinds = [x.kind for x in e.leaves if not isinstance(x.kind, int)]
+        if kinds:
+            e.solver.add(z3.Or(*[k != 0 for k in kinds]), e.m.differs(e.region, e.contract))
+            found = e.solver.check()
+            if found != z3.unsat:
+                if first is None:
+                    first = _refusal(alg, match, tried, e, found, generic, described, " (with a non-finite input)")
+                continue
+        overflow = _overflow(alg, match, tried, assume_finite, generic, described)
+        if overflow is not None:
+            return overflow
+        return Verdict(True, caveats=caveats, attrs=variant)
+    assert first is not None
+    if not assume_finite:
+        return first
+    overflow = _overflow(alg, match, s, assume_finite, generic, described)
+    if overflow is not None:
+        return overflow
+    return Verdict(True, caveats=caveats + [f"fused under assume_finite: {first.reason}"], waived=True)
+
+
+def _variants(s: _Setting) -> list[dict[str, object]]:
+    """The attribute values to try for non-finite inputs: the match's own first."""
+    if s.spec.nonfinite is None:
+        return [{}]
+    name, values = s.spec.nonfinite
+    own = s.attrs.get(name)
+    return [{}] + [{name: v} for v in values if v != own]
+
+
+def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: bool,
+              described: str) -> Verdict | None:
+    """3. A refusal when the graph and the kernel, each rounding overflows to +-inf, differ at
+    finite inputs none of which is near its type's range, where every value the contract
+    computes is not near the result type's range either: an overflow there comes from a product
+    of input-dependent terms or a square, not from a constant scaling in another order."""
+    import z3
+
+    out_max = float_max(s.out_dtype)
+    if out_max is None:
+        return None
+    e = _encode(s, generic, free_kinds=False, saturate=True)
+    m = e.m
+    exact = e.exact_contract
+    assert exact is not None
+    conds: list[Any] = [m.differs(e.region, e.contract)]
+    for x, dtype in zip(e.leaves, s.leaf_dtypes):
+        top = float_max(dtype)
+        if top is not None:
+            near = m.b.num(top / _margin(dtype))
+            conds += [x.real < near, x.real > -near]
+    near_out = m.b.num(out_max / _margin(s.out_dtype))
+    for value in e.contract_trace + [exact]:
+        conds.append(m.b.or_(m.b.not_(m.finite(value)), m.b.and_(m.b.lt(value.real, near_out),
+                                                                   m.b.lt(m.b.neg(near_out), value.real))))
+    if assume_finite:
+        conds.append(m.finite(e.region))
+    e.solver.add(*[c for c in conds if c is not True])
+    found = e.solver.check()
+    if found == z3.unsat:
+        return None
+    return _refusal(alg, match, s, e, found, generic, described, " (an intermediate overflows)", overflow=True)
+
+
+def _margin(dtype: int | None) -> Fraction:
+    return OVERFLOW_MARGIN.get(dtype or 0, Fraction(2) ** 20)
+
+
+# -- refusals --------------------------------------------------------------------------------
+
+def _refusal(alg: Algebra, match: Match, s: _Setting, e: _Encoded, found: Any, generic: bool, described: str,
+             where: str, overflow: bool = False) -> Verdict:
+    import z3
+
+    if found == z3.unknown:
+        return Verdict(False, f"is not proved equal to {described}: the solver did not decide within "
+                              f"{TIMEOUT_MS / 1000:g} s{where}")
+    if generic:  # the relations alone do not decide: the instance's own constants will
+        return Verdict(False, "generic")
+    model = e.solver.model()
+    point = {role: _model_value(model, e.leaves[k]) for role, (kind, k) in s.roles if kind == "in"}
+    counts = [_model_real(model, n.real) for n in e.counts]
+    graph = _model_value(model, e.region)
+    fused = _model_value(model, e.contract)
+    at = ", ".join(f"{role}={_fmt(v)}" for role, v in point.items())
+    if counts:
+        at += ", " + ", ".join(f"numel={_fmt(n)}" for n in counts)
+    if overflow:
+        return Verdict(False, f"differs from {described} at {at}{where}: the graph overflows to {_fmt(graph)} where "
+                              f"the fused op gives {_fmt(fused)}")
+    from .reproduce import reproduce
+    shown = reproduce(alg, match, s.structure, point, counts, s.roles)
+    if shown is not None:
+        g, f, dtype = shown
+        return Verdict(False, f"differs from {described} at {at}{where}: the graph gives {_fmt(g)}, the fused op "
+                              f"{_fmt(f)} (in {dtype_name(dtype)})")
+    return Verdict(False, f"is not proved equal to {described}: over the reals they differ at {at}{where} (the graph "
+                          f"{_fmt(graph)}, the fused op {_fmt(fused)}), by less than "
+                          f"{dtype_name(s.out_dtype)} shows there")
+
+
+def _model_real(model: Any, term: Any) -> float:
+    import z3
+
+    v = model.eval(term, model_completion=True)
+    if z3.is_rational_value(v):
+        return float(Fraction(v.numerator_as_long(), v.denominator_as_long()))
+    if z3.is_algebraic_value(v):
+        approx = v.approx(30)
+        return float(Fraction(approx.numerator_as_long(), approx.denominator_as_long()))
+    return float("nan")
+
+
+def _model_value(model: Any, x: Ext) -> float:
+    import z3
+
+    kind = x.kind if isinstance(x.kind, int) else model.eval(x.kind, model_completion=True).as_long() \
+        if z3.is_int_value(model.eval(x.kind, model_completion=True)) else FIN
+    if kind == NAN:
+        return float("nan")
+    if kind == PINF:
+        return float("inf")
+    if kind == NINF:
+        return float("-inf")
+    return _model_real(model, x.real) if not isinstance(x.real, (int, Fraction)) else float(x.real)
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.9g}"

@@ -1,0 +1,133 @@
+"""How a match's constants relate, and which parameters are products of them.
+
+A proof with the constants as unknowns holds for every match of the same structure whose
+constants stand in the same relations: the same signs, the same power-of-two magnitude, the same
+order among themselves and their negations, and the same position of each product of two against
++-1. `signature` is that, as a hashable key; `constraints` states it to the solver. A parameter
+the kernel needs (sigma, the scale) is an `Expr` over the constants when it is one of them, its
+reciprocal, or a product or quotient of two (`express`), so the proof covers it too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+Expr = tuple[int, tuple[tuple[int, int], ...]]  # sign, ((constant index, exponent +-1), ...)
+
+
+def _cmp(a: Fraction, b: Fraction) -> int:
+    return (a > b) - (a < b)
+
+
+def _log2(v: Fraction) -> int:
+    """floor(log2 |v|) for a nonzero v."""
+    a = abs(v)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    return e if Fraction(2) ** e <= a else e - 1
+
+
+def signature(values: Sequence[Fraction]) -> tuple:
+    one = Fraction(1)
+    single = tuple((_cmp(v, 0), abs(v) == 1, _log2(v) if v else 0) for v in values)
+    pairs = []
+    for i, a in enumerate(values):
+        for b in values[i + 1:]:
+            pairs.append((_cmp(a, b), _cmp(a, -b), _cmp(a * b, one), _cmp(a * b, -one)))
+    return single, tuple(pairs)
+
+
+def constraints(symbols: Sequence[Any], values: Sequence[Fraction]) -> list[Any]:
+    """The relations of `values` (signature) as conditions on `symbols` (z3 reals)."""
+    import z3
+
+    out: list[Any] = []
+
+    def rel(x: Any, y: Any, c: int) -> Any:
+        return x > y if c > 0 else (x < y if c < 0 else x == y)
+
+    for c, v in zip(symbols, values):
+        out.append(rel(c, 0, _cmp(v, 0)))
+        if v:
+            e = _log2(v)
+            lo, hi = Fraction(2) ** e, Fraction(2) ** (e + 1)
+            mag = c if v > 0 else -c
+            out += [mag >= z3.RealVal(f"{lo.numerator}/{lo.denominator}"),
+                    mag < z3.RealVal(f"{hi.numerator}/{hi.denominator}")]
+            if abs(v) == 1:
+                out.append(mag == 1)
+    for i, (a, va) in enumerate(zip(symbols, values)):
+        for b, vb in zip(symbols[i + 1:], values[i + 1:]):
+            out += [rel(a, b, _cmp(va, vb)), rel(a, -b, _cmp(va, -vb)), rel(a * b, 1, _cmp(va * vb, Fraction(1))),
+                    rel(a * b, -1, _cmp(va * vb, Fraction(-1)))]
+    return out
+
+
+def value_of(expr: Expr, values: Sequence[Fraction]) -> Fraction:
+    sign, factors = expr
+    out = Fraction(sign)
+    for i, e in factors:
+        out = out * values[i] if e > 0 else out / values[i]
+    return out
+
+
+def express(target: Fraction, values: Sequence[Fraction]) -> Expr | None:
+    """target as +-1, +-c, +-1/c or +-c*d, +-c/d, +-1/(c*d) of nonzero constants; None otherwise."""
+    if target == 0:
+        return None
+    sign = 1 if target > 0 else -1
+    t = abs(target)
+    if t == 1:
+        return sign, ()
+    nonzero = [(i, abs(v)) for i, v in enumerate(values) if v]
+    for i, v in nonzero:
+        if v == t:
+            return sign * _sgn(values[i]), ((i, 1),)
+        if 1 / v == t:
+            return sign * _sgn(values[i]), ((i, -1),)
+    for a, (i, v) in enumerate(nonzero):
+        for j, w in nonzero[a:]:
+            s = sign * _sgn(values[i]) * _sgn(values[j])
+            if v * w == t:
+                return s, ((i, 1), (j, 1))
+            if 1 / (v * w) == t:
+                return s, ((i, -1), (j, -1))
+            if v / w == t:
+                return s, ((i, 1), (j, -1))
+            if w / v == t:
+                return s, ((j, 1), (i, -1))
+    return None
+
+
+def _sgn(v: Fraction) -> int:
+    return 1 if v > 0 else -1
+
+
+def snap(value: float, values: Sequence[Fraction]) -> Fraction:
+    """The constant, or product or quotient of two, that `value` (a float32 attribute) rounds:
+    its float32 image equals value's, else the nearest within 2^-20; else value itself."""
+    target = Fraction(value)
+    if not math.isfinite(value) or value == 0:
+        return target
+    import numpy as np
+
+    want = float(np.float32(value))
+    best: tuple[Fraction, Fraction] | None = None
+    for c in _candidates(values):
+        if float(np.float32(float(c))) == want:
+            return c
+        gap = abs(c - target)
+        if gap <= abs(target) * Fraction(1, 1 << 20) and (best is None or gap < best[0]):
+            best = (gap, c)
+    return target if best is None else best[1]
+
+
+def _candidates(values: Sequence[Fraction]) -> list[Fraction]:
+    mags = sorted({abs(v) for v in values if v})
+    out = list(mags) + [1 / v for v in mags]
+    for a, v in enumerate(mags):
+        for w in mags[a:]:
+            out += [v * w, v / w, w / v]
+    return out

@@ -1,0 +1,246 @@
+"""A match as a formula: its nodes in canonical form, with the leaves it reads named by role.
+
+The structure of a match is what a proof depends on: the ops, their attributes (Cast's target,
+Shrink's and old Clip's numbers count as constants) and how they are wired, with every leaf
+abstracted: a fused-node input by its role (predict, alpha, ...), a constant by its position among
+the match's constants, an element count by the tensor it counts. Two matches of one structure
+whose constants stand in the same relations (lowering.proof.relations) are proved by one proof;
+`key` is what the proof cache compares. Building it reads the nodes once, so it is cheap beside
+a solver call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import onnx
+
+from ..algebra import Algebra
+from ..graph import FLOAT_TYPES, Node, attr
+from ..patterns.base import Match, fill, same_shape
+
+# ops a proof translates; others make a match unprovable (its reason names the op)
+ARITH = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Sign", "Reciprocal", "Sum"})
+SELECT = frozenset({"Where", "Max", "Min", "Relu", "Clip", "Shrink"})
+LOGIC = frozenset({"Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Equal", "Not", "And", "Or", "Xor"})
+PASS = frozenset({"Identity", "Cast", "CastLike", "Expand"})
+# shape ops that keep each element's value where they move one element or none (checked per node)
+RESHAPE = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+PROVABLE = ARITH | SELECT | LOGIC | PASS
+
+_PRECISION = {onnx.TensorProto.BFLOAT16: 8, onnx.TensorProto.FLOAT16: 11, onnx.TensorProto.FLOAT: 24,
+              onnx.TensorProto.DOUBLE: 53}
+_RANGE = {onnx.TensorProto.BFLOAT16: 0, onnx.TensorProto.FLOAT16: -1, onnx.TensorProto.FLOAT: 0,
+          onnx.TensorProto.DOUBLE: 1}
+
+
+class Unprovable(Exception):
+    """The match holds something the proof does not translate; the message says what."""
+
+
+Ref = tuple[str, int]  # ("v", node), ("in", leaf), ("c", constant), ("n", element count)
+
+
+@dataclass
+class Structure:
+    ops: list[tuple[str, tuple, tuple[Ref, ...]]]  # (op, attribute key, input refs), topological
+    output: Ref
+    leaves: list[str]  # graph values read as fused-node inputs, in order of first use
+    constants: list[Fraction | float | bool]  # exact value of each constant leaf
+    numels: list[str]  # tensor whose element count each count leaf holds
+    dtypes: list[int | None]  # output element type of each op
+    names: list[str] = field(default_factory=list)  # output value of each op (for reasons)
+    # ops whose Cast narrows a float inside the region (rounding there is part of the function)
+    narrowing: set[int] = field(default_factory=set)
+    leaf_refs: dict[str, Ref] = field(default_factory=dict)  # every graph value read as a leaf -> its ref
+
+    @property
+    def key(self) -> tuple:
+        return (tuple(self.ops), self.output, len(self.leaves), tuple(self.numels_key), tuple(self.dtypes),
+                tuple(sorted(self.narrowing)))
+
+    @property
+    def numels_key(self) -> list[int]:
+        return [self.leaves.index(t) if t in self.leaves else -1 for t in self.numels]
+
+
+def float_max(dtype: int | None) -> Fraction | None:
+    if dtype not in FLOAT_TYPES and dtype != onnx.TensorProto.DOUBLE:
+        return None
+    np_type = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
+               onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16, onnx.TensorProto.DOUBLE: np.float64}[dtype]
+    return Fraction(float(ml_dtypes.finfo(np_type).max))
+
+
+_EMAX = {onnx.TensorProto.BFLOAT16: 127, onnx.TensorProto.FLOAT16: 15, onnx.TensorProto.FLOAT: 127,
+         onnx.TensorProto.DOUBLE: 1023}
+
+
+def overflow_at(dtype: int | None) -> Fraction | None:
+    """The least magnitude that rounds to infinity in a float type: its largest finite value
+    plus half an ulp, (2 - 2^-p) * 2^emax."""
+    if dtype not in _PRECISION:
+        return None
+    return (2 - Fraction(1, 2 ** _PRECISION[dtype])) * Fraction(2) ** _EMAX[dtype]  # type: ignore[index]
+
+
+def narrows(source: int | None, target: int | None) -> bool:
+    """Whether a Cast from `source` to `target` float type can round (fewer digits or less range)."""
+    if source not in _PRECISION or target not in _PRECISION:
+        return False  # from bool or an integer: exact, or not a float rounding at all
+    return _PRECISION[target] < _PRECISION[source] or _RANGE[target] < _RANGE[source]
+
+
+def exact_value(value: np.ndarray) -> Fraction | float | bool:
+    """A uniform constant's one value: a Fraction for finite numbers (taken from the bits, never
+    from a printed decimal), the float for +-inf and NaN, a bool for bool."""
+    v = np.asarray(value).reshape(-1)[0]
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    f = float(np.asarray(v).astype(np.float64)) if np.asarray(v).dtype.kind == "f" or \
+        np.asarray(v).dtype == ml_dtypes.bfloat16 else int(v)
+    if isinstance(f, float) and not np.isfinite(f):
+        return f
+    return Fraction(f)
+
+
+def build(alg: Algebra, match: Match) -> Structure:
+    """The structure of `match`: what its output computes from its inputs (Unprovable when a
+    value it reads is none of a fused-node input, a constant, an element count or a member)."""
+    index = alg.index
+    members = match.interior | match.boundary
+    inputs = {v for v in match.inputs if isinstance(v, str)}
+    leaves: list[str] = []
+    constants: list[Fraction | float | bool] = []
+    const_of: dict[str, int] = {}
+    numels: list[str] = []
+    numel_of: dict[str, int] = {}
+    refs: dict[str, Ref] = {}
+    order: list[int] = []
+    needed: set[int] = set()
+
+    def constant(name: str, value: Fraction | float | bool) -> Ref:
+        if name not in const_of:
+            const_of[name] = len(constants)
+            constants.append(value)
+        return ("c", const_of[name])
+
+    stack = [match.output]
+    seen: set[str] = set()
+    while stack:
+        value = stack.pop()
+        if value in seen or not value:
+            continue
+        seen.add(value)
+        const = index.const(value)
+        if value in inputs and const is None:
+            refs[value] = ("in", len(leaves))
+            leaves.append(value)
+            continue
+        if const is not None:
+            if const.size == 0 or not (const.reshape(-1) == const.reshape(-1)[0]).all() \
+                    and not np.isnan(const.astype(np.float64)).all():
+                raise Unprovable(f"reads the constant {value} of {const.size} different elements")
+            refs[value] = constant(value, exact_value(const))
+            continue
+        i = index.producer.get(value)
+        if value != match.output and i is not None and index.nodes[i].op_type not in PROVABLE:
+            counted = alg.numel_of(value)
+            if counted is not None:
+                if counted[0] not in numel_of:
+                    numel_of[counted[0]] = len(numels)
+                    numels.append(counted[0])
+                refs[value] = ("n", numel_of[counted[0]])
+                continue
+        if i is not None and index.nodes[i].op_type in ("ConstantOfShape", "Expand"):
+            filled = fill(alg, value)
+            if filled is not None:
+                refs[value] = constant(value, exact_value(np.asarray(filled[0])))
+                continue
+        if i is None or i not in members:
+            raise Unprovable(f"reads {value}, which is neither an input of the fused node nor computed by it")
+        node = index.nodes[i]
+        if node.op_type in RESHAPE and (index.numel(node.input[0]) == 1 or same_shape(index, node.input[0], value)):
+            needed.add(i)
+            stack.append(node.input[0])
+            continue
+        if node.op_type not in PROVABLE or node.domain not in ("", "ai.onnx"):
+            raise Unprovable(f"holds {node.op_type}, which the proof does not translate")
+        needed.add(i)
+        stack.extend(node.input[:1] if node.op_type == "Expand" else node.input)
+    order = sorted(needed)
+    ops: list[tuple[str, tuple, tuple[Ref, ...]]] = []
+    dtypes: list[int | None] = []
+    names: list[str] = []
+    narrowing: set[int] = set()
+    leaf_types = [index.elem_type(v) for v in leaves]
+    for i in order:
+        node = index.nodes[i]
+        key, extra = _attributes(node)
+        single = node.op_type == "Expand" or node.op_type in RESHAPE
+        ins = tuple(refs[v] if v else ("none", 0) for v in (node.input[:1] if single else node.input))
+        ins = ins + tuple(constant(f"{node.output[0]}#{k}", v) for k, v in extra)
+        k = len(ops)
+        refs[node.output[0]] = ("v", k)
+        out_type = index.elem_type(node.output[0])
+        if node.op_type in ("Cast", "CastLike") and node.output[0] != match.output \
+                and narrows(index.elem_type(node.input[0]), out_type) and out_type in _PRECISION \
+                and not _fits(ops, dtypes, constants, leaf_types, ins[0], out_type):
+            narrowing.add(k)
+        ops.append(("Identity" if node.op_type in RESHAPE else node.op_type, key, ins))
+        dtypes.append(out_type)
+        names.append(node.output[0])
+    if match.output not in refs:
+        raise Unprovable("the fused output is not computed by the match")
+    leaf_refs = {v: r for v, r in refs.items() if r[0] != "v" and "#" not in v}
+    return Structure(ops, refs[match.output], leaves, constants, numels, dtypes, names, narrowing, leaf_refs)
+
+
+# ops whose result is one of their inputs (or -1, 0, 1): a value every input of which a type holds
+# exactly, the type holds exactly too
+_PICKS = frozenset({"Abs", "Neg", "Min", "Max", "Relu", "Where", "Clip", "Identity", "Expand", "Sign", "Cast", "CastLike"})
+
+
+def _fits(ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None],
+          constants: list[Fraction | float | bool], leaf_types: list[int | None], ref: Ref, target: int) -> bool:
+    """Whether the value `ref` is always exactly a `target` float (so a Cast to target keeps it):
+    a value of that type or a narrower one, a constant it holds, or a pick among such values (a
+    float16 clamped in float32 and cast back)."""
+    kind, k = ref
+    if kind == "in":
+        return leaf_types[k] in _PRECISION and not narrows(leaf_types[k], target)
+    if kind == "c":
+        v = constants[k]
+        if isinstance(v, bool):
+            return True
+        np_type = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
+                   onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16, onnx.TensorProto.DOUBLE: np.float64}[target]
+        f = float(v)
+        return not np.isfinite(f) or float(np.asarray(f).astype(np_type).astype(np.float64)) == f
+    if kind != "v":
+        return False
+    if dtypes[k] in _PRECISION and not narrows(dtypes[k], target):
+        return True
+    op, _, refs = ops[k]
+    if op not in _PICKS:
+        return False
+    picked = refs[1:] if op == "Where" else refs
+    return all(_fits(ops, dtypes, constants, leaf_types, r, target) for r in picked if r[0] != "none")
+
+
+def _attributes(node: Node) -> tuple[tuple, list[tuple[str, Fraction | float]]]:
+    """(the attributes a proof depends on, as a hashable key; numbers that become constant leaves)."""
+    op = node.op_type
+    if op == "Cast":
+        return (int(attr(node, "to")),), []
+    if op == "Shrink":
+        return (), [("lambd", Fraction(float(np.float32(attr(node, "lambd", 0.5))))),
+                    ("bias", Fraction(float(np.float32(attr(node, "bias", 0.0)))))]
+    if op == "Clip" and (attr(node, "min") is not None or attr(node, "max") is not None):
+        lo, hi = attr(node, "min"), attr(node, "max")
+        return (lo is not None, hi is not None), [(n, Fraction(float(np.float32(v)))) for n, v in
+                                                  (("min", lo), ("max", hi)) if v is not None]
+    return (), []
