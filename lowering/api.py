@@ -15,7 +15,8 @@ from .report import FusionReport
 from .rewrite import fuse_proto
 
 
-def fuse(model: Any, *, recompute_shared: bool = True, by_meaning: bool = True) -> tuple[Any, FusionReport]:
+def fuse(model: Any, *, recompute_shared: bool = True, by_meaning: bool = True,
+         assume_finite: bool = False) -> tuple[Any, FusionReport]:
     """Fuses a model given as onnx.ModelProto, onnx_ir.Model or path.
 
     Returns the fused model in the same kind as given (a ModelProto for a path) and the report.
@@ -25,8 +26,11 @@ def fuse(model: Any, *, recompute_shared: bool = True, by_meaning: bool = True) 
     nodes that compute those intermediates stay for their other readers; `recompute_shared=False`
     refuses such a match. `by_meaning=False` leaves out the
     recogniser (lowering.patterns.meaning) and fuses only the forms the patterns spell out.
+    Every fusion is proved equal to its fused op (lowering.proof), +-inf and NaN inputs
+    included; `assume_finite=True` waives those inputs (the report marks each fusion it allowed).
     """
-    fused, report = fuse_loaded(load(model, background=True), recompute_shared=recompute_shared, by_meaning=by_meaning)
+    fused, report = fuse_loaded(load(model, background=True), recompute_shared=recompute_shared, by_meaning=by_meaning,
+                                assume_finite=assume_finite)
     if is_ir_model(model):
         import onnx_ir
 
@@ -34,14 +38,14 @@ def fuse(model: Any, *, recompute_shared: bool = True, by_meaning: bool = True) 
     return fused, report
 
 
-def fuse_loaded(loaded: LoadedModel, recompute_shared: bool = True,
-                by_meaning: bool = True) -> tuple[onnx.ModelProto, FusionReport]:
+def fuse_loaded(loaded: LoadedModel, recompute_shared: bool = True, by_meaning: bool = True,
+                assume_finite: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
     """fuse_proto on a loaded model whose ONNX check may still run in the background: its
     verdict is taken before the result is returned, and before the pass's own error when the
     pass fails (on a model the checker rejects, the checker says best what is wrong)."""
     try:
         result = fuse_proto(loaded.model, validated=loaded.pending is None, recompute_shared=recompute_shared,
-                            by_meaning=by_meaning)
+                            by_meaning=by_meaning, assume_finite=assume_finite)
     except Exception:
         loaded.confirm()
         raise

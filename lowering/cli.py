@@ -110,8 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     shared.add_argument("--recompute-shared", dest="recompute_shared", action="store_true", default=True,
                         help=argparse.SUPPRESS)  # the default since fusion by meaning; kept for scripts
     parser.add_argument("--no-meaning", dest="by_meaning", action="store_false",
-                        help="fuse only the spelled-out forms, not regions proved equal to a fused op by "
-                             "evaluation (docs/recognition_by_meaning.md)")
+                        help="fuse only the spelled-out forms, not regions recognised by what they compute "
+                             "(docs/recognition_by_meaning.md)")
+    parser.add_argument("--assume-finite", action="store_true",
+                        help="also fuse regions that equal the fused op except where an input is +-inf or NaN "
+                             "(as -ffinite-math-only); the report marks each such fusion and --verify skips "
+                             "those positions (docs/proof.md)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     add_input_options(parser)
     return parser
@@ -223,7 +227,8 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     stem = safe_stem(model_path)
     if args.emit == "ir":
         loaded = load(model_path, background=True)
-        fused, _ = fuse_loaded(loaded, recompute_shared=args.recompute_shared, by_meaning=args.by_meaning)
+        fused, _ = fuse_loaded(loaded, recompute_shared=args.recompute_shared, by_meaning=args.by_meaning,
+                               assume_finite=args.assume_finite)
         text = format_ir(_kernels(fused, args.target))
         print(text if text else "# no fused nodes, so no kernels")
         return 0
@@ -234,7 +239,8 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         tx.protected.extend(loaded.external_files)
         # --inputs and --shape against the model's inputs, and the backend, before the work
         checked = check_input_options(args, loaded.model) if args.verify else None
-        fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared, by_meaning=args.by_meaning)
+        fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared, by_meaning=args.by_meaning,
+                                    assume_finite=args.assume_finite)
         kernels = _kernels(fused, args.target) if args.emit == "all" else []
         data = report.to_dict()
         data.update(model=str(model_path), target=args.target, fused_model=f"{stem}.fused.onnx",

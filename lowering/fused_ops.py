@@ -440,8 +440,9 @@ register(OpSpec(
     scalar_draws={"alpha": ScalarDraw((0.5, 0.125), 0.01, 1.0),
                   "l1": ScalarDraw((0.0, 0.25), 0.0, 0.5), "l2": ScalarDraw((0.0, 0.25), 0.0, 0.5)},
     kinks=_proximal_kinks,
-    proof=ProofSpec(_proximal_contract, _proximal_derive, _proximal_kernel, _proximal_domain, finite=("alpha", "l1", "l2"),
-                    domain_text="alpha, l1, l2 >= 0 (threshold >= 0, divisor >= 1); threshold, divisor <= 256; alpha <= 256 "
-                                "(<= 1 for float16 and bfloat16)",
+    proof=ProofSpec(_proximal_contract, _proximal_derive, _proximal_kernel, _proximal_domain,
+                    finite=("alpha", "l1", "l2"),
+                    domain_text="alpha, l1, l2 >= 0 (threshold >= 0, divisor >= 1); threshold, divisor <= 256; "
+                                "alpha <= 256 (<= 1 for float16 and bfloat16)",
                     nonfinite=("nonfinite", PROXIMAL_NONFINITE)),
 ))

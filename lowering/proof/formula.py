@@ -120,7 +120,8 @@ def _clip(m: Semantics, key: tuple, a: list[Value], dtype: int | None) -> Value:
         lo = a[1] if len(a) > 1 else None
         hi = a[2] if len(a) > 2 else None
     top = float_max(dtype if dtype in FLOAT_TYPES else onnx.TensorProto.FLOAT)
-    lo = m.const(-top) if lo is None else lo  # type: ignore[operator]
+    assert top is not None
+    lo = m.const(-top) if lo is None else lo
     hi = m.const(top) if hi is None else hi
     return m.min(m.max(x, lo), hi)
 

@@ -40,19 +40,21 @@ from ..algebra import Algebra
 from ..fused_ops import OP_SPECS, ProofSpec
 from ..graph import dtype_name
 from ..patterns.base import Match, same_shape
+from ..patterns.meaning.evaluate import np_type
 from . import relations
 from .formula import run
 from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
-from ..patterns.meaning.evaluate import np_type
 from .structure import Structure, Unprovable, build, exact_value, float_max, overflow_at
 
 TIMEOUT_MS = 4000  # per solver query; unknown is a refusal, never a proof
 # a value within this factor of its type's range is "near the range": an overflow the graph and the
 # kernel meet at different points only there is a constant scaling done in another order
-OVERFLOW_MARGIN = {onnx.TensorProto.FLOAT: Fraction(2) ** 20, onnx.TensorProto.DOUBLE: Fraction(2) ** 20,
-                   onnx.TensorProto.FLOAT16: Fraction(2) ** 4, onnx.TensorProto.BFLOAT16: Fraction(2) ** 20}
+OVERFLOW_MARGIN: dict[int, Fraction] = {
+    onnx.TensorProto.FLOAT: Fraction(2) ** 20, onnx.TensorProto.DOUBLE: Fraction(2) ** 20,
+    onnx.TensorProto.FLOAT16: Fraction(2) ** 4, onnx.TensorProto.BFLOAT16: Fraction(2) ** 20}
 # how far a derived parameter may be from its attribute: the rounding of a constant of the graph's type
-_ATTR_ROUNDING = {onnx.TensorProto.FLOAT16: Fraction(1, 1 << 9), onnx.TensorProto.BFLOAT16: Fraction(1, 1 << 6)}
+_ATTR_ROUNDING: dict[int, Fraction] = {onnx.TensorProto.FLOAT16: Fraction(1, 1 << 9),
+                                       onnx.TensorProto.BFLOAT16: Fraction(1, 1 << 6)}
 _ATTR_ROUNDING_DEFAULT = Fraction(1, 1 << 20)
 _CACHE_SIZE = 4096
 
@@ -195,8 +197,12 @@ def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[
     def at(**given: Fraction | int) -> Fraction | None:
         return _exact_at(setting, given)
 
-    known = {role: constants[k] for role, (kind, k) in roles if kind == "c" and isinstance(constants[k], Fraction)}
-    derived = proof.derive(attrs, at, lambda v: relations.snap(v, finite), big, known)  # type: ignore[arg-type]
+    known: dict[str, Fraction] = {}
+    for role, (kind, k) in roles:
+        held = constants[k] if kind == "c" else None
+        if isinstance(held, Fraction):
+            known[role] = held
+    derived = proof.derive(attrs, at, lambda v: relations.snap(v, finite), big, known)
     kernel = proof.kernel(attrs)
     for name in sorted(set(kernel) | set(derived)):
         if name not in derived:
@@ -260,7 +266,7 @@ def _exact_at(s: _Setting, given: Mapping[str, Fraction | int]) -> Fraction | No
     if s.norm is not None:
         kind, k = s.norm
         n = s.constants[k] if kind == "c" else Fraction(_COUNT_AT)
-        norm = 1 / Fraction(n)  # type: ignore[arg-type]
+        norm = 1 / Fraction(n)
     return out.real / norm
 
 

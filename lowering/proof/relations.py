@@ -18,7 +18,7 @@ from typing import Any
 Expr = tuple[int, tuple[tuple[int, int], ...]]  # sign, ((constant index, exponent +-1), ...)
 
 
-def _cmp(a: Fraction, b: Fraction) -> int:
+def _cmp(a: Fraction, b: Fraction | int) -> int:
     return (a > b) - (a < b)
 
 

@@ -20,7 +20,8 @@ from ..patterns.base import Match
 from ..patterns.meaning.evaluate import Evaluator, Unsupported, np_type
 from .structure import Structure
 
-RTOL = {onnx.TensorProto.FLOAT: 2.0**-16, onnx.TensorProto.FLOAT16: 2.0**-8, onnx.TensorProto.BFLOAT16: 2.0**-5}
+RTOL: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-16, onnx.TensorProto.FLOAT16: 2.0**-8,
+                          onnx.TensorProto.BFLOAT16: 2.0**-5}
 
 
 def reproduce(alg: Algebra, match: Match, s: Structure, point: Mapping[str, float], counts: Sequence[float],
@@ -61,9 +62,9 @@ def reproduce(alg: Algebra, match: Match, s: Structure, point: Mapping[str, floa
     attrs = dict(match.attrs)
     if attrs.get("reduction") == "mean":  # one element stands for the tensor: the norm is 1/numel
         first = match.inputs[0]
-        n = index.numel(first) if isinstance(first, str) else None
-        n = n if n is not None else (counts[0] if counts else 4.0)
-        attrs["reduction"], attrs["scale"] = "none", float(attrs["scale"]) / float(n)  # type: ignore[arg-type]
+        static = index.numel(first) if isinstance(first, str) else None
+        n = float(static) if static is not None else (counts[0] if counts else 4.0)
+        attrs["reduction"], attrs["scale"] = "none", float(attrs["scale"]) / n  # type: ignore[arg-type]
     dtype = index.elem_type(match.output) or onnx.TensorProto.FLOAT
     with np.errstate(all="ignore"):
         want = spec.golden(given, attrs)[0].astype(np.float32).astype(np_type(dtype))

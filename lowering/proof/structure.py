@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -31,9 +32,9 @@ PASS = frozenset({"Identity", "Cast", "CastLike", "Expand"})
 RESHAPE = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 PROVABLE = ARITH | SELECT | LOGIC | PASS
 
-_PRECISION = {onnx.TensorProto.BFLOAT16: 8, onnx.TensorProto.FLOAT16: 11, onnx.TensorProto.FLOAT: 24,
+_PRECISION: dict[int, int] = {onnx.TensorProto.BFLOAT16: 8, onnx.TensorProto.FLOAT16: 11, onnx.TensorProto.FLOAT: 24,
               onnx.TensorProto.DOUBLE: 53}
-_RANGE = {onnx.TensorProto.BFLOAT16: 0, onnx.TensorProto.FLOAT16: -1, onnx.TensorProto.FLOAT: 0,
+_RANGE: dict[int, int] = {onnx.TensorProto.BFLOAT16: 0, onnx.TensorProto.FLOAT16: -1, onnx.TensorProto.FLOAT: 0,
           onnx.TensorProto.DOUBLE: 1}
 
 
@@ -70,21 +71,20 @@ class Structure:
 def float_max(dtype: int | None) -> Fraction | None:
     if dtype not in FLOAT_TYPES and dtype != onnx.TensorProto.DOUBLE:
         return None
-    np_type = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
-               onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16, onnx.TensorProto.DOUBLE: np.float64}[dtype]
-    return Fraction(float(ml_dtypes.finfo(np_type).max))
+    assert dtype is not None
+    return Fraction(float(ml_dtypes.finfo(_np_float(dtype)).max))
 
 
-_EMAX = {onnx.TensorProto.BFLOAT16: 127, onnx.TensorProto.FLOAT16: 15, onnx.TensorProto.FLOAT: 127,
+_EMAX: dict[int, int] = {onnx.TensorProto.BFLOAT16: 127, onnx.TensorProto.FLOAT16: 15, onnx.TensorProto.FLOAT: 127,
          onnx.TensorProto.DOUBLE: 1023}
 
 
 def overflow_at(dtype: int | None) -> Fraction | None:
     """The least magnitude that rounds to infinity in a float type: its largest finite value
     plus half an ulp, (2 - 2^-p) * 2^emax."""
-    if dtype not in _PRECISION:
+    if dtype is None or dtype not in _PRECISION:
         return None
-    return (2 - Fraction(1, 2 ** _PRECISION[dtype])) * Fraction(2) ** _EMAX[dtype]  # type: ignore[index]
+    return (2 - Fraction(1, 2 ** _PRECISION[dtype])) * Fraction(2) ** _EMAX[dtype]
 
 
 def narrows(source: int | None, target: int | None) -> bool:
@@ -183,9 +183,13 @@ def build(alg: Algebra, match: Match) -> Structure:
         single = node.op_type == "Expand" or node.op_type in RESHAPE
         ins = tuple(refs[v] if v else ("none", 0) for v in (node.input[:1] if single else node.input))
         ins = ins + tuple(constant(f"{node.output[0]}#{k}", v) for k, v in extra)
+        out_type = index.elem_type(node.output[0])
+        if node.op_type == "Cast" and ins[0][0] == "c" and out_type in _PRECISION:
+            # a constant rounded to another float type is that type's constant
+            refs[node.output[0]] = constant(node.output[0], _rounded(constants[ins[0][1]], out_type))
+            continue
         k = len(ops)
         refs[node.output[0]] = ("v", k)
-        out_type = index.elem_type(node.output[0])
         if node.op_type in ("Cast", "CastLike") and node.output[0] != match.output \
                 and narrows(index.elem_type(node.input[0]), out_type) and out_type in _PRECISION \
                 and not _fits(ops, dtypes, constants, leaf_types, ins[0], out_type):
@@ -199,9 +203,22 @@ def build(alg: Algebra, match: Match) -> Structure:
     return Structure(ops, refs[match.output], leaves, constants, numels, dtypes, names, narrowing, leaf_refs)
 
 
+def _np_float(dtype: int) -> Any:
+    types: dict[int, Any] = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
+            onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16, onnx.TensorProto.DOUBLE: np.float64}
+    return types[dtype]
+
+
+def _rounded(value: Fraction | float | bool, dtype: int) -> Fraction | float | bool:
+    f = float(value)
+    with np.errstate(over="ignore"):
+        return exact_value(np.asarray(np.asarray(f).astype(_np_float(dtype)), np.float64))
+
+
 # ops whose result is one of their inputs (or -1, 0, 1): a value every input of which a type holds
 # exactly, the type holds exactly too
-_PICKS = frozenset({"Abs", "Neg", "Min", "Max", "Relu", "Where", "Clip", "Identity", "Expand", "Sign", "Cast", "CastLike"})
+_PICKS = frozenset({"Abs", "Neg", "Min", "Max", "Relu", "Where", "Clip", "Identity", "Expand", "Sign", "Cast",
+                    "CastLike"})
 
 
 def _fits(ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None],
@@ -216,10 +233,8 @@ def _fits(ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None
         v = constants[k]
         if isinstance(v, bool):
             return True
-        np_type = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
-                   onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16, onnx.TensorProto.DOUBLE: np.float64}[target]
         f = float(v)
-        return not np.isfinite(f) or float(np.asarray(f).astype(np_type).astype(np.float64)) == f
+        return not np.isfinite(f) or float(np.asarray(f).astype(_np_float(target)).astype(np.float64)) == f
     if kind != "v":
         return False
     if dtypes[k] in _PRECISION and not narrows(dtypes[k], target):

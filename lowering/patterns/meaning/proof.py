@@ -1,25 +1,16 @@
-"""Proof by evaluation: a region is accepted when it equals the fused op's contract on a probe set.
+"""Evaluation of a hypothesis on probes: a quick refusal, and the rounding check.
 
-Why agreement on the probes implies identity, for the regions the recogniser evaluates: every op
-it runs (lowering.patterns.meaning.evaluate) is +, -, *, /, abs, sign, min, max, a comparison, a
-select or a cast, so along one tensor input x (the others fixed) both the region and the contract
-are piecewise rational functions of x whose pieces change only where a comparison flips, and the
-degree of each piece is bounded by the region's node count. The probes hold, per run of the runtime
-scalars: points on both sides of, and exactly at, every breakpoint of the contract (+-sigma,
-+-threshold, +-0), at and around every constant the region holds (where a comparison of the region
-may flip), several random points inside every piece of the contract, and the non-finite inputs the
-contract defines (+-inf, NaN in each tensor input). Two rational functions of bounded degree that
-agree on more random points of an interval than their degree are equal there; a breakpoint of the
-region that is not a breakpoint of the contract either changes the value (and a random point in
-the piece, or the constant it compares with, shows it) or does not matter; a tie (`<` against `<=`)
-matters only at the breakpoint itself, which is probed exactly. Runtime scalars (dout, alpha, a
-threshold computed upstream) are drawn several times, with both signs and zero, so the identity
-holds as a function of them too. The comparison is exact up to the rounding of the graph's own
-constants (a relative 4 eps of the graph's float type, far below the precision standard), done
-once with every float computed in float64 (the function itself) and once in the graph's own types
-(its rounding, float16 overflow, float16 Sign of NaN). Where the contract and the region differ
-only because an input is +-inf and the region gives NaN (a mask that multiplies the branch not
-taken), the fusion is accepted with a caveat, as the syntactic path does.
+A region is accepted only when lowering.proof proves it equal to the contract over the extended
+reals (every finite input, +-inf and NaN, overflow). Evaluation does two things around that:
+  * before the proof, the probes (every piece of the contract, its breakpoints exactly, the
+    region's own constants, runtime scalars of both signs and zero) find most wrong hypotheses at
+    once, and a point where the region and the contract differ in float64 is a counterexample
+    the refusal can show; agreeing on the probes proves nothing;
+  * after it, the graph's own types: the region computed as onnxruntime computes it (float16
+    arithmetic rounded per op, constants as stored) against the kernel's float32 and one
+    rounding, within the graph dtype's rounding. A region that loses all significance there
+    (adding 2^24 and taking it away) is refused, however exact it is over the reals.
+Only finite probe positions are compared: the proof decides what +-inf and NaN inputs give.
 """
 
 from __future__ import annotations
@@ -32,7 +23,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from ...graph import GraphIndex, Node
+from ...graph import GraphIndex
 from .evaluate import Evaluator, Unsupported, np_type
 from .region import Region
 
@@ -74,7 +65,6 @@ def run_region(index: GraphIndex, region: Region, leaves: dict[str, np.ndarray],
 def check(index: GraphIndex, region: Region, probes: Iterable[Probe], contract: Contract, described: str,
           roles: dict[str, str], dtype: int, rtol_dtype: int) -> Verdict:
     """Compares region and contract on every probe, in float64 and in the graph's types."""
-    inf_caveat = False
     source = iter(probes)
     drawn: list[Probe] = []  # drawn as needed: most wrong hypotheses fail on the first
     nodes = [index.nodes[i] for i in region.nodes]
@@ -97,10 +87,7 @@ def check(index: GraphIndex, region: Region, probes: Iterable[Probe], contract: 
             got64 = _to64(got)
             got64, want = np.broadcast_arrays(got64, want)
             rtol = 4 * _EPS[rtol_dtype] if wide else _DTYPE_RTOL[dtype]
-            bad, relaxed = _differ(got64, want, wide_leaves, region.tensors, rtol)
-            if not wide and bad.any() and not narrows_inside(index, region):
-                bad &= ~_closer_to_exact(index, region, leaves, got64, want)
-            inf_caveat |= relaxed
+            bad = _differ(got64, want, wide_leaves, region.tensors, rtol)
             if bad.any():
                 j = int(np.flatnonzero(bad)[0])
                 at = ", ".join(f"{roles.get(k, k)}={fmt(np.broadcast_to(v, got64.shape)[j] if v.ndim else v)}"
@@ -109,9 +96,7 @@ def check(index: GraphIndex, region: Region, probes: Iterable[Probe], contract: 
                 where = "" if wide else f" (in {onnx.TensorProto.DataType.Name(dtype).lower()})"
                 return Verdict(False, f"differs from {described} at {at}{where}: the graph gives {fmt(got64[j])}, "
                                       f"the fused op {fmt(want[j])}", int(bad.sum()))
-    caveats = ["where a tensor input is +-inf the graph computes NaN (a mask times the branch not taken), the "
-               "kernel the selected branch's value"] if inf_caveat else []
-    return Verdict(True, caveats=caveats)
+    return Verdict(True)
 
 
 def _drawing(source: Iterator[Probe], drawn: list[Probe]) -> Iterator[Probe]:
@@ -120,55 +105,22 @@ def _drawing(source: Iterator[Probe], drawn: list[Probe]) -> Iterator[Probe]:
         yield probe
 
 
-def narrows_inside(index: GraphIndex, region: Region) -> bool:
-    """Whether the region rounds a value to a narrower float type before its last node (a compare
-    of |x| rounded to float16 in a float32 graph): that rounding is part of what it computes."""
-    order: dict[int | None, int] = {onnx.TensorProto.BFLOAT16: 0, onnx.TensorProto.FLOAT16: 1,
-                                    onnx.TensorProto.FLOAT: 2, onnx.TensorProto.DOUBLE: 3}
-    for i in region.nodes:
-        node = index.nodes[i]
-        if node.op_type == "Cast" and node.output[0] != region.output:
-            to, source = order.get(attr_to(node)), order.get(index.elem_type(node.input[0]))
-            if to is not None and source is not None and to < source:
-                return True
-    return False
-
-
-def attr_to(node: Node) -> int | None:
-    for a in node.attribute:
-        if a.name == "to":
-            return a.i
-    return None
-
-
-def _closer_to_exact(index: GraphIndex, region: Region, leaves: dict[str, np.ndarray], got: np.ndarray,
-                     want: np.ndarray) -> np.ndarray:
-    """Elements where the fused op is at least as close as the graph's own rounding to the
-    region's exact value on the same inputs: the graph loses digits there (x - (|x| - 1) for a
-    large float32 x), and the kernel, computing the contract, loses fewer."""
-    exact = _to64(run_region(index, region, leaves, wide=True))
-    exact = np.broadcast_to(exact, got.shape)
-    with np.errstate(all="ignore"):
-        return np.isfinite(got) & np.isfinite(want) & (np.abs(want - exact) <= np.abs(got - exact))
-
-
 def _differ(got: np.ndarray, want: np.ndarray, leaves: dict[str, np.ndarray], tensors: tuple[str, ...],
-            rtol: float) -> tuple[np.ndarray, bool]:
-    """Elements where the values differ (NaN equals NaN), and whether any difference was let
-    through because a tensor input is infinite and the graph gives NaN there."""
+            rtol: float) -> np.ndarray:
+    """Elements where the values differ (NaN equals NaN), among those whose tensor inputs are all
+    finite (lowering.proof decides the others)."""
     nan_g, nan_w = np.isnan(got), np.isnan(want)
     with np.errstate(all="ignore"):
         # an infinite value equals only itself (inf <= rtol * inf would pass anything)
         close = (got == want) | (np.isfinite(got) & np.isfinite(want)
                                  & (np.abs(got - want) <= rtol * np.maximum(np.abs(got), np.abs(want))))
     same = (nan_g & nan_w) | (~nan_g & ~nan_w & close)
-    infinite = np.zeros(got.shape, bool)
+    nonfinite = np.zeros(got.shape, bool)
     for name in tensors:
         v = leaves.get(name)
         if v is not None:
-            infinite |= np.isinf(v)  # broadcast by the in-place or, which refuses to grow `infinite`
-    relaxed = ~same & infinite & nan_g & ~nan_w
-    return ~same & ~relaxed, bool(relaxed.any())
+            nonfinite |= ~np.isfinite(v)  # broadcast by the in-place or, which refuses to grow the mask
+    return ~same & ~nonfinite
 
 
 def _to64(a: np.ndarray) -> np.ndarray:
