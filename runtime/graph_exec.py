@@ -193,10 +193,10 @@ class _Executor:
     that hold fused nodes, once per iteration or branch taken, each fused node on the backend.
     Schedules and onnxruntime sessions are made once per graph and reused by every iteration."""
 
-    def __init__(self, model: onnx.ModelProto, cov: Coverage, backend: Backend, target: str,
-                 progress: Progress | None) -> None:
+    def __init__(self, model: onnx.ModelProto, functions: LocalFunctions, cov: Coverage, backend: Backend,
+                 target: str, progress: Progress | None) -> None:
         self.model = model
-        self.functions = LocalFunctions(model)
+        self.functions = functions
         self.backend = backend
         self.target = target
         self.progress = progress
@@ -327,10 +327,11 @@ def run_graph(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: 
     package lacks through runtime/contrib_ops.py where lower has them; what depends on any other
     op is left out and said why (GraphRun.not_run, .missing)."""
     graph = model.graph
-    cov = plan(model, LocalFunctions(model), kernels)
+    functions = LocalFunctions(model)
+    cov = plan(model, functions, kernels)
     env: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     env.update(feeds)
-    executor = _Executor(model, cov, backend, target, progress)
+    executor = _Executor(model, functions, cov, backend, target, progress)
     counted = executor.counted()
     if progress:
         progress.stage(f"{what}: fused nodes on the {backend.name} backend" if counted
@@ -340,7 +341,7 @@ def run_graph(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], backend: 
     nodes = list(graph.node)
     for k in sorted(cov.skipped):
         if k in cov.kernels:
-            result.not_run.append((nodes[k], cov.why.get(k) or cov.dead_reads(nodes[k])))
+            result.not_run.append((nodes[k], cov.why[k]))
         elif kernels:
             result.not_run += [(inner, cov.why[k]) for inner in _fused_inside(nodes[k])]
     result.missing = {o.name: cov.dead[o.name] for o in graph.output if o.name in cov.dead}
