@@ -24,7 +24,7 @@ from codegen.buffers import allocate
 from codegen.emit import emit_project
 from codegen.ir import Kernel
 from codegen.names import safe_text
-from codegen.nodes import ModelTables, NodeSpec, fused_nodes, node_spec
+from codegen.nodes import ModelTables, NodeSpec, node_spec, scoped_fused_nodes
 from codegen.passes import optimize
 from codegen.project import OperatorProject, operator_projects
 from codegen.rules import lower_node, node_variant
@@ -65,13 +65,12 @@ def node_key(spec: NodeSpec) -> tuple:
 
 
 def build_kernels(model: onnx.ModelProto, target: str) -> list[KernelArtifact]:
-    """One artifact per distinct kernel variant of the model's fused nodes, in first-use order;
-    each node is lowered only when its node_key is new."""
+    """One artifact per distinct kernel variant of the model's fused nodes (also those inside
+    If/Loop/Scan bodies), in first-use order; each node is lowered only when its node_key is new."""
     tgt = get_target(target)
     by_key: dict[tuple, str] = {}
     by_text: dict[str, tuple[Kernel, list[str]]] = {}
-    tables = ModelTables(model)
-    for node in fused_nodes(model):
+    for node, tables in scoped_fused_nodes(model):
         spec = node_spec(model, node, tables)
         key = node_key(spec)
         text = by_key.get(key)

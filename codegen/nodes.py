@@ -15,6 +15,7 @@ from onnx import numpy_helper
 
 from codegen.errors import CodegenError
 from lowering.fused_ops import DOMAIN, OP_SPECS
+from lowering.graph import may_have_subgraphs
 
 _ONNX_DTYPES: dict[int, str] = {
     onnx.TensorProto.FLOAT: "float32",
@@ -52,10 +53,15 @@ class NodeSpec:
 class ModelTables:
     """The model-wide facts node_spec reads (value types, initializer types, constants), built
     once per model: building them per fused node made kernel generation quadratic. Constants are
-    converted to numpy only when a fused node reads them."""
+    converted to numpy only when a fused node reads them.
 
-    def __init__(self, model: onnx.ModelProto) -> None:
-        graph = model.graph
+    The tables of an If/Loop/Scan body (`ModelTables(model, body, parent)`) hold the body's own
+    facts and ask the enclosing graph's tables for the outer values the body reads by name."""
+
+    def __init__(self, model: onnx.ModelProto, graph: onnx.GraphProto | None = None,
+                 parent: ModelTables | None = None) -> None:
+        graph = model.graph if graph is None else graph
+        self._parent = parent
         # ValueInfoProto by name (first wins); .type is read only for the values asked about
         self.value_infos: dict[str, onnx.ValueInfoProto] = {}
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -64,18 +70,38 @@ class ModelTables:
         # initializers that are not graph inputs (a graph input can override them) and Constants
         overridable = {i.name for i in graph.input}
         self._constant_protos = {name: t for name, t in self.initializers.items() if name not in overridable}
+        # a body's own values, which hide nothing of the outer scope's (ONNX names are unique) but
+        # must not be looked up there
+        self._defined = set(self.value_infos) | set(self.initializers) if parent is not None else set()
         for node in graph.node:
+            if parent is not None:
+                self._defined.update(node.output)
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
                 for a in node.attribute:
                     if a.name == "value":
                         self._constant_protos[node.output[0]] = a.t
         self._constants: dict[str, np.ndarray] = {}
 
+    def _outer(self, name: str) -> ModelTables | None:
+        """The enclosing graph's tables when `name` is an outer value of this body."""
+        return self._parent if self._parent is not None and name not in self._defined else None
+
+    def value_info(self, name: str) -> onnx.ValueInfoProto | None:
+        vi = self.value_infos.get(name)
+        outer = self._outer(name) if vi is None or not vi.type.tensor_type.elem_type else None
+        return outer.value_info(name) if outer is not None else vi
+
+    def initializer(self, name: str) -> onnx.TensorProto | None:
+        init = self.initializers.get(name)
+        outer = self._outer(name) if init is None else None
+        return outer.initializer(name) if outer is not None else init
+
     def constant(self, name: str) -> np.ndarray | None:
         if name not in self._constants:
             proto = self._constant_protos.get(name)
             if proto is None:
-                return None
+                outer = self._outer(name)
+                return None if outer is None else outer.constant(name)
             self._constants[name] = numpy_helper.to_array(proto)
         return self._constants[name]
 
@@ -122,16 +148,15 @@ def node_spec(model: onnx.ModelProto, node: onnx.NodeProto, tables: ModelTables 
             f"got {len(node.input)}"
         )
     tables = tables or ModelTables(model)
-    infos = tables.value_infos
     inputs: dict[str, InputSpec] = {}
     for role, value in zip(spec.inputs, node.input):
         const_value = tables.constant(value)
-        vi = infos.get(value)
+        vi = tables.value_info(value)
+        init = tables.initializer(value)
         if vi is not None and vi.type.tensor_type.elem_type:
             elem = vi.type.tensor_type.elem_type
             shape = _shape_of(vi.type)
-        elif value in tables.initializers:
-            init = tables.initializers[value]
+        elif init is not None:
             elem, shape = init.data_type, tuple(init.dims)
         elif const_value is not None:
             elem = onnx.helper.np_dtype_to_tensor_dtype(const_value.dtype)
@@ -158,3 +183,39 @@ def node_spec(model: onnx.ModelProto, node: onnx.NodeProto, tables: ModelTables 
 def fused_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """The fused nodes of the main graph, in graph order."""
     return [n for n in model.graph.node if n.domain == DOMAIN and n.op_type in OP_SPECS]
+
+
+def scoped_fused_nodes(model: onnx.ModelProto, tables: ModelTables | None = None
+                       ) -> list[tuple[onnx.NodeProto, ModelTables]]:
+    """The fused nodes of every graph of the model (the main graph, then the If/Loop/Scan bodies
+    of each of its nodes, depth first, in graph order), each with the tables of its graph."""
+    found: list[tuple[onnx.NodeProto, ModelTables]] = []
+
+    def walk(graph: onnx.GraphProto, here: ModelTables) -> None:
+        for node in graph.node:
+            if node.domain == DOMAIN and node.op_type in OP_SPECS:
+                found.append((node, here))
+            if not may_have_subgraphs(node):
+                continue
+            for a in node.attribute:
+                bodies = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+                for body in bodies:
+                    if holds_fused_nodes(body):
+                        walk(body, ModelTables(model, body, here))
+
+    walk(model.graph, tables or ModelTables(model))
+    return found
+
+
+def holds_fused_nodes(owner: onnx.GraphProto | onnx.NodeProto) -> bool:
+    """Whether a graph, or the graph attributes of a node, hold a fused node, directly or in a
+    body of their own."""
+    if isinstance(owner, onnx.NodeProto):
+        return any(holds_fused_nodes(g) for a in owner.attribute
+                   for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs))
+    for node in owner.node:
+        if node.domain == DOMAIN:
+            return True
+        if may_have_subgraphs(node) and holds_fused_nodes(node):
+            return True
+    return False

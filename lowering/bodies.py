@@ -25,12 +25,13 @@ def _attribute_key(node: Node) -> tuple[bytes, ...]:
 
 
 class FunctionBodies:
-    def __init__(self, index: GraphIndex, opset: int, functions) -> None:
+    def __init__(self, index: GraphIndex, opset: int, functions, taken: set[tuple[str, str]] | None = None) -> None:
         self.index = index
         self.opset = opset
         self.functions = functions  # the output model's functions, written in place (no copy)
-        # overload names are unique per (domain, op type); a model fused before already has some
-        self._taken = {(f.name, f.overload) for f in functions if f.domain == DOMAIN}
+        # overload names are unique per (domain, op type); a model fused before already has some,
+        # and `taken` holds those of the model's other graphs when this is one of several
+        self._taken = taken if taken is not None else {(f.name, f.overload) for f in functions if f.domain == DOMAIN}
         self._templates: dict[tuple, onnx.FunctionProto] = {}
         self._overloads: dict[tuple, str] = {}
         self._values: dict[str, tuple] = {}  # constant name -> its exact value, as a key

@@ -43,6 +43,7 @@ Find SmoothL1-loss-backward and proximal-gradient-descent subgraphs in an ONNX m
 into one custom node (domain com.huawei.ascend: SmoothL1LossGradV2, ApplyProximalGradientDescent),
 and generate an AscendC custom-operator project per fused op type. Calls of model-local functions
 that could hold a pattern are inlined to look inside them; those whose nodes fused stay inlined.
+The bodies of If, Loop and Scan nodes are fused too; the report names the body of each fusion.
 
 Writes into OUTDIR (default: <model stem>.lowered in the current directory):
   <stem>.fused.onnx   the fused model; every fused node carries an ONNX function with the original

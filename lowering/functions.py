@@ -95,9 +95,20 @@ def candidates(model: onnx.ModelProto) -> list[Key]:
             continue
         reachable.append(key)
         stack.extend(sorted(_calls(local[key].node, local)))
-    seeded = {key for key in reachable if any(n.op_type in SEED_OPS and n.domain in ("", "ai.onnx")
-                                              for n in local[key].node)}
+    seeded = {key for key in reachable if _has_seed(local[key].node)}
     return [key for key in reachable if key in _with_callers(seeded, reachable, local)]
+
+
+def _has_seed(nodes: Iterable[onnx.NodeProto]) -> bool:
+    """Whether the nodes, or those of their If/Loop/Scan bodies, have an op every pattern needs."""
+    stack = [list(nodes)]
+    while stack:
+        for node in stack.pop():
+            if node.op_type in SEED_OPS and node.domain in ("", "ai.onnx"):
+                return True
+            for a in node.attribute:
+                stack.extend(list(g.node) for g in ([a.g] if a.HasField("g") else []) + list(a.graphs))
+    return False
 
 
 def _with_callers(keys: set[Key], among: list[Key], local: dict[Key, onnx.FunctionProto]) -> set[Key]:
@@ -132,13 +143,21 @@ def _inline(model: onnx.ModelProto, keys: list[Key], tagged: bool) -> onnx.Model
 
 
 def _origins(inlined: onnx.ModelProto) -> dict[str, Key]:
-    """node_label -> the function it came from, for the nodes of a tagged inlining."""
+    """node_label -> the function it came from, for the nodes of a tagged inlining (the nodes in
+    the If/Loop/Scan bodies of an inlined node came from its function too)."""
     out: dict[str, Key] = {}
     for n in inlined.graph.node:
         for p in n.metadata_props:
             if p.key == _ORIGIN:
                 domain, name = p.value.split("\n", 1)
                 out[node_label(n)] = (domain, name)
+                stack = [a.g for a in n.attribute if a.HasField("g")] + [g for a in n.attribute for g in a.graphs]
+                while stack:
+                    body = stack.pop()
+                    for inner in body.node:
+                        out[node_label(inner)] = (domain, name)
+                        stack.extend([a.g for a in inner.attribute if a.HasField("g")]
+                                     + [g for a in inner.attribute for g in a.graphs])
     return out
 
 

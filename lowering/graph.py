@@ -99,9 +99,14 @@ def tensor_key(t: onnx.TensorProto) -> tuple:
 
 def model_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Values the user cannot override: initializers that are not graph inputs, Constant nodes."""
-    graph_inputs = {vi.name for vi in model.graph.input}
-    out = {t.name: tensor_value(t) for t in model.graph.initializer if t.name not in graph_inputs}
-    for node in model.graph.node:
+    return graph_constants(model.graph)
+
+
+def graph_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """A graph's own true constants (of a body: without those of the enclosing graphs)."""
+    graph_inputs = {vi.name for vi in graph.input}
+    out = {t.name: tensor_value(t) for t in graph.initializer if t.name not in graph_inputs}
+    for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
             value = constant_node_value(node)
             if value is not None:
@@ -414,6 +419,23 @@ class GraphIndex:
 
 
 SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+# the ops whose graph attributes are bodies the pass fuses in (lowering.subgraphs), and those attributes
+OWNERS: dict[str, tuple[str, ...]] = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
+
+
+def owns_bodies(node: onnx.NodeProto) -> bool:
+    return node.op_type in OWNERS and node.domain in ("", "ai.onnx")
+
+
+def has_bodies(graph: onnx.GraphProto) -> bool:
+    return any(owns_bodies(n) for n in graph.node)
+
+
+def body_label(node: onnx.NodeProto, attribute: str) -> str:
+    """How reports name a body (the pass's and the diff's): its node's name, or its op type and
+    first output, then the attribute: "Loop_3/body", "If(y)/then_branch"."""
+    owner = node.name or f"{node.op_type}({node.output[0] if node.output else '?'})"
+    return f"{owner}/{attribute}"
 
 
 def may_have_subgraphs(node: Node | onnx.NodeProto) -> bool:

@@ -22,6 +22,7 @@ class Fusion:
     dtype: str
     replaced_nodes: list[str]
     caveats: list[str] = field(default_factory=list)
+    graph: str = ""  # the subgraph it is in ("Loop_3/body"); empty for the main graph
     # fused under assume_finite: equal to the graph wherever inputs and result are finite
     assumed_finite: bool = False
 
@@ -32,6 +33,7 @@ class Rejection:
     anchor: str
     op_type: str
     reason: str
+    graph: str = ""  # the subgraph it is in ("Loop_3/body"); empty for the main graph
 
 
 @dataclass
@@ -69,15 +71,19 @@ class FusionReport:
                          f"({self.nodes_before} -> {self.nodes_inlined} nodes before fusing)")
         for f in self.fusions[:limit]:
             attrs = ", ".join(f"{k}={v}" for k, v in f.attributes.items())
-            lines.append(f"  fused    {printable(f.node)}: {f.op_type}({attrs}) [{f.dtype}] "
+            lines.append(f"  fused    {printable(f.node)}{_where(f.graph)}: {f.op_type}({attrs}) [{f.dtype}] "
                          f"from {len(f.replaced_nodes)} nodes ({f.pattern})")
             lines.extend(f"           note: {printable(c, REASON_LIMIT)}" for c in f.caveats)
         lines += more_line(len(self.fusions), limit, "fusions")
         for r in self.rejections[:limit]:
-            lines.append(f"  skipped  {printable(r.anchor)} ({r.op_type}, {r.pattern}): "
+            lines.append(f"  skipped  {printable(r.anchor)}{_where(r.graph)} ({r.op_type}, {r.pattern}): "
                          f"{printable(r.reason, REASON_LIMIT)}")
         lines += more_line(len(self.rejections), limit, "near-matches")
         return "\n".join(lines)
+
+
+def _where(graph: str) -> str:
+    return f" in {printable(graph)}" if graph else ""
 
 
 def more_line(total: int, limit: int | None, what: str) -> list[str]:

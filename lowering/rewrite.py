@@ -31,6 +31,7 @@ from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .patterns.meaning.evaluate import ELEMENTWISE
 from .proof.prove import prove as prove_match
 from .report import Fusion, FusionReport, Rejection
+from .subgraphs import Naming, fuse_with_subgraphs
 
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
@@ -41,7 +42,8 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
     Calls of model-local functions that could hold a pattern are inlined first; only those whose
-    nodes a fusion took stay inlined (lowering.functions).
+    nodes a fusion took stay inlined (lowering.functions). The bodies of If, Loop and Scan nodes
+    are fused as graphs of their own (lowering.subgraphs).
 
     `validated` says the ONNX checker has accepted the model. When it is still running
     (lowering.loading.BackgroundCheck), the pass first checks the graph's order itself, so that
@@ -64,18 +66,25 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return functions.fuse_through_functions(model, lambda m: _fuse_proto(m, patterns, validated, recompute_shared,
-                                                                                  by_meaning, assume_finite))
+        def one_graph(graph_model: onnx.ModelProto, naming: Naming) -> tuple[onnx.ModelProto, FusionReport]:
+            return _fuse_proto(graph_model, patterns, validated, recompute_shared, by_meaning, naming, assume_finite)
+
+        return functions.fuse_through_functions(model, lambda m: fuse_with_subgraphs(m, one_graph))
     finally:
         if enabled:
             gc.enable()
 
 
 def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = True,
-                by_meaning: bool = True, assume_finite: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+                by_meaning: bool = True, naming: Naming | None = None,
+                assume_finite: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+    """The pass on one graph: the model's main graph, or a subgraph as lowering.subgraphs makes a
+    model of it. `naming` holds the names the other graphs of the model use and made."""
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
     decoded = decode_nodes(model.graph)
+    if naming is not None:
+        naming.see(n.op_type for n in decoded)
     info.types.attach(decoded)
     if not validated:
         verify.check_input_order(decoded, info.graph_inputs | info.initializers.keys())
@@ -137,7 +146,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
         out.CopyFrom(model)
         return out, report
     work = _shell(model)
-    rewritten = _rewrite(model, index, matches, report, work.functions)
+    rewritten = _rewrite(model, index, matches, report, work.functions, naming)
     _assemble(work, index, rewritten)
     report.nodes_after = len(work.graph.node)
     return work, report
@@ -260,13 +269,16 @@ class _Names:
     """Fresh names that collide with nothing in the model. Value names are checked against the
     index's own tables; only node names need a set of their own."""
 
-    def __init__(self, index: GraphIndex) -> None:
+    def __init__(self, index: GraphIndex, naming: Naming | None) -> None:
         self._index = index
         self.used = set(map(attrgetter("name"), index.nodes))
+        # the names of the model's other graphs (and those made there) when this is one of several
+        self._reserved = naming.reserved if naming is not None else set()
 
     def _taken(self, name: str) -> bool:
         index, info = self._index, self._index.info
-        return (name in self.used or name in index.producer or name in info.initializers or name in info.graph_inputs
+        return (name in self.used or name in self._reserved or name in index.producer or name in info.initializers
+                or name in info.graph_inputs
                 or name in info.graph_outputs or name in info.types.declared or name in index.folded)
 
     def fresh(self, base: str) -> str:
@@ -275,6 +287,7 @@ class _Names:
             k += 1
             name = f"{base}_{k}"
         self.used.add(name)
+        self._reserved.add(name)
         return name
 
 
@@ -307,19 +320,22 @@ def _attribute(name: str, value: object) -> onnx.AttributeProto:
 
 
 def _rewrite(model: onnx.ModelProto, index: GraphIndex, matches: list[Match], report: FusionReport,
-             functions) -> _Rewritten:
+             functions, naming: Naming | None) -> _Rewritten:
     """Replaces each match. The order stays topological by construction: a fused node takes its
     root's position and reads only values produced before its first matched node, and
     re-emitted intermediates keep their own positions (lowering.verify checks it on the way out)."""
-    names = _Names(index)
+    names = _Names(index, naming)
     removed: set[int] = set()
     renamed: dict[str, str] = {}  # outside uses of re-emitted intermediates
-    bodies = FunctionBodies(index, default_opset(model), functions)
+    bodies = FunctionBodies(index, default_opset(model), functions, None if naming is None else naming.overloads)
+    first = 0 if naming is None else naming.fused
+    if naming is not None:
+        naming.fused += len(matches)
     out = _Rewritten([], [], [], [], {}, set(), {}, set(), [])
     replacement = out.replacement
     for count, m in enumerate(sorted(matches, key=lambda m: index.producer[m.output])):
         spec = OP_SPECS[m.op_type]
-        node_name = names.fresh(f"{m.op_type}_{count}")
+        node_name = names.fresh(f"{m.op_type}_{first + count}")
         input_names: list[str] = []
         for formal, value in zip(spec.inputs, m.inputs):
             if isinstance(value, str):
@@ -421,12 +437,13 @@ def _broadcast_dims(index: GraphIndex, like: str, other: str | None) -> list | N
 
 def _type_fused_values(graph: onnx.GraphProto, info: GraphInfo, fused: list[Node], typed: set[str]) -> None:
     """Writes value_info for every value a fused node reads or writes that has none (is not in
-    `typed`), so the fused model can be lowered on its own (the pass may have inferred types the
-    exporter did not write)."""
+    `typed`) or only an incomplete one the pass completed, so the fused model can be lowered on
+    its own (the pass may have inferred types the exporter did not write, or wrote as [?,?])."""
     typed = typed | info.graph_inputs | info.graph_outputs
     for node in fused:
         for name in node.input + node.output:
-            if name in typed or name in info.initializers or name in info.types.declared:
+            if (name in typed or name in info.initializers
+                    or (name in info.types.declared and name not in info.types.inferred)):
                 continue
             vi = info.types.value_info(name)
             if vi is not None and vi.type.tensor_type.elem_type:
@@ -481,8 +498,10 @@ def _assemble(work: onnx.ModelProto, index: GraphIndex, rewritten: _Rewritten) -
                        rewritten.renamed_at, available, info.graph_outputs)
     graph = work.graph
     graph.node.extend([n.to_proto() for n in nodes])
-    declared = info.types.declared
-    graph.value_info.extend([declared[name] for n in nodes for name in n.output if name in declared])
+    declared, inferred = info.types.declared, info.types.inferred
+    completed = {name for n in rewritten.fused for name in n.input + n.output if name in inferred}
+    graph.value_info.extend([declared[name] for n in nodes for name in n.output
+                             if name in declared and name not in completed])
     graph.initializer.extend([t for name, t in info.initializers.items()
                               if name in info.graph_inputs or still_read(name)])
     graph.initializer.extend(numpy_helper.from_array(np.asarray(v), name)

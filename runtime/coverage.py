@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from lowering.graph import subgraph_inputs
+from codegen.nodes import holds_fused_nodes
+from lowering.graph import body_label, may_have_subgraphs, subgraph_inputs
 from lowering.terminal import printable
 from runtime.contrib_ops import implements
 from runtime.fused_node import is_fused
@@ -89,11 +90,17 @@ class Coverage:
 
     kernels: set[int] = field(default_factory=set)  # fused nodes that run as kernels on the backend
     by_lower: set[int] = field(default_factory=set)  # lower runs them (runtime/contrib_ops.py)
+    control: set[int] = field(default_factory=set)  # If/Loop/Scan nodes whose bodies hold kernels: run here
     skipped: set[int] = field(default_factory=set)  # nothing runs them, or an input cannot be computed
+    why: dict[int, str] = field(default_factory=dict)  # skipped node -> why
     dead: dict[str, str] = field(default_factory=dict)  # value -> why it cannot be computed
     via: dict[str, frozenset[str]] = field(default_factory=dict)  # value -> ops lower ran on the way to it
     not_in_ort: Counter[str] = field(default_factory=Counter)  # op label -> nodes onnxruntime cannot run
     lower_ran: Counter[str] = field(default_factory=Counter)  # op label -> nodes of them lower runs
+
+    def apart(self, position: int) -> bool:
+        """Whether the node runs outside onnxruntime's segments (a kernel, lower's op, a body run here)."""
+        return position in self.kernels or position in self.by_lower or position in self.control
 
     @property
     def complete(self) -> bool:
@@ -112,14 +119,62 @@ def _reads(node: onnx.NodeProto) -> list[str]:
     return [n for n in node.input if n] + sorted(subgraph_inputs(node))
 
 
+def _holds_kernels(node: onnx.NodeProto) -> bool:
+    return may_have_subgraphs(node) and holds_fused_nodes(node)
+
+
+def _body_blocker(node: onnx.NodeProto, ort: OrtOps, kernels: bool) -> tuple[onnx.NodeProto, str] | None:
+    """The first node inside `node`'s bodies, at any depth, that onnxruntime cannot run, and the
+    body it is in ("Loop_3/body"); with `kernels`, fused nodes run on the backend and the If/Loop/
+    Scan nodes holding them here, so neither counts. None when there is none."""
+    for a in node.attribute:
+        for graph in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+            for inner in graph.node:
+                if kernels and is_fused(inner):
+                    continue
+                if (kernels and _holds_kernels(inner)) or not ort.runs(inner):
+                    found = _body_blocker(inner, ort, kernels)
+                    if found is not None:
+                        return found[0], f"{body_label(node, a.name)}/{found[1]}"
+                    if not ort.runs(inner):
+                        return inner, body_label(node, a.name)
+    return None
+
+
+def _why_not_run(node: onnx.NodeProto, ort: OrtOps, kernels: bool) -> str:
+    """Why nothing here runs `node`, naming the op inside its bodies that keeps them from running."""
+    found = _body_blocker(node, ort, kernels)
+    if found is None:
+        return f"needs {op_label(node)}, which neither onnxruntime nor lower runs"
+    inner, where = found
+    # lower's own ops run in the main graph only: in a body, an in-place write would have to
+    # persist from one iteration to the next
+    runs = "which lower runs only in the main graph" if implements(inner) else \
+        "which neither onnxruntime nor lower runs"
+    return f"needs {op_label(inner)} inside {printable(where)}, {runs}"
+
+
+def plan_body(graph: onnx.GraphProto) -> Coverage:
+    """How a body that plan() let run here runs: its fused nodes as kernels, its If/Loop/Scan
+    nodes that hold fused nodes here, the rest in onnxruntime (plan() checked it runs them)."""
+    nodes = list(graph.node)
+    return Coverage(kernels={k for k, n in enumerate(nodes) if is_fused(n)},
+                    control={k for k, n in enumerate(nodes) if not is_fused(n) and _holds_kernels(n)})
+
+
 def plan(model: onnx.ModelProto, functions: LocalFunctions | None = None, kernels: bool = True) -> Coverage:
     """Which nodes of `model`'s main graph lower runs, which do not run, and what that leaves
     unknown. Fused nodes run as kernels on the backend, or with `kernels` False (a reference
-    run) as their function bodies in onnxruntime, like any call of a local function."""
+    run) as their function bodies in onnxruntime, like any call of a local function; so do the
+    fused nodes inside If/Loop/Scan bodies, whose owners then run here one body call at a time
+    (Coverage.control) unless a body holds a node onnxruntime cannot run."""
     ort = OrtOps(model, functions)
     nodes = list(model.graph.node)
     cov = Coverage(kernels={k for k, n in enumerate(nodes) if is_fused(n)} if kernels else set())
-    foreign = [k not in cov.kernels and not ort.runs(n) for k, n in enumerate(nodes)]
+    if kernels:
+        cov.control = {k for k, n in enumerate(nodes)
+                       if k not in cov.kernels and _holds_kernels(n) and _body_blocker(n, ort, True) is None}
+    foreign = [k not in cov.kernels and k not in cov.control and not ort.runs(n) for k, n in enumerate(nodes)]
     if not any(foreign):
         return cov
     for position, (node, alien) in enumerate(zip(nodes, foreign)):
@@ -127,9 +182,10 @@ def plan(model: onnx.ModelProto, functions: LocalFunctions | None = None, kernel
         if alien:
             cov.not_in_ort[op_label(node)] += 1
         if not why and alien and not implements(node):
-            why = f"needs {op_label(node)}, which neither onnxruntime nor lower runs"
+            why = _why_not_run(node, ort, kernels)
         if why:
             cov.skipped.add(position)
+            cov.why[position] = why
             cov.dead.update((o, why) for o in node.output if o)
             continue
         upstream = frozenset().union(*(cov.via.get(r, frozenset()) for r in _reads(node)))

@@ -20,11 +20,13 @@ import numpy as np
 import onnx
 
 from lowering.fused_ops import OP_SPECS
+from lowering.terminal import printable
 from runtime.backend import Backend
 from runtime.coverage import OrtOps, plan
 from runtime.graph_exec import FusedRun, GraphRun, run_graph
 from runtime.local_functions import LocalFunctions
 from runtime.node_references import function_body_references
+from runtime.node_runs import by_node, never_run, node_key, positions, stacked
 from runtime.ort_exec import run_model
 from runtime.partial import describe_partial
 from runtime.precision import HALF_TYPES, THRESHOLDS, Comparison, compare, rounded_to
@@ -72,46 +74,65 @@ def _masked_select_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden:
 
 def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress | None = None,
               not_run: Sequence[tuple[onnx.NodeProto, str]] = ()) -> list[Row]:
-    """One row per output of each fused node, in graph order: its kernel against its function
-    body (or the float64 formula when it has none, or one that onnxruntime cannot run); a SKIP row
-    for each node in `not_run` (with why its inputs cannot be computed)."""
+    """One row per output of each fused node, in graph order (a node inside a body where the
+    main-graph node that holds it is): its kernel against its function body (or the float64
+    formula when it has none, or one that onnxruntime cannot run). A node inside a loop body or a
+    branch is compared in every run it made, on the inputs of that run, in one row that says how
+    many runs it checked. A SKIP row for each node in `not_run` (with why its inputs cannot be
+    computed), and for each node inside a body that never ran on these inputs."""
     functions = LocalFunctions(fused)
     ort = OrtOps(fused, functions)
-    foreign = {k for k, run in enumerate(runs)
-               if (fn := functions.called_by(run.node)) is not None and not ort.runs_all(fn.node)}
-    refs = function_body_references(fused, runs, progress, functions, skip=foreign)
+    groups = by_node(runs)
+    foreign = {id(g) for g in groups if (fn := functions.called_by(g.node)) is not None and not ort.runs_all(fn.node)}
+    index = {id(run): k for k, run in enumerate(runs)}
+    refs = function_body_references(fused, runs, progress, functions,
+                                    skip={index[id(run)] for g in groups if id(g) in foreign for run in g.runs})
+    reference = {id(run): ref for run, ref in zip(runs, refs)}
     if progress:
         progress.stage("comparing fused nodes with their references", total=len(runs))
-    rows: list[tuple[str, Row]] = []
-    for k, (run, ref) in enumerate(zip(runs, refs)):
-        formula = formula_goldens(run) if ref is None else {}
+    position = positions(fused)
+    rows: list[tuple[int, Row]] = []
+    for group in groups:
+        goldens: list[tuple[dict[str, np.ndarray], str]] = []
+        for run in group.runs:
+            ref = reference[id(run)]
+            goldens.append((ref, "matched subgraph") if ref is not None else (formula_goldens(run), "float64 formula"))
         partial = ("its matched subgraph holds ops onnxruntime cannot run: held to the float64 formula"
-                   if k in foreign else "")
-        for role, actual in run.outputs.items():
-            if ref is not None:
-                golden, where = ref[role], "matched subgraph"
-            else:
-                golden, where = formula[role], "float64 formula"
-            cmp = compare(run.node.name, actual, golden)
-            if (cmp.inf_mismatch or cmp.nan_mismatch) and ref is not None:
-                found = functions.called_by(run.node)
+                   if id(group) in foreign else "")
+        for role in group.runs[0].outputs:
+            actual = stacked([run.outputs[role] for run in group.runs])
+            golden = stacked([g[role] for g, _ in goldens])
+            where = goldens[0][1]
+            cmp = compare(group.node.name, actual, golden)
+            if (cmp.inf_mismatch or cmp.nan_mismatch) and where == "matched subgraph":
+                found = functions.called_by(group.node)
                 body = list(found.node) if found else []
                 if cmp.inf_mismatch:
                     cmp.note += _clip_hint(body, actual, golden)
                 if cmp.nan_mismatch:
                     cmp.note += _masked_select_hint(body, actual, golden)
-            if run.error:
+            failed = [(k, run.error) for k, run in enumerate(group.runs) if run.error]
+            if failed:
                 cmp.passed = False
-                cmp.note = f"kernel failed: {run.error}"
-            rows.append((run.node.output[0], Row("node", run.node.name, where, cmp, run.node.op_type,
-                                                 partial=partial)))
+                k, error = failed[0]
+                cmp.note = f"kernel failed: {error}" + (f" (run {k + 1} of {len(group.runs)})" if group.where else "")
+            rows.append((position.get(node_key(group.node), -1),
+                         Row("node", group.node.name, where, cmp, group.node.op_type, partial=partial,
+                             checked=group.checked_in())))
         if progress:
-            progress.advance()
-    if not_run:
-        rows += [(node.output[0], _skipped("node", node.name, "matched subgraph", why, node.op_type))
-                 for node, why in not_run]
-        position = {o: k for k, n in enumerate(fused.graph.node) for o in n.output[:1]}
-        rows.sort(key=lambda item: position.get(item[0], -1))
+            progress.advance(len(group.runs))
+    rows += [(position.get(node_key(node), -1), _skipped("node", node.name, "matched subgraph", why, node.op_type))
+             for node, why in not_run]
+    left_out = {node_key(node) for node, _ in not_run}
+    for idle in never_run(fused, groups):
+        if node_key(idle.node) in left_out:
+            continue
+        why = (f"not run on these inputs (in {printable(idle.where)}: a branch not taken or a loop of "
+               "no iteration), so not checked")
+        row = _skipped("node", idle.node.name, "not run", why, idle.node.op_type)
+        row.checked = why
+        rows.append((position.get(node_key(idle.node), -1), row))
+    rows.sort(key=lambda item: item[0])  # stable: a body's nodes keep their order
     return [row for _, row in rows]
 
 

@@ -324,7 +324,8 @@ def _source_input(model_inputs: set[str], producers: dict[str, onnx.NodeProto], 
 
 
 def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
-    """Read the fused nodes of a fused model for input roles and thresholds."""
+    """Read the fused nodes of a fused model for input roles and thresholds; those inside bodies
+    for their scalar inputs (alpha, l1, l2 of a solver's loop are drawn as the op's scalars)."""
     inputs = {vi.name for vi in fused_model.graph.input}
     producers = {o: n for n in fused_model.graph.node for o in n.output}
     consts = model_constants(fused_model)
@@ -359,7 +360,49 @@ def edge_hints(fused_model: onnx.ModelProto) -> EdgeHints:
             if isinstance(scalar, str) and role in spec.scalar_draws:
                 hints.scalars.setdefault(scalar, (node.op_type, role))
         hints.kink_sites.append(KinkSite(node.op_type, fused_attrs(node), sources))
+    for node, aliases in _body_fused_nodes(fused_model):
+        spec = OP_SPECS[node.op_type]
+        for role, name in zip(spec.inputs, node.input):
+            if role not in spec.scalar_inputs or role not in spec.scalar_draws:
+                continue
+            source = _source_input(inputs, producers, aliases.get(name, name))
+            if source is not None:
+                hints.scalars.setdefault(source, (node.op_type, role))
     return hints
+
+
+def _passed_through(node: onnx.NodeProto, body: onnx.GraphProto) -> dict[str, str]:
+    """The formal inputs of a Loop or Scan body that every iteration passes on unchanged (tf2onnx
+    and jax2onnx carry a loop's scalars so), each with the value it starts from."""
+    formals = [vi.name for vi in body.input]
+    results = [vi.name for vi in body.output]
+    if node.op_type == "Loop":
+        pairs = [(formals[k], node.input[k], results[k - 1]) for k in range(2, min(len(formals), len(node.input)))
+                 if k - 1 < len(results)]
+    elif node.op_type == "Scan":
+        n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
+        pairs = [(formals[k], node.input[k], results[k]) for k in range(len(node.input) - n_scan)
+                 if k < len(formals) and k < len(results)]
+    else:
+        return {}
+    return {formal: start for formal, start, result in pairs if formal == result}
+
+
+def _body_fused_nodes(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, dict[str, str]]]:
+    """The fused nodes inside If/Loop/Scan bodies, each with the names its body gives values of
+    the main graph: a carried value passed on unchanged stands for the value it starts from."""
+    found: list[tuple[onnx.NodeProto, dict[str, str]]] = []
+    stack: list[tuple[onnx.GraphProto, dict[str, str], bool]] = [(model.graph, {}, False)]
+    while stack:
+        graph, aliases, inside = stack.pop()
+        for node in graph.node:
+            if inside and is_fused(node):
+                found.append((node, aliases))
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    own = {formal: aliases.get(start, start) for formal, start in _passed_through(node, a.g).items()}
+                    stack.append((a.g, {**aliases, **own}, True))
+    return found
 
 
 # ------------------------------------------------------------------------------- generation

@@ -76,34 +76,46 @@ def _feed(value: np.ndarray) -> ort.OrtValue | np.ndarray:
     return np.asarray(value, order="C")
 
 
+class PreparedModel:
+    """A model loaded into onnxruntime once, to run on many feeds (a loop body's segment runs
+    once per iteration)."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        sess = _session(model)
+        bf16_out = [o.name for o in sess.get_outputs() if o.type == "tensor(bfloat16)"]
+        self._renamed: dict[str, str] = {}
+        if bf16_out:
+            model, self._renamed = _with_float_outputs(model, bf16_out)
+            sess = _session(model)
+        self._session = sess
+        self._wanted = {i.name for i in sess.get_inputs()}
+        self._names = [o.name for o in sess.get_outputs()]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every graph output by name."""
+        ort_feeds = {k: _feed(np.asarray(v)) for k, v in feeds.items() if k in self._wanted}
+        missing = sorted(self._wanted - set(ort_feeds))
+        if missing:
+            raise OrtRunError(f"no value for model input(s) {', '.join(missing)}")
+        try:
+            quiet = ort.RunOptions()
+            quiet.log_severity_level = 4
+            values = self._session.run_with_ort_values(self._names, {k: v if isinstance(v, ort.OrtValue)
+                                                                     else ort.OrtValue.ortvalue_from_numpy(v)
+                                                                     for k, v in ort_feeds.items()}, quiet)
+        except Exception as exc:  # onnxruntime raises several unrelated exception types
+            raise OrtRunError(f"onnxruntime failed: {_first_line(exc)}") from None
+        back = {v: k for k, v in self._renamed.items()}
+        result: dict[str, np.ndarray] = {}
+        for name, value in zip(self._names, values):
+            arr = value.numpy()
+            if name in back:
+                result[back[name]] = arr.astype(_BF16)
+            else:
+                result[name] = arr
+        return result
+
+
 def run_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run `model` on `feeds`; returns every graph output by name."""
-    sess = _session(model)
-    bf16_out = [o.name for o in sess.get_outputs() if o.type == "tensor(bfloat16)"]
-    renamed: dict[str, str] = {}
-    if bf16_out:
-        model, renamed = _with_float_outputs(model, bf16_out)
-        sess = _session(model)
-    wanted = {i.name for i in sess.get_inputs()}
-    ort_feeds = {k: _feed(np.asarray(v)) for k, v in feeds.items() if k in wanted}
-    missing = sorted(wanted - set(ort_feeds))
-    if missing:
-        raise OrtRunError(f"no value for model input(s) {', '.join(missing)}")
-    names = [o.name for o in sess.get_outputs()]
-    try:
-        quiet = ort.RunOptions()
-        quiet.log_severity_level = 4
-        values = sess.run_with_ort_values(names, {k: v if isinstance(v, ort.OrtValue)
-                                                 else ort.OrtValue.ortvalue_from_numpy(v)
-                                                 for k, v in ort_feeds.items()}, quiet)
-    except Exception as exc:  # onnxruntime raises several unrelated exception types
-        raise OrtRunError(f"onnxruntime failed: {_first_line(exc)}") from None
-    back = {v: k for k, v in renamed.items()}
-    result: dict[str, np.ndarray] = {}
-    for name, value in zip(names, values):
-        arr = value.numpy()
-        if name in back:
-            result[back[name]] = arr.astype(_BF16)
-        else:
-            result[name] = arr
-    return result
+    return PreparedModel(model).run(feeds)

@@ -22,6 +22,7 @@ class Row:
     op_type: str = ""
     skipped: str = ""  # why the comparison could not run (status SKIP); "" when it ran
     partial: str = ""  # why the check falls short of onnxruntime on the unfused graph; "" when it does not
+    checked: str = ""  # a fused node inside a body: what its row compares ("checked in 100 iterations of ...")
 
     @property
     def status(self) -> str:
@@ -33,6 +34,8 @@ class Row:
                  status=self.status, skipped=self.skipped or None, partial=self.partial or None)
         if self.skipped:  # nothing was compared: no dtype, shape or threshold either
             d.update(dtype=None, shape=None, threshold=None)
+        if self.checked:
+            d["checked"] = self.checked
         return d
 
 
@@ -99,6 +102,10 @@ def format_table(report: DiffReport) -> str:
     out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in lines]
     if not report.rows:
         out.append("no graph outputs to compare")
+    inside = [r for r in report.rows if r.checked]
+    if inside:
+        out.append("fused nodes inside If/Loop/Scan bodies:")
+        out += [f"  {printable(r.name, NAME_WIDTH)}: {r.checked}" for r in inside]
     return "\n".join(out) + "\n" + format_failures(report)
 
 
@@ -120,7 +127,8 @@ def format_failures(report: DiffReport) -> str:
         out = [f"PASS: {ran} of {counted}"]
     else:
         out = [f"FAIL: {len(fails)} of {counted}"]
-        out += [f"  {row_label(r)}: {printable(r.comparison.note, NOTE_WIDTH) or 'over threshold'}" for r in fails]
+        out += [f"  {row_label(r)}{', ' + r.checked if r.checked else ''}: "
+                f"{printable(r.comparison.note, NOTE_WIDTH) or 'over threshold'}" for r in fails]
     if report.partial:
         out.append(partial_line(report))
     return "\n".join(out) + "\n"
