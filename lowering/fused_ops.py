@@ -161,6 +161,9 @@ class ProofSpec:
     # (attribute, values): variants of the op that differ only at +-inf and NaN, tried in turn
     # when the region's non-finite behaviour is not the default's
     nonfinite: tuple[str, tuple[str, ...]] | None = None
+    # the contract compares at a breakpoint where its two sides agree up to the rounding of its
+    # constants: with params["inclusive"] it builds the other side (<= for <)
+    ties: bool = False
 
 
 @dataclass(frozen=True)
@@ -306,12 +309,13 @@ def _smooth_l1_contract(m: Any, x: Mapping[str, Any], p: Mapping[str, Any], a: M
     factor = m.mul(p["scale"], p["norm"])
     sign = m.sign(diff)
     linear = m.mul(diff, p["inv_sigma"]) if "sigma" in p else diff
-    s = m.where(m.lt(m.abs(diff), p["sigma"]), linear, sign) if "sigma" in p else sign
+    inside = (m.le if p.get("inclusive") else m.lt)(m.abs(diff), p["sigma"]) if "sigma" in p else None
+    s = m.where(inside, linear, sign) if "sigma" in p else sign
     zero = m.const(0)
     form = a["nonfinite"]
     if form == "blend_dout":
         lin, sgn = m.mul(m.mul(linear, x["dout"]), factor), m.mul(m.mul(sign, x["dout"]), factor)
-        picked = m.where(m.lt(m.abs(diff), p["sigma"]), lin, sgn) if "sigma" in p else sgn
+        picked = m.where(inside, lin, sgn) if "sigma" in p else sgn
         return m.add(picked, m.add(m.mul(zero, lin), m.mul(zero, sgn)))
     if form == "blend":
         s = m.add(s, m.add(m.mul(zero, linear), m.mul(zero, sign)))
@@ -362,7 +366,7 @@ register(OpSpec(
     example_scalars={"dout": 0.5},
     kinks=_smooth_l1_kinks,
     proof=ProofSpec(_smooth_l1_contract, _smooth_l1_derive, _smooth_l1_kernel,
-                    nonfinite=("nonfinite", SMOOTH_L1_NONFINITE)),
+                    nonfinite=("nonfinite", SMOOTH_L1_NONFINITE), ties=True),
 ))
 
 def _proximal_contract(m: Any, x: Mapping[str, Any], p: Mapping[str, Any], a: Mapping[str, object]) -> Any:

@@ -108,6 +108,34 @@ def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: st
         return Verdict(False, f"is not proved equal to {described}: the match {exc}")
     except _Mismatch as exc:
         return Verdict(False, f"differs from {described}: {exc}")
+    fixed = _fixed_mean(alg, match, setting, assume_finite)
+    if fixed is not None:
+        return fixed
+    return _prove_setting(alg, match, setting, assume_finite, described)
+
+
+def _fixed_mean(alg: Algebra, match: Match, setting: _Setting, assume_finite: bool) -> Verdict | None:
+    """A "mean" whose region divides by a constant, where the first input's element count is
+    unknown (a function body): the kernel would divide by the count it sees, the graph by the
+    number it holds. The same region with reduction none (sum for a one-element dout) and that
+    number as the scale is what the graph computes; its verdict, with those attributes."""
+    if match.attrs.get("reduction") != "mean" or setting.norm is None or setting.norm[0] != "n" \
+            or setting.structure.numels:
+        return None
+    dout = match.inputs[2] if len(match.inputs) > 2 else None
+    single = not isinstance(dout, str) or alg.index.numel(dout) == 1
+    plain = replace(match, attrs={**match.attrs, "reduction": "sum" if single else "none", "scale": 1.0})
+    probe = _setting(alg, plain, setting.spec, OP_SPECS[match.op_type].inputs, check=False)
+    scale = probe.params.get("scale")
+    if scale is None:
+        return None
+    attrs = {"reduction": plain.attrs["reduction"], "scale": float(np.float32(float(scale)))}
+    fixed = replace(match, attrs={**match.attrs, **attrs})
+    verdict = prove(alg, fixed, assume_finite)
+    return replace(verdict, attrs={**attrs, **verdict.attrs}) if verdict.holds else None
+
+
+def _prove_setting(alg: Algebra, match: Match, setting: _Setting, assume_finite: bool, described: str) -> Verdict:
     base = _base_key(setting, assume_finite)
     concrete_key = (base, tuple(setting.constants), tuple(sorted(setting.params.items())))
     found = _cache.get(concrete_key)
@@ -168,7 +196,7 @@ class _Mismatch(Exception):
 
 # -- the setting ------------------------------------------------------------------------------
 
-def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[str]) -> _Setting:
+def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[str], check: bool = True) -> _Setting:
     index = alg.index
     s = build(alg, match)
     constants: list[Fraction | float | bool] = list(s.constants)
@@ -220,7 +248,7 @@ def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[
         if kind == "c" and isinstance(constants[k], Fraction):
             known[role] = constants[k]  # type: ignore[assignment]
     derived = proof.derive(attrs, at, lambda v: relations.snap(v, finite), big, known)
-    kernel = proof.kernel(attrs)
+    kernel = proof.kernel(attrs) if check else derived
     for name in sorted(set(kernel) | set(derived)):
         if name not in derived:
             raise _Mismatch(f"the region has no {name} (the fused node's is {float(kernel[name]):.9g})")
@@ -308,9 +336,13 @@ def _quick_counterexample(alg: Algebra, match: Match, s: _Setting, described: st
     consts = [_const_ext(m, c) for c in s.constants]
     counts = [m.const(_COUNT_AT) for _ in range(s.unknown_counts)]
     params = _param_exts(s, m, consts, counts, frozenset())
+    leaf_of = {role: k for role, (kind, k) in s.roles if kind == "in"}
     for role in tensors:
         for v in values:
-            point = {**fixed, **{r: Fraction(0) for r in tensors}, role: v}
+            # roles that read one value (var and delta both the same tensor) take one value
+            at_leaf = {leaf_of[r]: Fraction(0) for r in tensors}
+            at_leaf[leaf_of[role]] = v
+            point = {**fixed, **{r: at_leaf[leaf_of[r]] for r in tensors}}
             got = _exact_at(s, point, with_norm=True)
             want = _contract_at(m, s, consts, params, point)
             if got is None or want is None or got == want:
@@ -373,6 +405,12 @@ class _Encoded:
     contract: Ext
     exact_contract: Ext | None = None
     contract_trace: list[Ext] = field(default_factory=list)  # the exact contract's arithmetic values
+    tie: Ext | None = None  # the contract with its comparison inclusive
+
+    def differs(self) -> Any:
+        """The region differs from the contract (from both forms of it, where it has two)."""
+        found = self.m.differs(self.region, self.contract)
+        return found if self.tie is None else self.m.b.and_(found, self.m.differs(self.region, self.tie))
 
 
 def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bool) -> _Encoded:
@@ -442,6 +480,9 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
     m.trace = []
     contract = s.spec.contract(m, inputs, params, s.attrs)
     trace, m.trace = m.trace, None
+    # where the contract compares at a breakpoint, the region may take either side there (the
+    # two sides meet up to the rounding of its constants): the other side's value
+    tie = s.spec.contract(m, inputs, {**params, "inclusive": True}, s.attrs) if s.spec.ties else None
     exact_contract = None
     if saturate:  # the kernel computes in float32 and rounds its result to the output type once
         exact_contract = contract
@@ -451,7 +492,7 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
     domain = s.spec.domain(m, {**inputs, **dummies}, s.attrs, s.out_dtype)
     if domain is not True:
         solver.add(domain)
-    return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract, trace)
+    return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract, trace, tie)
 
 
 def _is_kind(k: Any) -> Any:
@@ -491,7 +532,7 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
         caveats.append(f"proved for runtime scalars with {s.spec.domain_text}, the op's domain")
     # 1. the reals (the non-finite variants of an op agree there)
     e = _encode(s, generic, free_kinds=False, saturate=False)
-    e.solver.add(e.m.differs(e.region, e.contract))
+    e.solver.add(e.differs())
     found = e.solver.check()
     if found != z3.unsat:
         return _refusal(alg, match, s, e, found, generic, described, "")
@@ -502,7 +543,7 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
         e = _encode(tried, generic, free_kinds=True, saturate=False)
         kinds = [x.kind for x in e.leaves if not isinstance(x.kind, int)]
         if kinds:
-            e.solver.add(z3.Or(*[k != 0 for k in kinds]), e.m.differs(e.region, e.contract))
+            e.solver.add(z3.Or(*[k != 0 for k in kinds]), e.differs())
             found = e.solver.check()
             if found != z3.unsat:
                 if first is None:
@@ -545,7 +586,7 @@ def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, gene
     m = e.m
     exact = e.exact_contract
     assert exact is not None
-    conds: list[Any] = [m.differs(e.region, e.contract)]
+    conds: list[Any] = [e.differs()]
     for x, dtype in zip(e.leaves, s.leaf_dtypes):
         top = float_max(dtype)
         if top is not None:
