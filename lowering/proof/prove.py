@@ -41,7 +41,7 @@ from ..fused_ops import OP_SPECS, ProofSpec
 from ..graph import dtype_name
 from ..patterns.base import Match, same_shape
 from ..patterns.meaning.evaluate import np_type
-from . import relations
+from . import relations, rounding
 from .formula import run
 from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
 from .structure import Structure, Unprovable, build, exact_value, float_max, overflow_at
@@ -456,11 +456,13 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
     numels = [consts[k] if kind == "c" else counts[k] for kind, k in s.numel_refs]
     opaque_n = [0]
 
-    def opaque(k: int, _: Any) -> Ext:
+    def opaque(k: int, x: Any) -> Ext:
+        """A narrowing Cast of x: an unknown value with only what every rounding to the type
+        guarantees (lowering.proof.rounding)."""
         opaque_n[0] += 1
-        kind = b.kind(f"cast{k}_{opaque_n[0]}_kind")
-        solver.add(_is_kind(kind))
-        return Ext(kind, b.real(f"cast{k}_{opaque_n[0]}"))
+        v = Ext(b.kind(f"cast{k}_{opaque_n[0]}_kind"), b.real(f"cast{k}_{opaque_n[0]}"))
+        solver.add(_is_kind(v.kind), *rounding.bounds(m, x, v, s.structure.dtypes[k]))
+        return v
 
     region, _ = run(s.structure, Semantics(b, saturate), leaves, consts, numels, opaque)
     inputs: dict[str, Any] = {}
