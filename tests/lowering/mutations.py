@@ -323,7 +323,8 @@ class Case:
     def describe(self) -> str:
         what = self.mutation.description if self.mutation else "unmutated"
         at = f" witness {format_point(self.witness)}" if self.witness else ""
-        return f"{self.spelling.label} {self.operator}: {what} [{self.kind}]{at}{' - ' + self.note if self.note else ''}"
+        note = f" - {self.note}" if self.note else ""
+        return f"{self.spelling.label} {self.operator}: {what} [{self.kind}]{at}{note}"
 
 
 def format_point(p: Point) -> str:
