@@ -39,7 +39,6 @@ COUNTEREXAMPLE = re.compile(r" at [a-z0-9_]+=[-+0-9.einaf]+")
 # what the pass is known to get wrong (each has a strict xfail below): a case matching one is
 # reported by the fuzz tests' counts but does not fail them
 KNOWN: dict[str, Callable[[Case, Outcome], bool]] = {
-    "add-remove fused": lambda c, o: c.operator == "add-remove" and o.wrong == "wrongly fused",
     "runtime threshold refused": lambda c, o: c.spelling.family == "prox" and c.spelling.name in (
         "where-chain", "clip") and any("is the shrink only for t >= 0" in r for r in o.reasons),
     "where-chain NaN to 0 refused": lambda c, o: c.spelling.name == "where-chain" and any(
@@ -278,10 +277,9 @@ def _add_remove_body(b: Builder) -> str:
     return _where(b, x, b.op("Less", b.op("Abs", x), s), 0.5)
 
 
-@pytest.mark.xfail(strict=True, reason="soundness: (x + 2^24) - 2^24 inside a float32 SmoothL1 region is fused "
-                   "(by meaning, as SmoothL1LossGradV2(sigma=0.5)); at predict=0.3, label=0 the graph gives 0, "
-                   "the fused op 0.6: the proof works over the reals and nothing checks the loss of significance")
 def test_class_8_adding_and_removing_2_24() -> None:
+    # (x + 2^24) - 2^24 is x over the reals and 0 in float32 for |x| < 0.5: the check in the
+    # graph's own types refuses it
     _assert_refused_with_a_counterexample(_example(_sl1(_add_remove_body), [{"predict": 0.3, "label": 0.0}]))
 
 
@@ -346,10 +344,8 @@ def test_where_chain_with_runtime_scalars_fuses() -> None:
     assert case.kind == "equal" and judge(case).fused
 
 
-@pytest.mark.xfail(strict=True, reason="completeness: the where-chain with constant alpha=0.5, l1=l2=0.25 maps NaN "
-                   "to 0 (the op's nan_to_zero variant) and is refused ('softshrink with 0, not p*0, between the "
-                   "thresholds') before the proof could choose that variant")
 def test_where_chain_with_constant_scalars_fuses() -> None:
+    # NaN in p gives 0: the op's nan_to_zero variant
     case = classify(_prox_spelling("where-chain", False), None)
     assert case.kind == "equal" and judge(case).fused
 
