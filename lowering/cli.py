@@ -128,6 +128,9 @@ def _add_diff_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"target whose schedule the kernels run with: {', '.join(_targets())}")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing when every comparison PASSes, "
                         "only the failures otherwise")
+    parser.add_argument("--assume-finite", action="store_true",
+                        help="leave out the positions where an input or the reference is +-inf or NaN (for a "
+                             "model lowered with --assume-finite), and say how many")
     add_input_options(parser)
     parser.set_defaults(run=_run_diff)
 

@@ -72,8 +72,25 @@ def _masked_select_hint(nodes: list[onnx.NodeProto], actual: np.ndarray, golden:
     return ""
 
 
+def nonfinite_positions(golden: np.ndarray, inputs: Sequence[np.ndarray] = ()) -> np.ndarray:
+    """Where the reference, or an input broadcast to its shape, is +-inf or NaN: what a diff
+    under assume-finite leaves out."""
+    g = np.asarray(golden)
+    out = ~np.isfinite(g.astype(np.float64)) if g.dtype.kind == "f" or g.dtype.name == "bfloat16" \
+        else np.zeros(g.shape, bool)
+    for x in inputs:
+        a = np.asarray(x)
+        if a.dtype.kind != "f" and a.dtype.name != "bfloat16":
+            continue
+        try:
+            out = out | np.broadcast_to(~np.isfinite(a.astype(np.float64)), g.shape)
+        except ValueError:  # an input of another shape names no position of this output
+            continue
+    return out
+
+
 def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress | None = None,
-              not_run: Sequence[tuple[onnx.NodeProto, str]] = ()) -> list[Row]:
+              not_run: Sequence[tuple[onnx.NodeProto, str]] = (), assume_finite: bool = False) -> list[Row]:
     """One row per output of each fused node, in graph order (a node inside a body where the
     main-graph node that holds it is): its kernel against its function body (or the float64
     formula when it has none, or one that onnxruntime cannot run). A node inside a loop body or a
@@ -103,7 +120,11 @@ def node_rows(fused: onnx.ModelProto, runs: list[FusedRun], progress: Progress |
             actual = stacked([run.outputs[role] for run in group.runs])
             golden = stacked([g[role] for g, _ in goldens])
             where = goldens[0][1]
-            cmp = compare(group.node.name, actual, golden)
+            skip = None
+            if assume_finite:
+                skip = stacked([nonfinite_positions(g[role], list(run.inputs.values()))
+                                for (g, _), run in zip(goldens, group.runs)])
+            cmp = compare(group.node.name, actual, golden, skip=skip)
             if (cmp.inf_mismatch or cmp.nan_mismatch) and where == "matched subgraph":
                 found = functions.called_by(group.node)
                 body = list(found.node) if found else []
@@ -199,7 +220,7 @@ def _unfused_run(unfused: onnx.ModelProto, feeds: Mapping[str, np.ndarray], back
 
 def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
                 backend: Backend, target: str, report: DiffReport,
-                progress: Progress | None = None) -> DiffReport:
+                progress: Progress | None = None, assume_finite: bool = False) -> DiffReport:
     """Fill `report.rows` with the comparisons of `fused` against `unfused` on `feeds`; where
     onnxruntime cannot run the unfused graph whole, also `report.partial` (runtime/partial.py)."""
     reference = _unfused_run(unfused, feeds, backend, target, progress)
@@ -223,7 +244,8 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
         gold = golden[out.name]
         if way is not None and way.rounded_last:
             gold = rounded_to(gold, way.dtype)
-        cmp = compare(out.name, actual[out.name], gold, None if way is None else way.dtype)
+        skip = nonfinite_positions(gold, list(feeds.values())) if assume_finite else None
+        cmp = compare(out.name, actual[out.name], gold, None if way is None else way.dtype, skip=skip)
         if way is not None and way.rounded_last:
             rounded = f"reference rounded to {way.dtype} as the graph's last Cast does"
             cmp.note = "; ".join(filter(None, [cmp.note, rounded]))
@@ -234,7 +256,7 @@ def diff_models(unfused: onnx.ModelProto, fused: onnx.ModelProto, feeds: Mapping
         via = reference.coverage.via.get(out.name, frozenset()) | run.coverage.via.get(out.name, frozenset())
         report.rows.append(Row("output", out.name, "unfused graph", cmp, partial=_rests_on(via)))
     report.rows += update_rows(reference, run)
-    report.rows += node_rows(fused, run.runs, progress, run.not_run)
+    report.rows += node_rows(fused, run.runs, progress, run.not_run, assume_finite)
     if not reference.coverage.complete:
         report.partial, report.partial_detail = describe_partial(report.rows, reference.coverage)
     return report

@@ -192,7 +192,8 @@ def _diff(models: ModelPair, unfused_name: str, fused_name: str, target: str, ar
             feeds, source = _feeds(unfused, fused, opts)
             report = DiffReport(unfused_name, fused_name, opts.backend.name, target, source,
                                 {k: list(np.asarray(v).shape) for k, v in feeds.items()})
-            diff_models(unfused, fused, feeds, opts.backend, target, report, progress)
+            diff_models(unfused, fused, feeds, opts.backend, target, report, progress,
+                        assume_finite=bool(getattr(args, "assume_finite", False)))
     except _BAD_INPUT as exc:
         _say(prog, "error", exc)
         return 2

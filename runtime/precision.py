@@ -68,6 +68,7 @@ class Comparison:
     inf_mismatch: int
     passed: bool
     note: str = ""
+    skipped: int = 0  # positions left out under assume-finite
 
     def to_json(self) -> dict[str, object]:
         """Plain JSON data; a metric that could not be computed (NaN) becomes null."""
@@ -97,11 +98,20 @@ def subnormal_steps(dtype: np.dtype, actual: np.ndarray, golden: np.ndarray) -> 
         return tiny, np.abs(_as_f64(actual) - g) / float(info.smallest_subnormal)
 
 
-def compare(name: str, actual: np.ndarray, golden: np.ndarray, through: str | None = None) -> Comparison:
+def compare(name: str, actual: np.ndarray, golden: np.ndarray, through: str | None = None,
+            skip: np.ndarray | None = None) -> Comparison:
     """Compare `actual` with `golden` under the precision standard of actual's dtype, or of
-    `through`, a narrower float dtype the value was computed by way of, when its bar is looser."""
+    `through`, a narrower float dtype the value was computed by way of, when its bar is looser.
+    Positions where `skip` holds are left out (assume-finite: an input or the reference is
+    +-inf or NaN there), and the note says how many."""
     actual = np.asarray(actual)
     golden = np.asarray(golden)
+    if skip is not None and actual.shape == golden.shape and np.any(skip):
+        mask = np.broadcast_to(skip, actual.shape)
+        kept = compare(name, np.where(mask, 0, actual).astype(actual.dtype),
+                       np.where(mask, 0, golden).astype(golden.dtype), through)
+        kept.skipped = int(np.count_nonzero(mask))
+        return kept
     dname = dtype_name(actual.dtype)
     shape = tuple(int(d) for d in actual.shape)
     if actual.shape != golden.shape:

@@ -129,6 +129,10 @@ def format_failures(report: DiffReport) -> str:
         out = [f"FAIL: {len(fails)} of {counted}"]
         out += [f"  {row_label(r)}{', ' + r.checked if r.checked else ''}: "
                 f"{printable(r.comparison.note, NOTE_WIDTH) or 'over threshold'}" for r in fails]
+    left_out = sum(r.comparison.skipped for r in report.rows if not r.skipped)
+    if left_out:
+        out.append(f"assume-finite: {left_out} position(s) where an input or the reference is +-inf or NaN were "
+                   "left out")
     if report.partial:
         out.append(partial_line(report))
     return "\n".join(out) + "\n"
