@@ -4,7 +4,9 @@ rule a new fused op needs, and nothing else."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -13,7 +15,7 @@ from codegen.nodes import NodeSpec
 from codegen.registry import ONE_ELEMENT, Attribute, Axis, Operator, OpInterface, Rule
 from codegen.rules.common import common_dtype, load_f32, store
 from lowering.algebra import Algebra
-from lowering.fused_ops import AttrSpec, OpSpec
+from lowering.fused_ops import AttrSpec, OpSpec, ProofSpec
 from lowering.patterns.base import Match, Pattern
 
 OP = "SquaredErrorGrad"
@@ -22,6 +24,18 @@ OP = "SquaredErrorGrad"
 def _golden(x: Mapping[str, np.ndarray], a: Mapping[str, object]) -> tuple[np.ndarray, ...]:
     p, label, dout = (np.asarray(x[k], np.float64) for k in ("predict", "label", "dout"))
     return (float(a["scale"]) * (p - label) * dout,)  # type: ignore[arg-type]
+
+
+def _contract(m: Any, x: Mapping[str, Any], p: Mapping[str, Any], a: Mapping[str, object]) -> Any:
+    """The formula the proof compares a match with: scale * (predict - label) * dout."""
+    return m.mul(m.mul(p["scale"], m.sub(x["predict"], x["label"])), x["dout"])
+
+
+def _derive(a: Mapping[str, object], at: Callable[..., Fraction | None], snap: Callable[[float], Fraction],
+            big: Fraction, known: Mapping[str, Fraction]) -> dict[str, Fraction]:
+    """The scale is what the region gives at predict = 1, label = 0, dout = 1."""
+    value = at(predict=1, label=0, dout=1)
+    return {} if value is None else {"scale": value / known.get("dout", Fraction(1))}
 
 
 CONTRACT = OpSpec(
@@ -33,6 +47,7 @@ CONTRACT = OpSpec(
     reference=_golden,
     formula="gradient = scale * (predict - label) * dout",
     example_scalars={"dout": 0.5},
+    proof=ProofSpec(_contract, _derive, lambda a: {"scale": Fraction(float(a["scale"]))}),  # type: ignore[arg-type]
 )
 
 
