@@ -46,8 +46,6 @@ from .base import (
 from .forms import Form, first_found
 
 FAMILY = "proximal_gd"
-MASKED_INF_CAVEAT = ("arithmetic select (tf2onnx): where p is +-inf a branch not taken is not finite, and the "
-                     "unfused graph gives 0*inf = NaN through its mask where the kernel gives +-inf")
 _SIGN_OPS, _WHERE_OPS = frozenset({"Sign"}), frozenset({"Where"})
 # the scaling ops between the shrink and the anchor, and the Cast back from a float32 Sign
 _TO_SHRINK = frozenset({"Mul", "Div", "Neg", "Reciprocal", "Cast"})
@@ -103,22 +101,7 @@ def match(alg: Algebra, anchor: int) -> Match | None:
         # Clip without max clamps at its dtype's largest finite value (ONNX spec), so inf maps there
         attrs["shrink_max"] = float(_finfo_max(index.elem_type(shrink.clipped)))
     return Match(f"{FAMILY}/{shrink.form}", PROXIMAL_GD, out, dtype, inputs, attrs,
-                 interior=interior - boundary, boundary=boundary,
-                 caveats=_masked_inf_caveat(index, shrink.nodes, shrink.p, shrink.form == "nested-softshrink"))
-
-
-def _masked_inf_caveat(index: GraphIndex, nodes: set[int], p: str, nested: bool) -> list[str]:
-    """The caveat of a softshrink under tf2onnx's arithmetic select (Cast masks) with a branch
-    that is not finite for an inf p although not taken there: p*0 below the threshold, or the
-    other side's p + t of two nested selects. The 0 mask keeps the 0*inf = NaN, so the unfused
-    graph gives NaN where the fused op gives +-inf."""
-    matched = [index.nodes[i] for i in nodes]
-    if not any(n.op_type == "Cast" and index.elem_type(n.input[0]) == onnx.TensorProto.BOOL for n in matched):
-        return []
-    if not nested and not any(n.op_type == "Mul" and p in n.input and any(index.scalar(v) == 0.0 for v in n.input)
-                              for n in matched):
-        return []
-    return [MASKED_INF_CAVEAT]
+                 interior=interior - boundary, boundary=boundary)
 
 
 def _may_be_softshrink(index: GraphIndex, node: Node) -> bool:
@@ -1005,7 +988,6 @@ SOFTSHRINK = Form(
     seen_from=("dynamo", "dynamo-optimized", "tf2onnx", "hand-written"),
     fused_op=PROXIMAL_GD,
     matcher=_softshrink,
-    caveats=(MASKED_INF_CAVEAT,),
 )
 NESTED_SOFTSHRINK = Form(
     FAMILY, "nested-softshrink",
@@ -1018,7 +1000,6 @@ NESTED_SOFTSHRINK = Form(
     seen_from=("dynamo-optimized", "torchscript", "tf2onnx", "hand-written"),
     fused_op=PROXIMAL_GD,
     matcher=_nested_softshrink,
-    caveats=(MASKED_INF_CAVEAT,),
 )
 CLAMP_RESIDUAL = Form(
     FAMILY, "clamp-residual",

@@ -43,13 +43,7 @@ from .forms import Form, first_found
 
 FAMILY = "smooth_l1_grad"
 # what a fusion's report can note, where the unfused graph and the kernel differ on purpose
-ARITHMETIC_SELECT_CAVEAT = (
-    "arithmetic select (float masks as tf2onnx writes them, or autograd's sum of Wheres against 0 times the "
-    "branches' factors): where the branch not taken is inf/NaN the unfused graph gives NaN, the kernel gives "
-    "the selected branch")
 HALF_SIGN_CAVEAT = "native float16: onnxruntime's float16 Sign maps NaN to 0, the kernel keeps NaN"
-INF_OVER_INF_CAVEAT = ("x / max(|x|, beta): where x is +-inf the graph computes inf/inf = NaN, the kernel gives "
-                       "the gradient's +-1")
 BROADCAST_CAVEAT = "{role} ({shape}) broadcasts to predict's shape in the kernel (the fused node reads it as it is)"
 # relative rounding of a constant stored in each compute dtype
 _EPS: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10,
@@ -193,7 +187,7 @@ def _match_abs_select(alg: Algebra, out: str, sel: Select, cmp: Comparison) -> M
         require(_same_scale(alg, x, within.coef, rest.coef / beta),
                 f"the |x| < beta branch scales x by {within.coef:g}, not by K/beta = {rest.coef / beta:g}")
     nodes = sel.nodes | cmp.nodes | {abs_node} | sign[1] | inside.nodes | outside.nodes | alg.widening_casts(cmp.lhs)
-    return _finish(alg, f"{FAMILY}/{form}", out, x, rest, beta, nodes, arithmetic=sel.arithmetic)
+    return _finish(alg, f"{FAMILY}/{form}", out, x, rest, beta, nodes)
 
 
 def _threshold(alg: Algebra, cmp: Comparison, arithmetic: bool) -> float:
@@ -268,7 +262,7 @@ def _nested_select_on_x(alg: Algebra, out: str, sel: Select, cmp: Comparison) ->
     nodes = (sel.nodes | inner_sel.nodes | cmp.nodes | inner_cmp.nodes | low.nodes | high.nodes
              | inner_sel.when_false.nodes | alg.widening_casts(cmp.lhs) | alg.widening_casts(inner_cmp.lhs))
     rest = Monomial(high.coef, high.factors, high.nodes)
-    return _finish(alg, form, out, x, rest, beta, nodes, arithmetic=sel.arithmetic or inner_sel.arithmetic)
+    return _finish(alg, form, out, x, rest, beta, nodes)
 
 
 def _uniform_as(alg: Algebra, mono: Monomial, ref: Monomial, x: str) -> Monomial:
@@ -340,8 +334,7 @@ def _clamped_ratio(alg: Algebra, out: str) -> Match | None:
         beta = bound / inner.coef
         rest = mono.dividing_out(name)  # a factor of exponent 1
         rest.coef *= bound
-        return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes,
-                       arithmetic=False)
+        return _finish(alg, f"{FAMILY}/clip", out, x, rest, beta, mono.nodes | inner.nodes | clamp_nodes)
     return None
 
 
@@ -378,7 +371,7 @@ def _sign_times_capped_ratio(alg: Algebra, out: str) -> Match | None:
                 f"min(|x| * {ratio.coef:g}, 1) caps x at a non-positive beta")
         nodes = mono.nodes | ratio.nodes | sign[1] | one[1] | casts | {found[0], abs_x[1]}
         return _finish(alg, f"{FAMILY}/capped-ratio", out, abs_x[0], rest.dividing_out(sign[0]), 1.0 / ratio.coef,
-                       nodes, arithmetic=False)
+                       nodes)
     return None
 
 
@@ -429,10 +422,7 @@ def _x_over_floored_abs(alg: Algebra, out: str) -> Match | None:
         x = absx[0]
         require(beta > 0, f"x / max(|x|, {beta:g}) with beta <= 0 is 0/0 = NaN at x = 0, unlike the gradient")
         rest = mono.dividing_out(name).dividing_out(x)  # exponents -1 and 1
-        match = _finish(alg, f"{FAMILY}/over-floored-abs", out, x, rest, beta, mono.nodes | {i, absx[1]},
-                        arithmetic=False)
-        match.caveats.append(INF_OVER_INF_CAVEAT)
-        return match
+        return _finish(alg, f"{FAMILY}/over-floored-abs", out, x, rest, beta, mono.nodes | {i, absx[1]})
     return None
 
 
@@ -478,8 +468,7 @@ def _huber_loss_v1_gradient(alg: Algebra, out: str) -> Match | None:
         require(_same_scale(alg, x, inside.scale, w / inside.delta),
                 f"the |x| <= delta branch scales x by {inside.scale:g}, not by w/delta = {w / inside.delta:g}")
         nodes = mono.nodes | sign[1] | shifted.nodes | inside.nodes
-        return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), inside.delta, nodes,
-                       arithmetic=False)
+        return _finish(alg, f"{FAMILY}/capped", out, x, Monomial(rest.coef * w, {}, set()), inside.delta, nodes)
     return None
 
 
@@ -654,7 +643,7 @@ def _like_terms_sum(alg: Algebra, addends: list[str], like: str) -> Monomial | N
 
 
 def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: float,
-            nodes: set[int], arithmetic: bool) -> Match:
+            nodes: set[int]) -> Match:
     """Common tail: split K * dout [/ numel], check dtypes and shapes, absorb Cast wrappers."""
     index = alg.index
     sub = alg.producer(x, "Sub")
@@ -717,8 +706,6 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     elif dtype != onnx.TensorProto.FLOAT and not isinstance(dout, str):
         inputs[2] = _const_like(dout, dtype)
     caveats = []
-    if arithmetic:
-        caveats.append(ARITHMETIC_SELECT_CAVEAT)
     if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
            for i in interior):
         caveats.append(HALF_SIGN_CAVEAT)
@@ -804,7 +791,7 @@ SELECT_ON_ABS_X = Form(
                "hand-written"),
     fused_op=SMOOTH_L1_GRAD,
     matcher=_select_on_abs_x,
-    caveats=(ARITHMETIC_SELECT_CAVEAT, HALF_SIGN_CAVEAT, *_EVERY_FORM),
+    caveats=(HALF_SIGN_CAVEAT, *_EVERY_FORM),
     reported_as=("where", "arithmetic-select"),
 )
 NESTED_SELECT_ON_X = Form(
@@ -821,7 +808,7 @@ NESTED_SELECT_ON_X = Form(
     seen_from=("dynamo", "dynamo-optimized", "torchscript", "onnxsim", "hand-written"),
     fused_op=SMOOTH_L1_GRAD,
     matcher=_nested_select_on_x,
-    caveats=(ARITHMETIC_SELECT_CAVEAT, *_EVERY_FORM),
+    caveats=_EVERY_FORM,
     reported_as=("nested-where", "nested-arithmetic-select"),
 )
 CLAMPED_RATIO = Form(
@@ -878,7 +865,7 @@ X_OVER_FLOORED_ABS = Form(
     seen_from=("tf2onnx", "hand-written"),
     fused_op=SMOOTH_L1_GRAD,
     matcher=_x_over_floored_abs,
-    caveats=(INF_OVER_INF_CAVEAT, *_EVERY_FORM),
+    caveats=_EVERY_FORM,
 )
 # tried at a Where or a sum, on its select view, in this order
 SELECT_FORMS = (SELECT_ON_ABS_X, NESTED_SELECT_ON_X)

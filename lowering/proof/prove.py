@@ -44,7 +44,7 @@ from ..patterns.meaning.evaluate import np_type
 from . import relations, rounding
 from .formula import run
 from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
-from .structure import Structure, Unprovable, build, exact_value, float_max, overflow_at
+from .structure import ARITH, Structure, Unprovable, build, exact_value, float_max, overflow_at
 
 TIMEOUT_MS = 4000  # per solver query; unknown is a refusal, never a proof
 # a value within this factor of its type's range is "near the range": an overflow the graph and the
@@ -433,6 +433,9 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
         else:
             kind = FIN
         leaves.append(Ext(kind, real))
+        top = float_max(s.leaf_dtypes[k])
+        if top is not None:  # a finite input is a value of its type
+            solver.add(b.or_(b.not_(m.finite(leaves[-1])), b.and_(real <= b.num(top), real >= b.num(-top))))
     finite_values = [c for c in s.constants if isinstance(c, Fraction)]
     consts: list[Any] = []
     symbols = []
@@ -464,7 +467,16 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
         solver.add(_is_kind(v.kind), *rounding.bounds(m, x, v, s.structure.dtypes[k]))
         return v
 
-    region, _ = run(s.structure, Semantics(b, saturate), leaves, consts, numels, opaque)
+    region, values = run(s.structure, Semantics(b, saturate), leaves, consts, numels, opaque)
+    if not saturate:
+        # the real and non-finite questions are asked where no value of the region overflows its
+        # type; where one does, the overflow question decides
+        for (op, _, _), value, dtype in zip(s.structure.ops, values, s.structure.dtypes):
+            top = overflow_at(dtype)
+            if op in ARITH and isinstance(value, Ext) and top is not None:
+                bound = b.num(top)
+                within = b.and_(b.lt(value.real, bound), b.lt(b.neg(bound), value.real))
+                solver.add(b.or_(b.not_(m.finite(value)), within))
     inputs: dict[str, Any] = {}
     dummies: dict[str, Any] = {}
     for role, (kind, k) in s.roles:
@@ -495,6 +507,24 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
     if domain is not True:
         solver.add(domain)
     return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract, trace, tie)
+
+
+_VISIBLE = Fraction(1, 1 << 16)  # a relative difference below this is a rounding, not a different function
+_UNSEEN = "shows there"
+
+
+def _differs_visibly(s: _Setting, generic: frozenset[int]) -> bool:
+    """Whether region and contract differ somewhere by more than a relative _VISIBLE (or in kind)."""
+    import z3
+
+    e = _encode(s, generic, free_kinds=False, saturate=False)
+    b, m = e.m.b, e.m
+    gap = e.region.real - e.contract.real
+    size = z3.If(z3.Abs(e.region.real) > z3.Abs(e.contract.real), z3.Abs(e.region.real), z3.Abs(e.contract.real))
+    visible = b.or_(b.not_(b.eq(e.region.kind, e.contract.kind)),
+                    b.and_(m.finite(e.region), z3.Abs(gap) > b.num(_VISIBLE) * size))
+    e.solver.add(e.differs(), visible)
+    return e.solver.check() != z3.unsat
 
 
 def _is_kind(k: Any) -> Any:
@@ -537,7 +567,12 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
     e.solver.add(e.differs())
     found = e.solver.check()
     if found != z3.unsat:
-        return _refusal(alg, match, s, e, found, generic, described, "")
+        refusal = _refusal(alg, match, s, e, found, generic, described, "")
+        if generic or found != z3.sat or not refusal.reason.endswith(_UNSEEN) or _differs_visibly(s, generic):
+            return refusal
+        # they differ, but nowhere by more than a rounding of the graph's type (a clamp at the
+        # largest float where x exceeds it by a few units): rounding, which evaluation bounds
+        caveats.append(f"equal to the graph up to a relative {float(_VISIBLE):.3g} ({refusal.reason})")
     # 2. non-finite inputs, with the op's variants for them in turn
     first: Verdict | None = None
     for variant in _variants(s):

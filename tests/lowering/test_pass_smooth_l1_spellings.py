@@ -183,8 +183,9 @@ def test_autograd_of_a_hand_written_smooth_l1_fuses(rng: np.random.Generator) ->
         node = assert_fuses_once(model, SL1, feeds)
         assert list(node.input) == ["p", "t", "g"]
         fused, report = lowering.fuse(model)
-        assert report.fusions[0].attributes == {"sigma": 0.25, "reduction": "none", "scale": 1.0}
-        assert report.fusions[0].caveats, "inf in x gives NaN in the graph (0 * inf in the branch not taken)"
+        # autograd sums the masked branches: NaN where the branch not taken is inf, the blend variant
+        assert report.fusions[0].attributes == {"sigma": 0.25, "reduction": "none", "scale": 1.0,
+                                                "nonfinite": "blend"}
         assert report.normalization.get("powers of 1 removed", 0) == (terms == "fvcore")
 
 
@@ -268,15 +269,21 @@ def _over_floored_abs(floor: str, beta: float) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("floor", ["Max", "Clip"])
-def test_x_over_floored_abs_fuses_with_its_inf_caveat(floor: str, rng: np.random.Generator) -> None:
+def test_x_over_floored_abs_fuses_as_its_nonfinite_behaviour_allows(floor: str, rng: np.random.Generator) -> None:
+    """x / max(|x|, beta) is inf/inf = NaN at x = +-inf: exactly the blend variant's NaN where
+    x / sigma is not finite, so it fuses with no caveat. Clip without max caps |x| at the largest
+    float, so x = +-inf gives +-inf there, which no variant gives: fused under assume_finite only."""
     model = _over_floored_abs(floor, 0.5)
+    if floor == "Clip":
+        _, strict = lowering.fuse(model)
+        assert not strict.fusions and any("non-finite" in r.reason for r in strict.rejections), strict.summary()
     feeds = {"p": rng.standard_normal(N).astype(np.float32), "t": rng.standard_normal(N).astype(np.float32),
              "go": np.array(1.5, np.float32)}
     feeds["p"][:5], feeds["t"][:5] = [0.5, -0.5, 0.0, np.nan, 0.49999997], 0.0
-    fused, report = lowering.fuse(model)
+    fused, report = lowering.fuse(model, assume_finite=floor == "Clip")
     fusion, = report.fusions
-    assert fusion.attributes == {"sigma": 0.5, "reduction": "mean", "scale": 1.0}
-    assert any("inf/inf" in c for c in fusion.caveats)
+    assert fusion.attributes["nonfinite" if floor == "Max" else "sigma"] == ("blend" if floor == "Max" else 0.5)
+    assert fusion.assumed_finite == (floor == "Clip")
     assert_same(run_ort(model, feeds)[0], run_ort(fused, feeds)[0])
     node, = fused_nodes(fused)
     ok, detail = precision_ok(run_ort(model, feeds)[0], golden_of(fused, node, feeds), np.float32)
