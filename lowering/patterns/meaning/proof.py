@@ -27,10 +27,11 @@ from ...graph import GraphIndex
 from .evaluate import Evaluator, Unsupported, np_type
 from .region import Region
 
-# relative tolerance of the graph-dtype comparison, per output type: the region rounds each of
-# its ops, the contract once
-_DTYPE_RTOL: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-16, onnx.TensorProto.FLOAT16: 2.0**-8,
-                                  onnx.TensorProto.BFLOAT16: 2.0**-5}
+# relative tolerance of the graph-dtype comparison, per output type: the CANN precision standard's
+# bound on one element's relative error (its MARE, 10 times the dtype's threshold 2^-13, 2^-10,
+# 2^-7): the region rounds each of its ops, the kernel once, and no more than that may separate them
+_DTYPE_RTOL: dict[int, float] = {onnx.TensorProto.FLOAT: 10 * 2.0**-13, onnx.TensorProto.FLOAT16: 10 * 2.0**-10,
+                                  onnx.TensorProto.BFLOAT16: 10 * 2.0**-7}
 _EPS: dict[int, float] = {onnx.TensorProto.FLOAT: 2.0**-23, onnx.TensorProto.FLOAT16: 2.0**-10,
                           onnx.TensorProto.BFLOAT16: 2.0**-7}
 
