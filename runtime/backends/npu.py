@@ -1,10 +1,11 @@
 """The NPU backend: run the generated custom op on an Ascend device through CANN (ctypes).
 
 Used only where a CANN toolkit is installed (runtime/npu/toolkit.py finds it: ASCEND_HOME_PATH,
-ASCEND_TOOLKIT_HOME, then the default install paths) and the custom-op package built from
-`lower`'s kernels is installed (runtime/npu/packages.py finds each operator's libcust_opapi.so
-as CANN does: ASCEND_CUSTOM_OPP_PATH, then vendors/config.ini load_priority). Without them,
-creating the backend raises BackendError saying where it looked and what is missing.
+ASCEND_TOOLKIT_HOME, then the default install paths) and the custom-op packages built from
+`lower`'s kernels are installed, one per operator, each as its own vendor (runtime/npu/packages.py
+finds each operator's libcust_opapi.so as CANN does: ASCEND_CUSTOM_OPP_PATH, then
+vendors/config.ini load_priority). Without them, creating the backend (or the first call of an
+operator no package has) raises BackendError saying where it looked and what is missing.
 
 Every backend of the process shares one ACL runtime (runtime/npu/acl_runtime.py: aclInit once,
 everything released at exit) and has a stream of its own, released by `close()` or at the end of
