@@ -263,6 +263,7 @@ def test_packages_follow_custom_path_then_load_priority_not_the_alphabet(tmp_pat
 @pytest.mark.parametrize("text, names", [
     ("load_priority=customize\n", ["customize"]),
     ("[x]\nload_priority=b,a,\n", ["b", "a"]),
+    ("load_priority=b,a,b\n", ["b", "a"]),  # a vendor listed twice loads at its first place
     ("load_priority_old=a\n", []),
     ("", []),
 ])
