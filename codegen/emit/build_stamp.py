@@ -22,8 +22,9 @@ STAMP_FILE = "build_stamp.json"  # in the project; installed as op_api/lib/<file
 
 
 def installed_stamp_name(file_stem: str) -> str:
-    """The stamp's file name beside libcust_opapi.so: one per operator, since the projects of
-    several operators may install into one vendor directory."""
+    """The stamp's file name beside libcust_opapi.so, named after its operator: each operator
+    installs as a vendor of its own (codegen/emit/vendor.py), but a vendor directory holding
+    several operators (merged by hand, or from an older lower) still has one stamp each."""
     return f"{file_stem}.{STAMP_FILE}"
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from codegen.emit.build_stamp import STAMP_FILE, installed_stamp_name
 from codegen.emit.cxx import ACL_TYPES, BANNER, host_float_literal
 from codegen.emit.golden import golden_function
+from codegen.emit.vendor import vendor_name
 from codegen.ir import Kind, Param
 from codegen.names import safe_text
 from codegen.op_interface import call_attributes, contract, interface, is_cann
@@ -25,7 +26,6 @@ EXAMPLE_ELEMENTS = 8 * 1024 + 37  # a partial last tile on purpose
 EXAMPLE_ROWS, EXAMPLE_COLS = 37, 229
 
 
-VENDOR = "ascend_lowering"  # vendor_name: the directory the package installs under
 TEMPLATE_DIR = "tools/op_project_templates/ascendc/customize"  # inside the toolkit
 DEFAULT_TOOLKIT = "/usr/local/Ascend/ascend-toolkit/latest"  # 8.x; newer installs: /usr/local/Ascend/cann
 
@@ -128,15 +128,16 @@ include(CPack)
 
 def cmake_presets(project: OperatorProject) -> str:
     """CMakePresets.json with the cache variables of the template's preset, in its order and with
-    its types and values, except the four a project sets: its compute unit, its vendor, the 8.x
-    toolkit path and ENABLE_TEST off (the project ships no test cases)."""
+    its types and values, except the four a project sets: its compute unit, its vendor (one per
+    operator: codegen/emit/vendor.py), the 8.x toolkit path and ENABLE_TEST off (the project ships
+    no test cases)."""
     cache = {
         "CMAKE_BUILD_TYPE": ("STRING", "Release"),
         "ENABLE_SOURCE_PACKAGE": ("BOOL", "True"),
         "ENABLE_BINARY_PACKAGE": ("BOOL", "True"),
         "ASCEND_COMPUTE_UNIT": ("STRING", project.target.compute_unit),
         "ENABLE_TEST": ("BOOL", "False"),
-        "vendor_name": ("STRING", VENDOR),
+        "vendor_name": ("STRING", vendor_name(project.op_name)),
         "ASCEND_CANN_PACKAGE_PATH": ("PATH", DEFAULT_TOOLKIT),
         "ASCEND_PYTHON_EXECUTABLE": ("STRING", "python3"),
         "CMAKE_INSTALL_PREFIX": ("PATH", "${sourceDir}/build_out"),
@@ -227,7 +228,7 @@ project(test_aclnn_{stem} LANGUAGES CXX)
 
 set(ASCEND_CANN_PACKAGE_PATH "$ENV{{ASCEND_HOME_PATH}}" CACHE PATH "CANN toolkit root")
 set(ASCEND_OPP_PATH "$ENV{{ASCEND_OPP_PATH}}" CACHE PATH "opp directory the package installed into")
-set(VENDOR_DIR ${{ASCEND_OPP_PATH}}/vendors/{VENDOR})
+set(VENDOR_DIR ${{ASCEND_OPP_PATH}}/vendors/{vendor_name(project.op_name)})
 
 add_executable(test_aclnn_{stem} test_aclnn_{stem}.cpp)
 target_include_directories(test_aclnn_{stem} PRIVATE
@@ -612,6 +613,7 @@ def readme(project: OperatorProject) -> str:
     t = project.target
     stem = project.file_stem
     op = project.op_name
+    vendor = vendor_name(op)
     axes = "; ".join(f"{a.name} ({', '.join(a.values)})" for a in axes_of(op))
     variants = "\n".join(_variant_section(a) for a in project.variants)
     if any(p.broadcast for a in project.variants for p in a.kernel.inputs):
@@ -673,7 +675,7 @@ tile of a core moves with DataCopyPad; vector calls cover whole 256-byte repeats
 {variants}
 ## Files (the msopgen `customize` project layout)
 
-* `CMakeLists.txt`, `CMakePresets.json` (ASCEND_COMPUTE_UNIT `{t.compute_unit}`, vendor `{VENDOR}`), `build.sh`
+* `CMakeLists.txt`, `CMakePresets.json` (ASCEND_COMPUTE_UNIT `{t.compute_unit}`, vendor `{vendor}`), `build.sh`
 * `op_host/CMakeLists.txt` (op build: aclnn API, op proto, tiling library), `op_host/{stem}_def.cpp`,
   `op_host/{stem}_infershape.cpp`, `op_host/{stem}_tiling.cpp`
 * `op_kernel/CMakeLists.txt` (`add_kernels_compile()`), `op_kernel/{stem}.cpp` (entry `{stem}`),
@@ -688,12 +690,17 @@ msopgen copies them, so the op build always matches the toolkit that builds the 
 ```
 source /usr/local/Ascend/ascend-toolkit/set_env.sh   # 8.x; newer: /usr/local/Ascend/cann/set_env.sh
 ./build.sh                                           # build_out/custom_opp_<os>_<arch>.run
-./build_out/custom_opp_*.run                         # installs vendors/{VENDOR} under ASCEND_OPP_PATH
+./build_out/custom_opp_*.run                         # installs vendors/{vendor} under ASCEND_OPP_PATH
 cmake -S examples -B examples/build && cmake --build examples/build   # the aclnn example
 ```
 
 `build.sh` looks for the toolkit in ASCEND_CANN_PACKAGE_PATH, ASCEND_HOME_PATH, {DEFAULT_TOOLKIT}
 and /usr/local/Ascend/cann, and says in one line what is missing.
+
+The vendor `{vendor}` is this operator's alone: install.sh merges a package into a vendor
+directory of the same name, so every operator `lower` emits installs as a vendor of its own and
+keeps its `op_api/lib/libcust_opapi.so` when the others are installed. Installing puts the vendor
+first in `vendors/config.ini`'s `load_priority`; a rebuild of this operator installs over it.
 
 ## Toolkit compatibility
 

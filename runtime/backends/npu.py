@@ -1,10 +1,11 @@
 """The NPU backend: run the generated custom op on an Ascend device through CANN (ctypes).
 
 Used only where a CANN toolkit is installed (runtime/npu/toolkit.py finds it: ASCEND_HOME_PATH,
-ASCEND_TOOLKIT_HOME, then the default install paths) and the custom-op package built from
-`lower`'s kernels is installed (runtime/npu/packages.py finds each operator's libcust_opapi.so
-as CANN does: ASCEND_CUSTOM_OPP_PATH, then vendors/config.ini load_priority). Without them,
-creating the backend raises BackendError saying where it looked and what is missing.
+ASCEND_TOOLKIT_HOME, then the default install paths) and the custom-op packages built from
+`lower`'s kernels are installed, one per operator, each as its own vendor (runtime/npu/packages.py
+finds each operator's libcust_opapi.so as CANN does: ASCEND_CUSTOM_OPP_PATH, then
+vendors/config.ini load_priority). Without them, creating the backend (or the first call of an
+operator no package has) raises BackendError saying where it looked and what is missing.
 
 Every backend of the process shares one ACL runtime (runtime/npu/acl_runtime.py: aclInit once,
 everything released at exit) and has a stream of its own, released by `close()` or at the end of
@@ -15,13 +16,14 @@ What it found (the toolkit, the package each operator comes from; not with `quie
 looks wrong (a package not built from this model's kernels, per its build stamp) goes to
 `notify`, by default one `npu backend: ...` line on stderr.
 
-Each call is the documented aclnn sequence: aclrtMalloc + aclrtMemcpy per tensor, aclCreateTensor,
-aclnn<Op>GetWorkspaceSize(inputs..., attributes..., outputs..., &workspaceSize, &executor),
-aclnn<Op>(workspace, size, executor, stream), aclrtSynchronizeStream, copy back, free. <Op> is
-CANN's op type, which the emitted operator keeps; the attributes are the node's values in the
-operator's order (codegen/op_interface.py: float as double, string as char *, bool as bool), and
-an output the operator writes into an input (ApplyProximalGradientDescent's var) is no argument
-of its own: it is copied back from that input's device buffer.
+Each call is the documented aclnn sequence: aclrtMalloc per tensor (aclrtMemcpy of each input),
+aclCreateTensor, aclnn<Op>GetWorkspaceSize(inputs..., attributes..., outputs..., &workspaceSize,
+&executor), aclnn<Op>(workspace, size, executor, stream), aclrtSynchronizeStream, a copy back of
+every output, free. <Op> is the kernel's emitted operator (codegen/registry.py: CANN's name where
+CANN's prototype expresses the node, else the project's own), each from the package that serves
+it; the attributes are the node's values in the operator's order (codegen/op_interface.py: float
+as double, string as char *, bool as bool). No operator writes into an input: every output has a
+device buffer of its own.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from runtime.backend import Backend, BackendError, KernelCall
 from runtime.backends.cpu import artifact_for
 from runtime.npu.acl_runtime import shared_runtime
 from runtime.npu.packages import OpEntry, OpResolver, find_packages, stamp_problem
+from runtime.numerics import NUMPY_DTYPES
 
 
 def _to_stderr(message: str) -> None:
@@ -113,12 +116,14 @@ class NpuBackend(Backend):
                              f"rebuild kernels/{art.file_stem} (build.sh) and install its custom_opp_*.run")
         return entry
 
-    def _device_tensor(self, arr: np.ndarray, owned: list[ctypes.c_void_p]) -> ctypes.c_void_p:
+    def _device_tensor(self, arr: np.ndarray, owned: list[ctypes.c_void_p], upload: bool) -> ctypes.c_void_p:
+        """An aclTensor over new device memory of arr's shape and dtype, holding arr's values when
+        `upload` (an input), else left for the operator to write (an output)."""
         arr = np.asarray(arr, order="C")
         ptr = ctypes.c_void_p()
         self._check(self.acl.aclrtMalloc(ctypes.byref(ptr), max(arr.nbytes, 1), 0), "aclrtMalloc")
         owned.append(ptr)
-        if arr.nbytes:
+        if upload and arr.nbytes:
             self._check(self.acl.aclrtMemcpy(ptr, arr.nbytes, arr.ctypes.data, arr.nbytes,
                                              AclrtMemcpyKind.HOST_TO_DEVICE), "aclrtMemcpy")
         dims = (ctypes.c_int64 * max(arr.ndim, 1))(*arr.shape)
@@ -145,7 +150,9 @@ class NpuBackend(Backend):
         entry = self._entry(art)
         plan = aclnn_arguments(kernel)
         first = np.asarray(call.inputs[kernel.inputs[0].name])
-        results = {p.name: np.empty(first.shape, first.dtype) for p in kernel.outputs}
+        # the node's dtypes, whatever the caller's arrays hold: the operator checks them
+        dtypes = {p.name: NUMPY_DTYPES[p.dtype] for p in [*kernel.inputs, *kernel.outputs]}
+        results = {p.name: np.empty(first.shape, dtypes[p.name]) for p in kernel.outputs}
         owned: list[ctypes.c_void_p] = []
         tensors: list[ctypes.c_void_p] = []
         device: dict[str, ctypes.c_void_p] = {}  # contract name -> device buffer
@@ -153,8 +160,9 @@ class NpuBackend(Backend):
         try:
             for arg in plan:
                 if arg.kind == "tensor":
-                    host = results[arg.name] if arg.name in results else np.asarray(call.inputs[arg.name])
-                    tensor = self._device_tensor(host, owned)
+                    is_output = arg.name in results
+                    host = results[arg.name] if is_output else np.asarray(call.inputs[arg.name], dtypes[arg.name])
+                    tensor = self._device_tensor(host, owned, upload=not is_output)
                     tensors.append(tensor)
                     device[arg.name] = owned[-1]
                     args.append(tensor)

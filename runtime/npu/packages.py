@@ -6,7 +6,10 @@ CANN looks for the aclnn API of a custom operator in `<package>/op_api/lib/libcu
 2. the vendors that `ASCEND_OPP_PATH/vendors/config.ini` lists in its `load_priority=a,b,...`
    line, in that order (installing a package puts its vendor first). A vendor directory that the
    line does not name is not loaded at all.
-The first library that exports `aclnn<Op>GetWorkspaceSize` serves the operator.
+The first library that exports `aclnn<Op>GetWorkspaceSize` serves the operator. Every operator
+lower emits is a package of its own, installed as its own vendor (codegen/emit/vendor.py), so
+the operators of one model come from as many vendor directories; a missing operator's error names
+the vendor its package installs as, and says so when that directory is there but not loaded.
 
 The package `lower`'s kernels build into installs a build stamp beside its library
 (codegen/emit/build_stamp.py); `stamp_problem` compares it with the kernel this run needs, so an
@@ -24,6 +27,8 @@ from pathlib import Path
 
 from codegen.artifact import KernelArtifact
 from codegen.emit.build_stamp import GENERATOR, installed_stamp_name, kernel_digest
+from codegen.emit.vendor import vendor_name
+from codegen.names import snake_case
 from lowering.terminal import printable
 from runtime.backend import BackendError
 from runtime.npu.libraries import load_library
@@ -52,6 +57,7 @@ class OpPackage:
 class PackageSearch:
     packages: tuple[OpPackage, ...]  # those with a library, in CANN's order
     looked: tuple[str, ...] = field(default=())  # every place looked at that gave no package, and why
+    unlisted: tuple[Path, ...] = field(default=())  # vendor directories load_priority does not name
 
 
 def load_priority(config: Path) -> list[str]:
@@ -63,7 +69,8 @@ def load_priority(config: Path) -> list[str]:
     for line in lines:
         key, sep, value = line.partition("=")
         if sep and key.strip() == "load_priority":
-            return [v.strip() for v in value.split(",") if v.strip()]
+            names = [v.strip() for v in value.split(",") if v.strip()]
+            return list(dict.fromkeys(names))  # a name listed twice is loaded at its first place
     return []
 
 
@@ -94,10 +101,10 @@ def find_packages(opp_path: Path, opp_source: str, env: Mapping[str, str] | None
             looked.append(f"{config}: load_priority names {printable(name)!r}, not a vendor directory")
             continue
         consider(OpPackage(vendors / name, f"{opp_source} vendors/config.ini load_priority #{i}"))
-    if vendors.is_dir():
-        for extra in sorted(p for p in vendors.iterdir() if p.is_dir() and p.name not in names):
-            looked.append(f"{extra}: installed but not in {config.name} load_priority, so CANN does not load it")
-    return PackageSearch(tuple(found), tuple(looked))
+    unlisted = sorted(p for p in vendors.iterdir() if p.is_dir() and p.name not in names) if vendors.is_dir() else []
+    for extra in unlisted:
+        looked.append(f"{extra}: installed but not in {config.name} load_priority, so CANN does not load it")
+    return PackageSearch(tuple(found), tuple(looked), tuple(unlisted))
 
 
 def stamp_problem(library: Path, art: KernelArtifact) -> str | None:
@@ -164,7 +171,12 @@ class OpResolver:
                 self._notify(f"aclnn{op_name} from {package.library} ({package.source})")
                 return OpEntry(package, phase1, phase2)
         searched = [f"{p.library} ({p.source})" for p in self.search.packages]
+        vendor = vendor_name(op_name)
+        unlisted = [p for p in self.search.unlisted if p.name == vendor]
+        hint = (f" {unlisted[0]} is installed, but vendors/config.ini's load_priority does not name {vendor}, so "
+                f"CANN does not load it: add {vendor} to that line or reinstall the package." if unlisted else "")
         raise BackendError(
             f"npu backend: no installed custom-op package has aclnn{op_name}; searched "
-            + ("; ".join(searched) or "nothing") + ". " + " ".join(unloadable)
-            + " Build the kernels lower generated (kernels/<op>/build.sh) and install their custom_opp_*.run")
+            + ("; ".join(searched) or "nothing") + "." + hint + "".join(f" {u}" for u in unloadable)
+            + f" Build kernels/{snake_case(op_name)} (build.sh) and install its custom_opp_*.run, which installs "
+            f"as vendor {vendor}")

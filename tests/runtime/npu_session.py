@@ -4,10 +4,12 @@
     python npu_session.py OUT.npz SEED [--acl-initialised]
 
 ASCEND_HOME_PATH and FAKE_ACL_LOG come from the environment (a fake toolkit). The session makes
-two backends, runs a SmoothL1 node on the first and a proximal update on the second, runs the
-first again from another thread, shows that the fake refuses device memory in a thread with no
-context, uses and closes a third backend in a `with` block (and a quiet one), closes the second and leaves the
-first for the exit. OUT.npz gets the results and what the session saw.
+two backends, runs a SmoothL1 node on the first and a proximal update on the second, then a node
+of each of the project's own operators (a Huber gradient; a folded, clamped update of float16
+tensors with float32 scalars) on the second, runs the first again from another thread, shows that
+the fake refuses device memory in a thread with no context, uses and closes a third backend in a
+`with` block (and a quiet one), closes the second and leaves the first for the exit. OUT.npz gets
+the results and what the session saw.
 """
 
 from __future__ import annotations
@@ -28,22 +30,36 @@ from runtime.backends.npu import NpuBackend
 SHAPE = (4, 300)
 
 
-def calls(rng: np.random.Generator) -> tuple[KernelCall, KernelCall]:
-    """A SmoothL1 node (one-element dout, mean) and a proximal update with runtime scalars."""
-    p, lab = (rng.normal(0, 2, SHAPE).astype(np.float32) for _ in range(2))
+def calls(rng: np.random.Generator) -> dict[str, KernelCall]:
+    """A node of each emitted operator: "sl1" (CANN's SmoothL1LossGradV2: one-element dout, mean),
+    "prox" (CANN's ApplyProximalGradientDescent: runtime scalars), "huber" (the project's own
+    SmoothL1 operator: scale 0.5, sum, a dout of predict's shape handed over as float64 for the
+    backend to pass in the node's float32) and "folded" (the project's own proximal operator:
+    folded scalars, a clamp, float16 tensors with float32 scalars)."""
+    p, lab, d = (rng.normal(0, 2, SHAPE).astype(np.float32) for _ in range(3))
     dout = np.array(rng.normal(), np.float32)
     var, delta = (rng.normal(size=SHAPE).astype(np.float32) for _ in range(2))
     scalars = {n: np.array(v, np.float32) for n, v in (("alpha", 0.1), ("l1", 0.05), ("l2", 0.2))}
-    f32 = "float32"
-    sl1 = KernelCall(NodeSpec("sl1", SMOOTH_L1_GRAD,
-                              {"predict": InputSpec(f32, SHAPE), "label": InputSpec(f32, SHAPE),
-                               "dout": InputSpec(f32, ())}, {"sigma": 0.5, "reduction": "mean", "scale": 1.0}),
-                     {"predict": p, "label": lab, "dout": dout})
-    prox = KernelCall(NodeSpec("prox", PROXIMAL_GD,
-                               {"var": InputSpec(f32, SHAPE), "delta": InputSpec(f32, SHAPE),
-                                **{n: InputSpec(f32, ()) for n in scalars}}, {"scalar_form": "raw"}),
-                      {"var": var, "delta": delta, **scalars})
-    return sl1, prox
+    folded = {n: np.array(v, np.float32) for n, v in (("alpha", 0.1), ("l1", 0.005), ("l2", 1.02))}
+    f32, f16 = "float32", "float16"
+    sl1_inputs = {"predict": InputSpec(f32, SHAPE), "label": InputSpec(f32, SHAPE)}
+    prox_inputs = {n: InputSpec(f32, ()) for n in scalars}
+    return {
+        "sl1": KernelCall(NodeSpec("sl1", SMOOTH_L1_GRAD, {**sl1_inputs, "dout": InputSpec(f32, ())},
+                                   {"sigma": 0.5, "reduction": "mean", "scale": 1.0}),
+                          {"predict": p, "label": lab, "dout": dout}),
+        "prox": KernelCall(NodeSpec("prox", PROXIMAL_GD, {"var": InputSpec(f32, SHAPE),
+                                                          "delta": InputSpec(f32, SHAPE), **prox_inputs},
+                                    {"scalar_form": "raw"}),
+                           {"var": var, "delta": delta, **scalars}),
+        "huber": KernelCall(NodeSpec("huber", SMOOTH_L1_GRAD, {**sl1_inputs, "dout": InputSpec(f32, SHAPE)},
+                                     {"sigma": 0.5, "reduction": "sum", "scale": 0.5}),
+                            {"predict": p, "label": lab, "dout": d.astype(np.float64)}),
+        "folded": KernelCall(NodeSpec("folded", PROXIMAL_GD, {"var": InputSpec(f16, SHAPE),
+                                                              "delta": InputSpec(f16, SHAPE), **prox_inputs},
+                                      {"scalar_form": "folded", "shrink_max": 0.75}),
+                             {"var": var.astype(np.float16), "delta": delta.astype(np.float16), **folded}),
+    }
 
 
 def main(out: str, seed: int, preinit: bool) -> None:
@@ -54,12 +70,15 @@ def main(out: str, seed: int, preinit: bool) -> None:
         acl = ctypes.CDLL(str(find_toolkit().library("libascendcl.so")))
         assert acl.aclInit(None) == 0
         atexit.register(acl.aclFinalize)  # registered first, so it runs after the backend's handler
-    sl1, prox = calls(rng)
+    nodes = calls(rng)
+    sl1, prox = nodes["sl1"], nodes["prox"]
     notes: list[str] = []
     first = NpuBackend(notify=notes.append)
     second = NpuBackend(notify=notes.append)
     r_first = first.run(sl1)["gradient"]
     r_second = second.run(prox)["var_out"]
+    r_huber = second.run(nodes["huber"])["gradient"]
+    r_folded = second.run(nodes["folded"])["var_out"]
 
     threaded: dict[str, object] = {}
 
@@ -89,7 +108,8 @@ def main(out: str, seed: int, preinit: bool) -> None:
     second.close()
     tensors = ctypes.CDLL(str(first.runtime.toolkit.library("libnnopbase.so"))).fake_live_tensors
     tensors.restype = ctypes.c_long
-    np.savez(out, first=r_first, second=r_second, third=r_third, threaded=threaded["gradient"],
+    np.savez(out, first=r_first, second=r_second, third=r_third, huber=r_huber, folded=r_folded,
+             threaded=threaded["gradient"],
              thread_id=threaded["tid"], main_id=threading.get_native_id(),
              unbound_status=threaded["unbound_status"], after_close=after_close,
              notes="\n".join(notes), quiet_notes="\n".join(quiet_notes), live_tensors=tensors(),

@@ -21,12 +21,23 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # npu_fakes.py and npu_session.py sit beside the tests
 
-from npu_fakes import CC, FakeLibraries, compile_fakes, install_package, make_toolkit
+from npu_fakes import (
+    CC,
+    FakeLibraries,
+    aclnn_prototypes,
+    compile_fakes,
+    emitted_operators,
+    install_package,
+    make_toolkit,
+    run_install,
+    stage_package,
+)
 from npu_session import calls
 
 from codegen.emit import project_files
 from codegen.emit.build_stamp import build_stamp, installed_stamp_name
-from codegen.project import project_of
+from codegen.emit.vendor import vendor_name
+from codegen.project import OperatorProject, operator_projects, project_of
 from lowering.fused_ops import proximal_gd_reference, smooth_l1_grad_reference
 from runtime.backend import BackendError
 from runtime.backends.cpu import artifact_for
@@ -47,18 +58,24 @@ def libs(tmp_path_factory: pytest.TempPathFactory) -> FakeLibraries:
     return compile_fakes(tmp_path_factory.mktemp("fake_cann"))
 
 
-def _stamps(seed: int) -> dict[str, str]:
-    """The build stamps of the package lower would build for the session's two nodes."""
-    stamps = {}
-    for call in calls(np.random.default_rng(seed)):
-        art = artifact_for(call.spec, TARGET)
-        stamps[installed_stamp_name(art.file_stem)] = build_stamp(project_of([art]))
-    return stamps
+def _stamps(seed: int) -> dict[str, dict[str, str]]:
+    """Per operator, the build stamp (file name -> text) of the package lower would build for the
+    session's nodes."""
+    arts = [artifact_for(call.spec, TARGET) for call in calls(np.random.default_rng(seed)).values()]
+    return {p.op_name: {installed_stamp_name(p.file_stem): build_stamp(p)} for p in operator_projects(arts)}
+
+
+INSTALL_ORDER = [p.op_name for p in emitted_operators()]
 
 
 def _run_session(tmp: Path, libs: FakeLibraries, seed: int, *flags: str, stamped: bool = True) -> dict:
+    """The session over a toolkit with one package per operator installed, as lower's projects
+    build them (each operator's aclnn library alone, under its own vendor), in INSTALL_ORDER."""
     home = make_toolkit(tmp / "Ascend" / "ascend-toolkit" / "latest", libs)
-    install_package(home / "opp" / "vendors" / "ascend_lowering", libs.opapi, _stamps(seed) if stamped else None)
+    stamps = _stamps(seed)
+    for op in INSTALL_ORDER:
+        install_package(home / "opp" / "vendors" / vendor_name(op), libs.per_op[op],
+                        stamps[op] if stamped else None)
     log = tmp / "acl.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_", "FAKE_ACL"))}
     env.update(ASCEND_HOME_PATH=str(home), FAKE_ACL_LOG=str(log),
@@ -90,12 +107,17 @@ def _calls(log: list[str]) -> list[str]:
 
 
 def _check_results(result: dict, seed: int) -> None:
-    sl1, prox = calls(np.random.default_rng(seed))
-    x, s = sl1.inputs, prox.inputs
+    nodes = calls(np.random.default_rng(seed))
+    x, s = nodes["sl1"].inputs, nodes["prox"].inputs
     golden = smooth_l1_grad_reference(x["predict"], x["label"], x["dout"], 0.5, "mean").astype(np.float32)
     update = proximal_gd_reference(s["var"], s["alpha"], s["l1"], s["l2"], s["delta"]).astype(np.float32)
-    for name, want in (("first", golden), ("threaded", golden), ("second", update), ("third", update)):
-        assert compare(name, result[name], want).passed, name
+    h, f = nodes["huber"].inputs, nodes["folded"].inputs
+    huber = smooth_l1_grad_reference(h["predict"], h["label"], h["dout"], 0.5, "sum", 0.5).astype(np.float32)
+    folded = proximal_gd_reference(f["var"], f["alpha"], f["l1"], f["l2"], f["delta"], "folded", 0.75)
+    for name, want in (("first", golden), ("threaded", golden), ("second", update), ("third", update),
+                       ("huber", huber), ("folded", folded.astype(np.float16))):
+        assert result[name].dtype == want.dtype, name
+        assert compare(name, result[name], want).passed, f"{name} (seed {seed})"
 
 
 def test_two_backends_in_one_process_share_one_initialised_runtime(session: dict) -> None:
@@ -135,9 +157,9 @@ def test_the_backend_says_what_it_found(session: dict) -> None:
     notes = str(session["notes"]).splitlines()
     home = session["home"]
     assert notes[0] == f"using CANN toolkit {home} (ASCEND_HOME_PATH)"
-    lib = home / "opp" / "vendors" / "ascend_lowering" / "op_api" / "lib" / "libcust_opapi.so"
-    for op in ("SmoothL1LossGradV2", "ApplyProximalGradientDescent"):
-        assert f"aclnn{op} from {lib} (the toolkit's opp vendors/config.ini load_priority #1)" in notes
+    for i, op in enumerate(reversed(INSTALL_ORDER), 1):  # each install puts its vendor first
+        lib = home / "opp" / "vendors" / vendor_name(op) / "op_api" / "lib" / "libcust_opapi.so"
+        assert f"aclnn{op} from {lib} (the toolkit's opp vendors/config.ini load_priority #{i})" in notes
     assert not [n for n in notes if n.startswith("warning")]  # the package holds these kernels
     assert str(session["quiet_notes"]) == ""
 
@@ -241,6 +263,7 @@ def test_packages_follow_custom_path_then_load_priority_not_the_alphabet(tmp_pat
 @pytest.mark.parametrize("text, names", [
     ("load_priority=customize\n", ["customize"]),
     ("[x]\nload_priority=b,a,\n", ["b", "a"]),
+    ("load_priority=b,a,b\n", ["b", "a"]),  # a vendor listed twice loads at its first place
     ("load_priority_old=a\n", []),
     ("", []),
 ])
@@ -251,7 +274,7 @@ def test_load_priority_line(tmp_path: Path, text: str, names: list[str]) -> None
 
 def test_each_operator_comes_from_the_first_package_that_has_it(tmp_path: Path, libs: FakeLibraries) -> None:
     ctypes.CDLL(str(libs.acl))  # what libcust_opapi.so links to, as the toolkit's set_env.sh provides
-    prox_only = install_package(tmp_path / "vendors" / "prox_only", libs.opapi_proximal_only)
+    prox_only = install_package(tmp_path / "vendors" / "prox_only", libs.per_op["ApplyProximalGradientDescent"])
     both = install_package(tmp_path / "vendors" / "both", libs.opapi)
     search = find_packages(tmp_path, "test", {})
     assert [p.root for p in search.packages] == [both, prox_only]  # installed last, first in load_priority
@@ -264,6 +287,82 @@ def test_each_operator_comes_from_the_first_package_that_has_it(tmp_path: Path, 
                      f"aclnnSmoothL1LossGradV2 from {both}/op_api/lib/libcust_opapi.so (second)"]
     with pytest.raises(BackendError, match="no installed custom-op package has aclnnNoSuchOp; searched "):
         resolver.resolve("NoSuchOp")
+
+
+def test_the_fake_aclnn_api_is_the_one_op_build_derives_from_the_emitted_opdefs(libs: FakeLibraries) -> None:
+    """The fake's prototypes come from the emitted OpDefs (a drifting definition does not compile);
+    CANN's operator gets CANN's documented aclnn prototype, and each operator's own library exports
+    its two entry points and no other operator's."""
+    header = aclnn_prototypes(emitted_operators())
+    assert ("aclnnStatus aclnnApplyProximalGradientDescentGetWorkspaceSize(const aclTensor *var, const aclTensor "
+            "*alpha, const aclTensor *l1, const aclTensor *l2, const aclTensor *delta, aclTensor *varOut, uint64_t "
+            "*workspaceSize, aclOpExecutor **executor);") in header
+    assert ("aclnnSmoothL1LossGradV2GetWorkspaceSize(const aclTensor *predict, const aclTensor *label, const "
+            "aclTensor *dout, double sigma, char *reduction, aclTensor *gradient, ") in header
+    ctypes.CDLL(str(libs.acl))
+    for op, path in libs.per_op.items():
+        lib = ctypes.CDLL(str(path))
+        exported = {other for other in INSTALL_ORDER
+                    if hasattr(lib, f"aclnn{other}GetWorkspaceSize") and hasattr(lib, f"aclnn{other}")}
+        assert exported == {op}
+
+
+def _vendor_of(project: OperatorProject) -> str:
+    """The vendor_name a project's build installs its package as (its CMakePresets.json)."""
+    preset = json.loads(project_files(project)["CMakePresets.json"])
+    return str(preset["configurePresets"][0]["cacheVariables"]["vendor_name"]["value"])
+
+
+def _install_projects(tmp: Path, libs: FakeLibraries, ops: list[str], vendor: str | None = None) -> Path:
+    """Stage each operator's package as its build does (its aclnn library alone and its build
+    stamp, under the project's vendor or `vendor`) and install them in order into one OPP tree,
+    over an earlier package of another vendor; returns the opp directory."""
+    projects = {p.op_name: p for p in emitted_operators()}
+    vendors = tmp / "opp" / "vendors"
+    stage_package(tmp / "earlier", "customize", libs.per_op["ApplyProximalGradientDescent"])
+    vendors.mkdir(parents=True)
+    run_install(tmp / "earlier", vendors)
+    for op in ops:
+        project = projects[op]
+        stamp = {installed_stamp_name(project.file_stem): build_stamp(project)}
+        staging = stage_package(tmp / f"run_{op}", vendor or _vendor_of(project), libs.per_op[op], stamp)
+        run_install(staging, vendors)
+    return tmp / "opp"
+
+
+def test_operators_installed_into_one_opp_tree_each_keep_their_aclnn_api(tmp_path: Path,
+                                                                          libs: FakeLibraries) -> None:
+    ctypes.CDLL(str(libs.acl))
+    opp = _install_projects(tmp_path / "per_operator", libs, INSTALL_ORDER)
+    assert load_priority(opp / "vendors" / "config.ini") == [
+        *(vendor_name(op) for op in reversed(INSTALL_ORDER)), "customize"]
+    search = find_packages(opp, "ASCEND_OPP_PATH", {})
+    resolver = OpResolver(search, lambda note: None)
+    for project in emitted_operators():
+        entry = resolver.resolve(project.op_name)
+        assert entry.package.root == opp / "vendors" / vendor_name(project.op_name)
+        assert stamp_problem(entry.package.library, project.variants[0]) is None
+    # what the projects' shared vendor did: the second package's library replaced the first's
+    shared = _install_projects(tmp_path / "shared", libs, INSTALL_ORDER[:2], vendor="ascend_lowering")
+    resolver = OpResolver(find_packages(shared, "ASCEND_OPP_PATH", {}), lambda note: None)
+    assert resolver.resolve(INSTALL_ORDER[1]).package.root == shared / "vendors" / "ascend_lowering"
+    with pytest.raises(BackendError, match=f"no installed custom-op package has aclnn{INSTALL_ORDER[0]}"):
+        resolver.resolve(INSTALL_ORDER[0])
+
+
+def test_a_vendor_installed_but_not_in_load_priority_is_named(tmp_path: Path, libs: FakeLibraries) -> None:
+    ctypes.CDLL(str(libs.acl))
+    opp = _install_projects(tmp_path, libs, ["SmoothL1LossGradV2", "AscendLoweringSmoothL1LossGrad"])
+    (opp / "vendors" / "config.ini").write_text(f"load_priority={vendor_name('SmoothL1LossGradV2')},customize\n")
+    resolver = OpResolver(find_packages(opp, "ASCEND_OPP_PATH", {}), lambda note: None)
+    assert resolver.resolve("SmoothL1LossGradV2").package.root.name == vendor_name("SmoothL1LossGradV2")
+    with pytest.raises(BackendError) as err:
+        resolver.resolve("AscendLoweringSmoothL1LossGrad")
+    vendor = vendor_name("AscendLoweringSmoothL1LossGrad")
+    assert (f"{opp / 'vendors' / vendor} is installed, but vendors/config.ini's load_priority does not name "
+            f"{vendor}, so CANN does not load it") in str(err.value)
+    assert str(err.value).endswith(f"Build kernels/ascend_lowering_smooth_l1_loss_grad (build.sh) and install its "
+                                   f"custom_opp_*.run, which installs as vendor {vendor}")
 
 
 def test_a_library_that_cannot_load_names_what_it_misses(tmp_path: Path, libs: FakeLibraries) -> None:
@@ -288,13 +387,14 @@ def test_a_library_that_cannot_load_names_what_it_misses(tmp_path: Path, libs: F
 
 @pytest.fixture(scope="module")
 def artifacts() -> tuple:
-    sl1, prox = calls(np.random.default_rng(0))
+    nodes = calls(np.random.default_rng(0))
+    sl1, prox = nodes["sl1"], nodes["prox"]
     return artifact_for(sl1.spec, TARGET), artifact_for(prox.spec, TARGET), artifact_for(sl1.spec, "ascend910b")
 
 
 def test_the_build_stamp_tells_whose_kernels_a_package_holds(tmp_path: Path, artifacts: tuple) -> None:
     sl1, prox, sl1_910b = artifacts
-    sl1_call, _ = calls(np.random.default_rng(0))
+    sl1_call = calls(np.random.default_rng(0))["sl1"]
     lib = tmp_path / "libcust_opapi.so"
     stamp = tmp_path / installed_stamp_name(sl1.file_stem)
     assert "no build stamp" in (stamp_problem(lib, sl1) or "")

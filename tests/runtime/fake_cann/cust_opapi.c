@@ -1,30 +1,40 @@
-/* A fake libcust_opapi.so: the aclnn API opbuild generates for the two emitted operators (inputs,
- * then attributes in the OpDef's order, then outputs that are not updated inputs, then
- * workspaceSize and executor), computing the fused ops' formulas (lowering/fused_ops.py) in
- * double precision on float32 tensors. An input of one element broadcasts; other shapes must
- * match. Launches queue on the stream through the fake libascendcl (so they need the stream's
- * context in the launching thread) and run at aclrtSynchronizeStream. */
+/* A fake libcust_opapi.so: the aclnn API op_build generates for the emitted operators. Their
+ * prototypes come from fake_aclnn_ops.h, which npu_fakes.py derives from the OpDefs lower emits
+ * the way op_build derives them (inputs, attributes in the OpDef's order, outputs, then
+ * workspaceSize and executor), so a definition here that drifts from an emitted OpDef does not
+ * compile. An operator's definitions are compiled in when FAKE_OP_<op name> is defined: the
+ * package of one of lower's projects holds one operator, a test library may hold several.
+ *
+ * The operators compute the fused ops' formulas (lowering/fused_ops.py) in double precision on
+ * float32, float16 and bfloat16 tensors, with the dtype rules of their OpDefs: CANN's operators
+ * take one dtype of CANN's list for every tensor; the project's own proximal operator also takes
+ * float32 scalars beside float16/bfloat16 tensors. An input of one element broadcasts; other
+ * shapes must have the output's element count. Launches queue on the stream through the fake
+ * libascendcl (so they need the stream's context in the launching thread) and run at
+ * aclrtSynchronizeStream. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "fake_acl.h"
+#include "fake_aclnn_ops.h"
 
 enum { ACLNN_SUCCESS = 0, ACLNN_ERR_PARAM_NULLPTR = 161001, ACLNN_ERR_PARAM_INVALID = 161002 };
-enum { FLOAT32 = 0 };
+enum { DT_FLOAT = 0, DT_FLOAT16 = 1, DT_BF16 = 27 };
+enum { RAW = 0, FOLDED = 1, FOLDED_RECIPROCAL = 2 };
 #define WORKSPACE_BYTES 64
 
-typedef struct Executor {
-    int op; /* 0 SmoothL1LossGradV2, 1 ApplyProximalGradientDescent */
-    const FakeTensor *in[5];
-    FakeTensor *out;
+struct FakeExecutor {
+    const char *op;
+    void (*run)(void *);
+    const aclTensor *in[5];
+    aclTensor *out;
     double sigma, scale, shrink_max;
     int reduction; /* 0 none, 1 mean, 2 sum */
-    int scalar_form; /* 0 raw, 1 folded, 2 folded_reciprocal */
-} Executor;
+    int scalar_form;
+};
 
-static int64_t numel(const FakeTensor *t)
+static int64_t numel(const aclTensor *t)
 {
     int64_t n = 1;
     for (uint64_t i = 0; i < t->ndim; ++i) {
@@ -33,9 +43,86 @@ static int64_t numel(const FakeTensor *t)
     return n;
 }
 
-static const float *floats(const FakeTensor *t)
+static double half_to_double(uint16_t h)
 {
-    return (const float *)t->data + t->offset;
+    double sign = (h & 0x8000u) ? -1.0 : 1.0;
+    int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    if (exp == 0x1f) {
+        return mant ? NAN : sign * INFINITY;
+    }
+    return exp == 0 ? sign * ldexp(mant, -24) : sign * ldexp(mant | 0x400, exp - 25);
+}
+
+static uint16_t float_to_half(float f) /* round half to even, overflow to inf */
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, absx = x & 0x7fffffffu;
+    if (absx > 0x7f800000u) {
+        return (uint16_t)(sign | 0x7e00u);
+    }
+    if (absx >= 0x477ff000u) {
+        return (uint16_t)(sign | 0x7c00u);
+    }
+    if (absx < 0x38800000u) { /* a subnormal half: 2^24 |f| is exact, then rounded to an integer */
+        return (uint16_t)(sign | (uint32_t)nearbyintf(fabsf(f) * 16777216.0f));
+    }
+    uint32_t mant = absx & 0x7fffffu, rest = mant & 0x1fffu;
+    uint32_t h = ((absx >> 23) - 112u) << 10 | (mant >> 13);
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) {
+        ++h;
+    }
+    return (uint16_t)(sign | h);
+}
+
+static double bf16_to_double(uint16_t b)
+{
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static uint16_t float_to_bf16(float f) /* round half to even; NaN stays quiet */
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) {
+        return (uint16_t)((x >> 16) | 0x40u);
+    }
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static double load(const aclTensor *t, int64_t i)
+{
+    if (numel(t) == 1) {
+        i = 0;
+    }
+    i += t->offset;
+    switch (t->dtype) {
+    case DT_FLOAT16:
+        return half_to_double(((const uint16_t *)t->data)[i]);
+    case DT_BF16:
+        return bf16_to_double(((const uint16_t *)t->data)[i]);
+    default:
+        return ((const float *)t->data)[i];
+    }
+}
+
+static void store(aclTensor *t, int64_t i, double v)
+{
+    i += t->offset;
+    switch (t->dtype) {
+    case DT_FLOAT16:
+        ((uint16_t *)t->data)[i] = float_to_half((float)v);
+        break;
+    case DT_BF16:
+        ((uint16_t *)t->data)[i] = float_to_bf16((float)v);
+        break;
+    default:
+        ((float *)t->data)[i] = (float)v;
+    }
 }
 
 static int invalid(const char *msg)
@@ -44,136 +131,240 @@ static int invalid(const char *msg)
     return ACLNN_ERR_PARAM_INVALID;
 }
 
+static int nullptr_argument(void)
+{
+    fake_set_error("nullptr argument");
+    return ACLNN_ERR_PARAM_NULLPTR;
+}
+
 static double sign_keep_nan(double x)
 {
     return isnan(x) ? x : (double)((x > 0) - (x < 0));
 }
 
-static int check_float(const FakeTensor *t, int64_t n, int one_ok)
+static int dtype_in(int dtype, const int *allowed, int count)
 {
-    if (t->dtype != FLOAT32) {
-        return 0;
+    for (int i = 0; i < count; ++i) {
+        if (dtype == allowed[i]) {
+            return 1;
+        }
     }
+    return 0;
+}
+
+/* n elements, or one where one_ok */
+static int sized(const aclTensor *t, int64_t n, int one_ok)
+{
     int64_t m = numel(t);
     return m == n || (one_ok && m == 1);
 }
 
-#ifndef FAKE_WITHOUT_SMOOTH_L1
-static void run_smooth_l1(void *arg)
+static int prepared(struct FakeExecutor *e, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
-    Executor *e = arg;
-    int64_t n = numel(e->in[0]);
-    const float *p = floats(e->in[0]), *l = floats(e->in[1]), *d = floats(e->in[2]);
-    int64_t ls = numel(e->in[1]) == 1 ? 0 : 1, ds = numel(e->in[2]) == 1 ? 0 : 1;
-    double norm = e->reduction == 1 && n ? 1.0 / (double)n : 1.0;
-    float *out = (float *)e->out->data + e->out->offset;
-    for (int64_t i = 0; i < n; ++i) {
-        double x = (double)p[i] - (double)l[i * ls];
-        double s = fabs(x) < e->sigma ? x / e->sigma : sign_keep_nan(x);
-        out[i] = (float)(e->scale * norm * (double)d[i * ds] * s);
-    }
-    free(e);
-}
-#endif
-
-static void run_proximal(void *arg)
-{
-    Executor *e = arg;
-    int64_t n = numel(e->in[0]);
-    float *var = (float *)e->in[0]->data + e->in[0]->offset;
-    const float *delta = floats(e->in[4]);
-    double a = floats(e->in[1])[0], l1 = floats(e->in[2])[0], l2 = floats(e->in[3])[0];
-    double threshold = e->scalar_form == 0 ? a * l1 : l1;
-    double divisor = e->scalar_form == 0 ? 1.0 + a * l2 : e->scalar_form == 1 ? l2 : 1.0 / l2;
-    for (int64_t i = 0; i < n; ++i) {
-        double prox = (double)var[i] - a * (double)delta[i];
-        double shrunk = fmin(fmax(fabs(prox) - threshold, 0.0), e->shrink_max);
-        var[i] = (float)(isnan(prox) ? prox : sign_keep_nan(prox) * shrunk / divisor);
-    }
-    free(e);
+    struct FakeExecutor *copy = malloc(sizeof *copy);
+    *copy = *e;
+    *workspaceSize = WORKSPACE_BYTES;
+    *executor = copy;
+    return ACLNN_SUCCESS;
 }
 
-static int launch(void *workspace, uint64_t workspaceSize, void *executor, void *stream, void (*fn)(void *),
+static int launch(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, aclrtStream stream,
                   const char *op)
 {
     if (executor == NULL) {
         fake_set_error("executor is nullptr");
         return ACLNN_ERR_PARAM_NULLPTR;
     }
+    if (strcmp(executor->op, op) != 0) {
+        return invalid("executor was prepared by another operator's GetWorkspaceSize");
+    }
     if (workspace == NULL || workspaceSize < WORKSPACE_BYTES) {
         return invalid("workspace smaller than GetWorkspaceSize asked for");
     }
-    int status = fake_enqueue(stream, fn, executor);
-    fake_log("%s -> %d", op, status);
+    int status = fake_enqueue(stream, executor->run, executor);
+    fake_log("aclnn%s -> %d", op, status);
     return status;
 }
 
-#ifndef FAKE_WITHOUT_SMOOTH_L1
-int aclnnSmoothL1LossGradV2GetWorkspaceSize(const FakeTensor *predict, const FakeTensor *label,
-                                            const FakeTensor *dout, double sigma, const char *reduction,
-                                            double scale, FakeTensor *gradient, uint64_t *workspaceSize,
-                                            void **executor)
+#if defined(FAKE_OP_SmoothL1LossGradV2) || defined(FAKE_OP_AscendLoweringSmoothL1LossGrad)
+static void run_smooth_l1(void *arg)
 {
+    struct FakeExecutor *e = arg;
+    int64_t n = numel(e->in[0]);
+    double norm = e->reduction == 1 && n ? 1.0 / (double)n : 1.0;
+    for (int64_t i = 0; i < n; ++i) {
+        double x = load(e->in[0], i) - load(e->in[1], i);
+        double s = fabs(x) < e->sigma ? x / e->sigma : sign_keep_nan(x);
+        store(e->out, i, e->scale * norm * load(e->in[2], i) * s);
+    }
+    free(e);
+}
+
+/* SmoothL1LossGradV2's OpDef: bfloat16, float16 or float32, one for all four tensors. */
+static int smooth_l1_prepare(const char *op, const aclTensor *predict, const aclTensor *label,
+                             const aclTensor *dout, double sigma, const char *reduction, double scale,
+                             aclTensor *gradient, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const int dtypes[] = {DT_BF16, DT_FLOAT16, DT_FLOAT};
     if (!predict || !label || !dout || !gradient || !reduction || !workspaceSize || !executor) {
-        fake_set_error("nullptr argument");
-        return ACLNN_ERR_PARAM_NULLPTR;
+        return nullptr_argument();
+    }
+    int dt = predict->dtype;
+    if (!dtype_in(dt, dtypes, 3) || label->dtype != dt || dout->dtype != dt || gradient->dtype != dt) {
+        return invalid("predict, label, dout and gradient must share one dtype of bfloat16, float16, float");
     }
     int64_t n = numel(predict);
-    if (!check_float(predict, n, 0) || !check_float(label, n, 1) || !check_float(dout, n, 1) ||
-        !check_float(gradient, n, 0)) {
-        return invalid("float32 tensors of predict's element count (label, dout: or one element) expected");
+    if (!sized(label, n, 1) || !sized(dout, n, 1) || !sized(gradient, n, 0)) {
+        return invalid("label and dout of predict's element count or one element, gradient of predict's expected");
     }
     int red = !strcmp(reduction, "none") ? 0 : !strcmp(reduction, "mean") ? 1 : !strcmp(reduction, "sum") ? 2 : -1;
     if (red < 0 || !(sigma >= 0)) {
         return invalid("reduction must be none, mean or sum and sigma >= 0");
     }
-    Executor *e = calloc(1, sizeof *e);
-    *e = (Executor){.op = 0, .in = {predict, label, dout}, .out = gradient, .sigma = sigma, .scale = scale,
-                    .reduction = red};
-    *workspaceSize = WORKSPACE_BYTES;
-    *executor = e;
-    fake_log("aclnnSmoothL1LossGradV2GetWorkspaceSize sigma=%g reduction=%s scale=%g", sigma, reduction, scale);
-    return ACLNN_SUCCESS;
-}
-
-int aclnnSmoothL1LossGradV2(void *workspace, uint64_t workspaceSize, void *executor, void *stream)
-{
-    return launch(workspace, workspaceSize, executor, stream, run_smooth_l1, "aclnnSmoothL1LossGradV2");
+    fake_log("aclnn%sGetWorkspaceSize sigma=%g reduction=%s scale=%g", op, sigma, reduction, scale);
+    struct FakeExecutor e = {.op = op, .run = run_smooth_l1, .in = {predict, label, dout}, .out = gradient,
+                             .sigma = sigma, .scale = scale, .reduction = red};
+    return prepared(&e, workspaceSize, executor);
 }
 #endif
 
-int aclnnApplyProximalGradientDescentGetWorkspaceSize(FakeTensor *var, const FakeTensor *alpha,
-                                                      const FakeTensor *l1, const FakeTensor *l2,
-                                                      const FakeTensor *delta, bool useLocking,
-                                                      const char *scalarForm, double shrinkMax,
-                                                      uint64_t *workspaceSize, void **executor)
+#if defined(FAKE_OP_ApplyProximalGradientDescent) || defined(FAKE_OP_AscendLoweringApplyProximalGradientDescent)
+/* numpy's maximum and minimum: NaN if either is NaN */
+static double max_nan(double a, double b)
 {
-    (void)useLocking;
-    if (!var || !alpha || !l1 || !l2 || !delta || !scalarForm || !workspaceSize || !executor) {
-        fake_set_error("nullptr argument");
-        return ACLNN_ERR_PARAM_NULLPTR;
+    return isnan(a) || isnan(b) ? NAN : (a > b ? a : b);
+}
+
+static double min_nan(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : (a < b ? a : b);
+}
+
+static void run_proximal(void *arg)
+{
+    struct FakeExecutor *e = arg;
+    int64_t n = numel(e->in[0]);
+    double a = load(e->in[1], 0), l1 = load(e->in[2], 0), l2 = load(e->in[3], 0);
+    double threshold = e->scalar_form == RAW ? a * l1 : l1;
+    double divisor = e->scalar_form == RAW ? 1.0 + a * l2 : e->scalar_form == FOLDED ? l2 : 1.0 / l2;
+    for (int64_t i = 0; i < n; ++i) {
+        double prox = load(e->in[0], i) - a * load(e->in[4], i);
+        double shrunk = min_nan(max_nan(fabs(prox) - threshold, 0.0), e->shrink_max);
+        store(e->out, i, isnan(prox) ? prox : sign_keep_nan(prox) * shrunk / divisor);
+    }
+    free(e);
+}
+
+/* var, delta and var_out share one dtype of `dtypes`; alpha, l1 and l2 hold one element each, of
+ * var's dtype or (scalars_f32) float32. */
+static int proximal_prepare(const char *op, const aclTensor *var, const aclTensor *alpha, const aclTensor *l1,
+                            const aclTensor *l2, const aclTensor *delta, int scalar_form, double shrink_max,
+                            aclTensor *varOut, const int *dtypes, int ndtypes, int scalars_f32,
+                            uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (!var || !alpha || !l1 || !l2 || !delta || !varOut || !workspaceSize || !executor) {
+        return nullptr_argument();
+    }
+    int dt = var->dtype;
+    if (!dtype_in(dt, dtypes, ndtypes) || delta->dtype != dt || varOut->dtype != dt) {
+        return invalid("var, delta and varOut must share one dtype the operator takes");
+    }
+    const aclTensor *scalars[] = {alpha, l1, l2};
+    for (int i = 0; i < 3; ++i) {
+        if (!(scalars[i]->dtype == dt || (scalars_f32 && scalars[i]->dtype == DT_FLOAT))) {
+            return invalid(scalars_f32 ? "alpha, l1 and l2 must have var's dtype or float"
+                                       : "alpha, l1 and l2 must have var's dtype");
+        }
+        if (numel(scalars[i]) != 1) {
+            return invalid("alpha, l1 and l2 must hold one element");
+        }
     }
     int64_t n = numel(var);
-    if (!check_float(var, n, 0) || !check_float(delta, n, 0) || !check_float(alpha, 1, 0) ||
-        !check_float(l1, 1, 0) || !check_float(l2, 1, 0)) {
-        return invalid("float32 var and delta of one size and one-element scalars expected");
+    if (!sized(delta, n, 0) || !sized(varOut, n, 0)) {
+        return invalid("delta and varOut must have var's element count");
     }
-    int form = !strcmp(scalarForm, "raw") ? 0 : !strcmp(scalarForm, "folded") ? 1
-             : !strcmp(scalarForm, "folded_reciprocal") ? 2 : -1;
+    fake_log("aclnn%sGetWorkspaceSize scalar_form=%d shrink_max=%g", op, scalar_form, shrink_max);
+    struct FakeExecutor e = {.op = op, .run = run_proximal, .in = {var, alpha, l1, l2, delta}, .out = varOut,
+                             .shrink_max = shrink_max, .scalar_form = scalar_form};
+    return prepared(&e, workspaceSize, executor);
+}
+#endif
+
+#ifdef FAKE_OP_SmoothL1LossGradV2
+aclnnStatus aclnnSmoothL1LossGradV2GetWorkspaceSize(const aclTensor *predict, const aclTensor *label,
+                                                    const aclTensor *dout, double sigma, char *reduction,
+                                                    aclTensor *gradient, uint64_t *workspaceSize,
+                                                    aclOpExecutor **executor)
+{
+    return smooth_l1_prepare("SmoothL1LossGradV2", predict, label, dout, sigma, reduction, 1.0, gradient,
+                             workspaceSize, executor);
+}
+
+aclnnStatus aclnnSmoothL1LossGradV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                    aclrtStream stream)
+{
+    return launch(workspace, workspaceSize, executor, stream, "SmoothL1LossGradV2");
+}
+#endif
+
+#ifdef FAKE_OP_AscendLoweringSmoothL1LossGrad
+aclnnStatus aclnnAscendLoweringSmoothL1LossGradGetWorkspaceSize(const aclTensor *predict, const aclTensor *label,
+                                                                const aclTensor *dout, double sigma,
+                                                                char *reduction, double scale,
+                                                                aclTensor *gradient, uint64_t *workspaceSize,
+                                                                aclOpExecutor **executor)
+{
+    return smooth_l1_prepare("AscendLoweringSmoothL1LossGrad", predict, label, dout, sigma, reduction, scale,
+                             gradient, workspaceSize, executor);
+}
+
+aclnnStatus aclnnAscendLoweringSmoothL1LossGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                                aclrtStream stream)
+{
+    return launch(workspace, workspaceSize, executor, stream, "AscendLoweringSmoothL1LossGrad");
+}
+#endif
+
+#ifdef FAKE_OP_ApplyProximalGradientDescent
+/* CANN's prototype: no attributes (the raw scalar form, no clamp), float or float16 throughout. */
+aclnnStatus aclnnApplyProximalGradientDescentGetWorkspaceSize(const aclTensor *var, const aclTensor *alpha,
+                                                              const aclTensor *l1, const aclTensor *l2,
+                                                              const aclTensor *delta, aclTensor *varOut,
+                                                              uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const int dtypes[] = {DT_FLOAT16, DT_FLOAT};
+    return proximal_prepare("ApplyProximalGradientDescent", var, alpha, l1, l2, delta, RAW, INFINITY, varOut,
+                            dtypes, 2, 0, workspaceSize, executor);
+}
+
+aclnnStatus aclnnApplyProximalGradientDescent(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
+                                              aclrtStream stream)
+{
+    return launch(workspace, workspaceSize, executor, stream, "ApplyProximalGradientDescent");
+}
+#endif
+
+#ifdef FAKE_OP_AscendLoweringApplyProximalGradientDescent
+aclnnStatus aclnnAscendLoweringApplyProximalGradientDescentGetWorkspaceSize(
+    const aclTensor *var, const aclTensor *alpha, const aclTensor *l1, const aclTensor *l2, const aclTensor *delta,
+    char *scalarForm, double shrinkMax, aclTensor *varOut, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    static const int dtypes[] = {DT_BF16, DT_FLOAT16, DT_FLOAT};
+    if (!scalarForm) {
+        return nullptr_argument();
+    }
+    int form = !strcmp(scalarForm, "raw") ? RAW : !strcmp(scalarForm, "folded") ? FOLDED
+             : !strcmp(scalarForm, "folded_reciprocal") ? FOLDED_RECIPROCAL : -1;
     if (form < 0) {
         return invalid("scalar_form must be raw, folded or folded_reciprocal");
     }
-    Executor *e = calloc(1, sizeof *e);
-    *e = (Executor){.op = 1, .in = {var, alpha, l1, l2, delta}, .out = var, .shrink_max = shrinkMax,
-                    .scalar_form = form};
-    *workspaceSize = WORKSPACE_BYTES;
-    *executor = e;
-    fake_log("aclnnApplyProximalGradientDescentGetWorkspaceSize scalar_form=%s shrink_max=%g", scalarForm,
-             shrinkMax);
-    return ACLNN_SUCCESS;
+    return proximal_prepare("AscendLoweringApplyProximalGradientDescent", var, alpha, l1, l2, delta, form,
+                            shrinkMax, varOut, dtypes, 3, 1, workspaceSize, executor);
 }
 
-int aclnnApplyProximalGradientDescent(void *workspace, uint64_t workspaceSize, void *executor, void *stream)
+aclnnStatus aclnnAscendLoweringApplyProximalGradientDescent(void *workspace, uint64_t workspaceSize,
+                                                            aclOpExecutor *executor, aclrtStream stream)
 {
-    return launch(workspace, workspaceSize, executor, stream, run_proximal, "aclnnApplyProximalGradientDescent");
+    return launch(workspace, workspaceSize, executor, stream, "AscendLoweringApplyProximalGradientDescent");
 }
+#endif

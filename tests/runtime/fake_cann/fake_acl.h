@@ -17,6 +17,13 @@ typedef struct FakeTensor {
     void *data;
 } FakeTensor;
 
+/* The aclnn API's type names (aclnn/acl_meta.h), so that the prototypes npu_fakes.py derives from
+ * the emitted OpDefs read as op_build writes them. */
+typedef FakeTensor aclTensor;
+typedef struct FakeExecutor aclOpExecutor;
+typedef void *aclrtStream;
+typedef int aclnnStatus;
+
 /* Queue fn(arg) on the stream; like a launch, it needs the stream's context current in the
  * calling thread. Returns an aclError. */
 int fake_enqueue(void *stream, void (*fn)(void *), void *arg);
