@@ -255,7 +255,8 @@ def test_help_lists_exit_codes(capsys) -> None:
         assert f"\n  {code}" in out
 
 
-NEAR_MISS = Path(__file__).resolve().parents[1] / "fixtures" / "exporters" / "nm_prox_where_zeros_f32_dynopt.onnx"
+NEAR_MISS = (Path(__file__).resolve().parents[1] / "fixtures" / "exporters"
+             / "nm_prox_tensor_clamp_residual_f32_dyn.onnx")
 
 
 @pytest.mark.parametrize("name, shown", [

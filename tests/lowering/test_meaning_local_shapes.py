@@ -97,7 +97,8 @@ def test_paddle_ones_like_from_shape_arithmetic_is_a_constant_dout(rng: np.rando
     model = _paddle()
     fused, report = lowering.fuse(model)
     fusion, = report.fusions
-    assert fusion.attributes == {"sigma": 1.0, "reduction": "sum", "scale": 1.0}, report.summary()
+    assert {k: v for k, v in fusion.attributes.items() if k != "nonfinite"} == \
+        {"sigma": 1.0, "reduction": "sum", "scale": 1.0}, report.summary()
     # dout is the constant 1 the shape arithmetic proves, not the graph's tensor of ones
     assert fusion.inputs[:2] == ["p", "t"] and fusion.inputs[2] != "p2o.pd_op.expand.0.0"
     _assert_meaning_kept(model, fused, _edge_feeds(model, rng))

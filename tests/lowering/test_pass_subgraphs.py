@@ -161,7 +161,9 @@ def test_lower_writes_where_each_fusion_is(tmp_path, capsys) -> None:
     assert "fused    ApplyProximalGradientDescent_0 in Loop(w)/body/If(wout)/then_branch:" in printed
     data = json.loads((out / "report.json").read_text())
     assert [f["graph"] for f in data["fusions"]] == ["Loop(w)/body/If(wout)/then_branch"]
-    assert (out / "kernels" / "apply_proximal_gradient_descent").is_dir()
+    # CANN's operator, or the project's own for what CANN's prototype cannot express
+    assert {p.name for p in (out / "kernels").iterdir()} & {"apply_proximal_gradient_descent",
+                                                             "ascend_lowering_apply_proximal_gradient_descent"}
 
 
 IN_A_FUNCTION = f"""<ir_version: 10, opset_import: ["" : 18, "local" : 1]>
