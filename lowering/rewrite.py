@@ -30,6 +30,7 @@ from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .patterns.meaning.evaluate import ELEMENTWISE
 from .proof.prove import prove as prove_match
+from .proof.prove import save_proofs
 from .report import Fusion, FusionReport, Rejection
 from .subgraphs import Naming, fuse_with_subgraphs
 
@@ -71,6 +72,7 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
 
         return functions.fuse_through_functions(model, lambda m: fuse_with_subgraphs(m, one_graph))
     finally:
+        save_proofs()
         if enabled:
             gc.enable()
 

@@ -42,7 +42,7 @@ from ..fused_ops import OP_SPECS, ProofSpec
 from ..graph import dtype_name
 from ..patterns.base import Match, same_shape
 from ..patterns.meaning.evaluate import np_type
-from . import relations, rounding
+from . import relations, rounding, store
 from .formula import run
 from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
 from .structure import ARITH, Structure, Unprovable, build, exact_value, float_max, overflow_at
@@ -91,10 +91,26 @@ class _Setting:
 
 
 _cache: dict[tuple, Verdict] = {}
+_stored: dict[str, bool] = {"loaded": False, "dirty": False}
 
 
 def clear_cache() -> None:
+    """Forgets the proofs of this process (the store on disk stays: lowering.proof.store)."""
     _cache.clear()
+    _stored["loaded"] = True
+
+
+def save_proofs() -> None:
+    """Stores this run's new proofs for the next (called once a pass has run)."""
+    if _stored["dirty"]:
+        store.save(dict(_cache))
+        _stored["dirty"] = False
+
+
+def _load_stored() -> None:
+    if not _stored["loaded"]:
+        _stored["loaded"] = True
+        _cache.update(store.load())
 
 
 def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: str | None = None) -> Verdict:
@@ -141,6 +157,7 @@ def _fixed_mean(alg: Algebra, match: Match, setting: _Setting, assume_finite: bo
 
 
 def _prove_setting(alg: Algebra, match: Match, setting: _Setting, assume_finite: bool, described: str) -> Verdict:
+    _load_stored()
     base = _base_key(setting, assume_finite)
     concrete_key = (base, tuple(setting.constants), tuple(sorted(setting.params.items())))
     found = _cache.get(concrete_key)
@@ -181,6 +198,7 @@ def _remember(key: tuple, verdict: Verdict) -> None:
     if len(_cache) >= _CACHE_SIZE:
         _cache.pop(next(iter(_cache)))
     _cache[key] = verdict
+    _stored["dirty"] = True
 
 
 def _base_key(s: _Setting, assume_finite: bool) -> tuple:
