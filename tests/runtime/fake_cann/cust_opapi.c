@@ -32,7 +32,21 @@ struct FakeExecutor {
     double sigma, scale, shrink_max;
     int reduction; /* 0 none, 1 mean, 2 sum */
     int scalar_form;
+    int nonfinite; /* 0 select, 1 blend, 2 blend_dout (SmoothL1) or nan_to_zero (the update) */
 };
+
+#if defined(FAKE_OP_AscendLoweringSmoothL1LossGrad) || defined(FAKE_OP_AscendLoweringApplyProximalGradientDescent)
+/* the nonfinite attribute of the project's own operators: its index among `names`, -1 if unknown */
+static int nonfinite_of(const char *given, const char *const names[3])
+{
+    for (int i = 0; i < 3; ++i) {
+        if (given && !strcmp(given, names[i])) {
+            return i;
+        }
+    }
+    return -1;
+}
+#endif
 
 static int64_t numel(const aclTensor *t)
 {
@@ -194,8 +208,17 @@ static void run_smooth_l1(void *arg)
     double norm = e->reduction == 1 && n ? 1.0 / (double)n : 1.0;
     for (int64_t i = 0; i < n; ++i) {
         double x = load(e->in[0], i) - load(e->in[1], i);
-        double s = fabs(x) < e->sigma ? x / e->sigma : sign_keep_nan(x);
-        store(e->out, i, e->scale * norm * load(e->in[2], i) * s);
+        double d = load(e->in[2], i);
+        double linear = x / (e->sigma > 0 ? e->sigma : 1.0);
+        double s = fabs(x) < e->sigma ? linear : sign_keep_nan(x);
+        if (e->nonfinite == 1) { /* an arithmetic select: 0 * each branch */
+            s = s + 0.0 * linear + 0.0 * sign_keep_nan(x);
+        }
+        double out = e->scale * norm * d * s;
+        if (e->nonfinite == 2) {
+            out = out + 0.0 * (e->scale * norm * d * linear) + 0.0 * (e->scale * norm * d * sign_keep_nan(x));
+        }
+        store(e->out, i, out);
     }
     free(e);
 }
@@ -203,7 +226,7 @@ static void run_smooth_l1(void *arg)
 /* SmoothL1LossGradV2's OpDef: bfloat16, float16 or float32, one for all four tensors. */
 static int smooth_l1_prepare(const char *op, const aclTensor *predict, const aclTensor *label,
                              const aclTensor *dout, double sigma, const char *reduction, double scale,
-                             aclTensor *gradient, uint64_t *workspaceSize, aclOpExecutor **executor)
+                             int nonfinite, aclTensor *gradient, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const int dtypes[] = {DT_BF16, DT_FLOAT16, DT_FLOAT};
     if (!predict || !label || !dout || !gradient || !reduction || !workspaceSize || !executor) {
@@ -222,8 +245,11 @@ static int smooth_l1_prepare(const char *op, const aclTensor *predict, const acl
         return invalid("reduction must be none, mean or sum and sigma >= 0");
     }
     fake_log("aclnn%sGetWorkspaceSize sigma=%g reduction=%s scale=%g", op, sigma, reduction, scale);
+    if (nonfinite < 0) {
+        return invalid("nonfinite must be select, blend or blend_dout");
+    }
     struct FakeExecutor e = {.op = op, .run = run_smooth_l1, .in = {predict, label, dout}, .out = gradient,
-                             .sigma = sigma, .scale = scale, .reduction = red};
+                             .sigma = sigma, .scale = scale, .reduction = red, .nonfinite = nonfinite};
     return prepared(&e, workspaceSize, executor);
 }
 #endif
@@ -250,7 +276,13 @@ static void run_proximal(void *arg)
     for (int64_t i = 0; i < n; ++i) {
         double prox = load(e->in[0], i) - a * load(e->in[4], i);
         double shrunk = min_nan(max_nan(fabs(prox) - threshold, 0.0), e->shrink_max);
-        store(e->out, i, isnan(prox) ? prox : sign_keep_nan(prox) * shrunk / divisor);
+        double out = isnan(prox) ? prox : sign_keep_nan(prox) * shrunk / divisor;
+        if (e->nonfinite == 1) { /* an arithmetic select: NaN where prox is +-inf */
+            out = out + 0.0 * prox;
+        } else if (e->nonfinite == 2 && isnan(prox)) { /* a where-chain or Shrink: 0 where prox is NaN */
+            out = 0.0;
+        }
+        store(e->out, i, out);
     }
     free(e);
 }
@@ -259,7 +291,7 @@ static void run_proximal(void *arg)
  * var's dtype or (scalars_f32) float32. */
 static int proximal_prepare(const char *op, const aclTensor *var, const aclTensor *alpha, const aclTensor *l1,
                             const aclTensor *l2, const aclTensor *delta, int scalar_form, double shrink_max,
-                            aclTensor *varOut, const int *dtypes, int ndtypes, int scalars_f32,
+                            int nonfinite, aclTensor *varOut, const int *dtypes, int ndtypes, int scalars_f32,
                             uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     if (!var || !alpha || !l1 || !l2 || !delta || !varOut || !workspaceSize || !executor) {
@@ -284,8 +316,11 @@ static int proximal_prepare(const char *op, const aclTensor *var, const aclTenso
         return invalid("delta and varOut must have var's element count");
     }
     fake_log("aclnn%sGetWorkspaceSize scalar_form=%d shrink_max=%g", op, scalar_form, shrink_max);
+    if (nonfinite < 0) {
+        return invalid("nonfinite must be select, blend or nan_to_zero");
+    }
     struct FakeExecutor e = {.op = op, .run = run_proximal, .in = {var, alpha, l1, l2, delta}, .out = varOut,
-                             .shrink_max = shrink_max, .scalar_form = scalar_form};
+                             .shrink_max = shrink_max, .scalar_form = scalar_form, .nonfinite = nonfinite};
     return prepared(&e, workspaceSize, executor);
 }
 #endif
@@ -296,7 +331,7 @@ aclnnStatus aclnnSmoothL1LossGradV2GetWorkspaceSize(const aclTensor *predict, co
                                                     aclTensor *gradient, uint64_t *workspaceSize,
                                                     aclOpExecutor **executor)
 {
-    return smooth_l1_prepare("SmoothL1LossGradV2", predict, label, dout, sigma, reduction, 1.0, gradient,
+    return smooth_l1_prepare("SmoothL1LossGradV2", predict, label, dout, sigma, reduction, 1.0, 0, gradient,
                              workspaceSize, executor);
 }
 
@@ -310,12 +345,13 @@ aclnnStatus aclnnSmoothL1LossGradV2(void *workspace, uint64_t workspaceSize, acl
 #ifdef FAKE_OP_AscendLoweringSmoothL1LossGrad
 aclnnStatus aclnnAscendLoweringSmoothL1LossGradGetWorkspaceSize(const aclTensor *predict, const aclTensor *label,
                                                                 const aclTensor *dout, double sigma,
-                                                                char *reduction, double scale,
+                                                                char *reduction, double scale, char *nonfinite,
                                                                 aclTensor *gradient, uint64_t *workspaceSize,
                                                                 aclOpExecutor **executor)
 {
+    static const char *const forms[3] = {"select", "blend", "blend_dout"};
     return smooth_l1_prepare("AscendLoweringSmoothL1LossGrad", predict, label, dout, sigma, reduction, scale,
-                             gradient, workspaceSize, executor);
+                             nonfinite_of(nonfinite, forms), gradient, workspaceSize, executor);
 }
 
 aclnnStatus aclnnAscendLoweringSmoothL1LossGrad(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
@@ -333,7 +369,7 @@ aclnnStatus aclnnApplyProximalGradientDescentGetWorkspaceSize(const aclTensor *v
                                                               uint64_t *workspaceSize, aclOpExecutor **executor)
 {
     static const int dtypes[] = {DT_FLOAT16, DT_FLOAT};
-    return proximal_prepare("ApplyProximalGradientDescent", var, alpha, l1, l2, delta, RAW, INFINITY, varOut,
+    return proximal_prepare("ApplyProximalGradientDescent", var, alpha, l1, l2, delta, RAW, INFINITY, 0, varOut,
                             dtypes, 2, 0, workspaceSize, executor);
 }
 
@@ -347,8 +383,10 @@ aclnnStatus aclnnApplyProximalGradientDescent(void *workspace, uint64_t workspac
 #ifdef FAKE_OP_AscendLoweringApplyProximalGradientDescent
 aclnnStatus aclnnAscendLoweringApplyProximalGradientDescentGetWorkspaceSize(
     const aclTensor *var, const aclTensor *alpha, const aclTensor *l1, const aclTensor *l2, const aclTensor *delta,
-    char *scalarForm, double shrinkMax, aclTensor *varOut, uint64_t *workspaceSize, aclOpExecutor **executor)
+    char *scalarForm, double shrinkMax, char *nonfinite, aclTensor *varOut, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
 {
+    static const char *const forms[3] = {"select", "blend", "nan_to_zero"};
     static const int dtypes[] = {DT_BF16, DT_FLOAT16, DT_FLOAT};
     if (!scalarForm) {
         return nullptr_argument();
@@ -359,7 +397,7 @@ aclnnStatus aclnnAscendLoweringApplyProximalGradientDescentGetWorkspaceSize(
         return invalid("scalar_form must be raw, folded or folded_reciprocal");
     }
     return proximal_prepare("AscendLoweringApplyProximalGradientDescent", var, alpha, l1, l2, delta, form,
-                            shrinkMax, varOut, dtypes, 3, 1, workspaceSize, executor);
+                            shrinkMax, nonfinite_of(nonfinite, forms), varOut, dtypes, 3, 1, workspaceSize, executor);
 }
 
 aclnnStatus aclnnAscendLoweringApplyProximalGradientDescent(void *workspace, uint64_t workspaceSize,
