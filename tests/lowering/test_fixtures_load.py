@@ -232,7 +232,7 @@ def check_entry(entry: Mapping, root: Path = REPO, seed: int | None = None) -> l
     return rows
 
 
-_ENTRIES = manifest_entries()
+_ENTRIES = manifest_entries(proved=False)  # the manifests as their scripts wrote them
 
 
 def test_manifest_covers_every_fixture_file() -> None:
