@@ -11,6 +11,14 @@ def fail(spec: NodeSpec, why: str) -> CodegenError:
     return CodegenError(f"node {spec.name!r} ({spec.op_type}): {why}")
 
 
+def choice(spec: NodeSpec, name: str, choices: tuple[str, ...], default: str | None = None) -> str:
+    """A string attribute of the node, one of `choices` (`default` when the node has none)."""
+    value = spec.attrs.get(name, default) if default is not None else spec.attrs[name]
+    if value not in choices:
+        raise fail(spec, f"{name} must be one of {choices}, got {value!r}")
+    return str(value)
+
+
 def common_dtype(spec: NodeSpec, roles: tuple[str, ...]) -> str:
     dtypes = {spec.inputs[r].dtype for r in roles}
     if len(dtypes) != 1:

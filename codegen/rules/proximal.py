@@ -39,7 +39,7 @@ from codegen.registry import (
     Rule,
     register_rule,
 )
-from codegen.rules.common import common_dtype, fail, load_f32, same_shape, store
+from codegen.rules.common import choice, common_dtype, fail, load_f32, same_shape, store
 from lowering.fused_ops import PROXIMAL_GD, PROXIMAL_NONFINITE, SCALAR_FORMS
 
 _SCALAR_DTYPES = ("float32",)
@@ -70,10 +70,7 @@ def _scalars(b: KernelBuilder, spec: NodeSpec, form: str) -> tuple[int, int, int
 
 
 def _scalar_form(spec: NodeSpec) -> str:
-    form = spec.attrs["scalar_form"]
-    if form not in SCALAR_FORMS:
-        raise fail(spec, f"scalar_form must be one of {SCALAR_FORMS}, got {form!r}")
-    return str(form)
+    return choice(spec, "scalar_form", SCALAR_FORMS)
 
 
 def _shrink_max(spec: NodeSpec) -> float:
@@ -84,10 +81,7 @@ def _shrink_max(spec: NodeSpec) -> float:
 
 
 def _nonfinite(spec: NodeSpec) -> str:
-    form = spec.attrs.get("nonfinite", "select")
-    if form not in PROXIMAL_NONFINITE:
-        raise fail(spec, f"nonfinite must be one of {PROXIMAL_NONFINITE}, got {form!r}")
-    return str(form)
+    return choice(spec, "nonfinite", PROXIMAL_NONFINITE, "select")
 
 
 def proximal_variant(spec: NodeSpec) -> tuple[tuple[str, str], ...]:

@@ -41,7 +41,7 @@ from codegen.registry import (
     Rule,
     register_rule,
 )
-from codegen.rules.common import common_dtype, fail, load_f32, shape_kind, store
+from codegen.rules.common import choice, common_dtype, fail, load_f32, shape_kind, store
 from lowering.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD, SMOOTH_L1_NONFINITE
 
 LABEL_KINDS = ("tile", "broadcast")
@@ -64,10 +64,7 @@ def _load(b: KernelBuilder, name: str, kind: str) -> int:
 
 
 def _nonfinite(spec: NodeSpec) -> str:
-    form = spec.attrs.get("nonfinite", "select")
-    if form not in SMOOTH_L1_NONFINITE:
-        raise fail(spec, f"nonfinite must be one of {SMOOTH_L1_NONFINITE}, got {form!r}")
-    return str(form)
+    return choice(spec, "nonfinite", SMOOTH_L1_NONFINITE, "select")
 
 
 def _check(spec: NodeSpec) -> tuple[float, str, float]:

@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from .semantics import FIN, NAN, NINF, PINF, Ext, Semantics
+from .semantics import FIN, NINF, PINF, Ext, Semantics
 from .structure import overflow_at
 
 _TYPES: dict[int, Any] = {onnx.TensorProto.FLOAT16: np.float16, onnx.TensorProto.BFLOAT16: ml_dtypes.bfloat16,
@@ -62,5 +62,3 @@ def bounds(m: Semantics, x: Any, v: Ext, dtype: int | None) -> list[Any]:
 def _implies(b: Any, a: Any, c: Any) -> Any:
     return b.or_(b.not_(a), c)
 
-
-__all__ = ["NAN", "bounds"]

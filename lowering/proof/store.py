@@ -10,6 +10,7 @@ ignored (and replaced), never trusted in part.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pickle
@@ -22,6 +23,7 @@ _KEEP = 20000  # proofs kept on disk, the newest
 _SOURCES = ("semantics.py", "formula.py", "structure.py", "relations.py", "rounding.py", "prove.py")
 
 
+@functools.cache
 def _digest() -> str:
     """The proof's code: every module a verdict depends on, and the contracts."""
     h = hashlib.sha256()

@@ -193,7 +193,7 @@ def _decide(alg: Algebra, family: str, region: Region, out: int, closed: Callabl
             refusal = Refusal(out, family, verdict.reason, (0, -out, verdict.mismatches) if verdict.mismatches
                               else (1, -out, 0))
         else:
-            match = _match(index, family, region, proposal, verdict.caveats)
+            match = _match(index, family, region, proposal)
             try:
                 _require_body_inputs(index, match)
                 match = closed(match)
@@ -207,14 +207,14 @@ def _decide(alg: Algebra, family: str, region: Region, out: int, closed: Callabl
     return best
 
 
-def _match(index: GraphIndex, family: str, region: Region, proposal: Proposal, caveats: list[str]) -> Match:
+def _match(index: GraphIndex, family: str, region: Region, proposal: Proposal) -> Match:
     """The Match of an accepted proposal: the region's nodes that compute the output from the
     bound inputs; one-element math and the numel and fill nodes are boundary (kept for other readers)."""
     members = _needed(index, region, {v for v in proposal.inputs if isinstance(v, str)})
     boundary = members & (region.boundary | region.independent)
     return Match(f"{family}/meaning", proposal.op_type, region.output, proposal.dtype, list(proposal.inputs),
                  dict(proposal.attrs), interior=members - boundary, boundary=boundary,
-                 caveats=proposal.caveats + caveats, expand=dict(proposal.expand))
+                 caveats=list(proposal.caveats), expand=dict(proposal.expand))
 
 
 def _needed(index: GraphIndex, region: Region, inputs: set[str]) -> set[int]:

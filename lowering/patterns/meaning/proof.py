@@ -16,7 +16,7 @@ Only finite probe positions are compared: the proof decides what +-inf and NaN i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import SupportsFloat
 
 import ml_dtypes
@@ -47,7 +47,6 @@ class Verdict:
     holds: bool
     reason: str = ""  # when it does not: the counterexample, in one line
     mismatches: int = 0  # how many probe elements differ (to rank rejected hypotheses)
-    caveats: list[str] = field(default_factory=list)
 
 
 # (leaf values in float64, whether to compute as the kernel does, in float32) -> the fused op's output
