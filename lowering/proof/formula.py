@@ -44,6 +44,29 @@ def run(s: Structure, m: Semantics, leaves: Sequence[Value], constants: Sequence
     return get(s.output), values
 
 
+def liveness(s: Structure, b: Any, values: Sequence[Value]) -> list[Any]:
+    """Per op, where the output depends on its value: everywhere for an operand of arithmetic, a
+    comparison or a max, only where it is chosen for a branch of Where. An overflow of a value
+    no output depends on (the branch Where does not take) changes nothing."""
+    live: list[Any] = [False] * len(s.ops)
+    if s.output[0] == "v":
+        live[s.output[1]] = True
+    for k in reversed(range(len(s.ops))):
+        if live[k] is False:
+            continue
+        op, _, refs = s.ops[k]
+        for i, (kind, j) in enumerate(refs):
+            if kind != "v":
+                continue
+            edge = live[k]
+            if op == "Where" and i > 0:
+                cond = values[refs[0][1]] if refs[0][0] == "v" else None
+                if cond is not None and not isinstance(cond, Ext):
+                    edge = b.and_(edge, cond if i == 1 else b.not_(cond))
+            live[j] = b.or_(live[j], edge)
+    return live
+
+
 def _op(m: Semantics, op: str, key: tuple, a: list[Value], dtype: int | None) -> Value:
     b = m.b
     if op == "Add":

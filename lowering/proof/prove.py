@@ -43,7 +43,7 @@ from ..graph import dtype_name
 from ..patterns.base import Match, same_shape
 from ..patterns.meaning.evaluate import np_type
 from . import relations, rounding, store
-from .formula import run
+from .formula import liveness, run
 from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
 from .structure import ARITH, Structure, Unprovable, build, exact_value, float_max, overflow_at
 
@@ -91,12 +91,14 @@ class _Setting:
 
 
 _cache: dict[tuple, Verdict] = {}
+_instances: dict[tuple, Verdict] = {}  # this process's verdicts per instance, before its parameters are derived
 _stored: dict[str, bool] = {"loaded": False, "dirty": False}
 
 
 def clear_cache() -> None:
     """Forgets the proofs of this process (the store on disk stays: lowering.proof.store)."""
     _cache.clear()
+    _instances.clear()
     _stored["loaded"] = True
 
 
@@ -120,19 +122,35 @@ def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: st
         return Verdict(False, f"{match.op_type} has no contract a proof can compare with")
     described = described or _described(match)
     try:
-        setting = _setting(alg, match, spec.proof, spec.inputs)
+        frame = _frame(alg, match, spec.proof, spec.inputs)
     except Unprovable as exc:
         return Verdict(False, f"is not proved equal to {described}: the match {exc}")
-    except _Mismatch as exc:
-        return Verdict(False, f"differs from {described}: {exc}")
+    # an instance seen before (the same structure, constants and attributes) has its verdict
+    instance = (_base_key(frame, assume_finite), tuple(frame.constants),
+                tuple(sorted((k, repr(v)) for k, v in match.attrs.items())), described)
+    found = _instances.get(instance)
+    if found is not None:
+        return found
     try:
-        fixed = _fixed_mean(alg, match, setting, assume_finite)
-        return fixed if fixed is not None else _prove_setting(alg, match, setting, assume_finite, described)
+        verdict = _prove_frame(alg, match, frame, assume_finite, described)
     except ctypes.ArgumentError as exc:
         # z3 is called through ctypes, which reports a Ctrl-C during a call as a bad argument
         if "KeyboardInterrupt" in str(exc):
             raise KeyboardInterrupt from None
         raise
+    if len(_instances) >= _CACHE_SIZE:
+        _instances.pop(next(iter(_instances)))
+    _instances[instance] = verdict
+    return verdict
+
+
+def _prove_frame(alg: Algebra, match: Match, frame: _Setting, assume_finite: bool, described: str) -> Verdict:
+    try:
+        setting = _with_params(alg, match, frame)
+    except _Mismatch as exc:
+        return Verdict(False, f"differs from {described}: {exc}")
+    fixed = _fixed_mean(alg, match, setting, assume_finite)
+    return fixed if fixed is not None else _prove_setting(alg, match, setting, assume_finite, described)
 
 
 def _fixed_mean(alg: Algebra, match: Match, setting: _Setting, assume_finite: bool) -> Verdict | None:
@@ -146,7 +164,7 @@ def _fixed_mean(alg: Algebra, match: Match, setting: _Setting, assume_finite: bo
     dout = match.inputs[2] if len(match.inputs) > 2 else None
     single = not isinstance(dout, str) or alg.index.numel(dout) == 1
     plain = replace(match, attrs={**match.attrs, "reduction": "sum" if single else "none", "scale": 1.0})
-    probe = _setting(alg, plain, setting.spec, OP_SPECS[match.op_type].inputs, check=False)
+    probe = _with_params(alg, plain, _frame(alg, plain, setting.spec, OP_SPECS[match.op_type].inputs), check=False)
     scale = probe.params.get("scale")
     if scale is None:
         return None
@@ -172,12 +190,15 @@ def _prove_setting(alg: Algebra, match: Match, setting: _Setting, assume_finite:
         family = (base, tuple(sorted(setting.param_exprs.items())))
         # first with the coarse relations (one proof for a whole family of a form), then with
         # every relation between the constants
-        families = [(family + (fine, relations.signature(finite_consts) if fine else relations.signs(finite_consts)),
-                     fine) for fine in (False, True)]
-        for key, _ in families:
-            found = _cache.get(key)
-            if found is not None and found.holds:
-                return found
+        coarse_key = family + (False, relations.signs(finite_consts))
+        found = _cache.get(coarse_key)
+        if found is not None and found.holds:
+            return found
+        fine_key = family + (True, relations.signature(finite_consts))
+        found = _cache.get(fine_key)
+        if found is not None and found.holds:
+            return found
+        families = [(coarse_key, False), (fine_key, True)]
     quick = _quick_counterexample(alg, match, setting, described)
     if quick is not None:
         _remember(concrete_key, quick)
@@ -219,7 +240,8 @@ class _Mismatch(Exception):
 
 # -- the setting ------------------------------------------------------------------------------
 
-def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[str], check: bool = True) -> _Setting:
+def _frame(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[str]) -> _Setting:
+    """The match's setting without its parameters: what its structure reads, and from where."""
     index = alg.index
     s = build(alg, match)
     constants: list[Fraction | float | bool] = list(s.constants)
@@ -258,8 +280,16 @@ def _setting(alg: Algebra, match: Match, proof: ProofSpec, role_names: Sequence[
     numel_refs = [count_ref(t) for t in s.numels]
     norm = count_ref(main) if match.attrs.get("reduction", "") == "mean" and main is not None else None
     attrs = OP_SPECS[match.op_type].check_attrs(match.attrs)
-    setting = _Setting(s, proof, match.op_type, attrs, roles, constants, numel_refs, unknown, norm, {}, None,
-                       [index.elem_type(v) for v in s.leaves], index.elem_type(match.output))
+    return _Setting(s, proof, match.op_type, attrs, roles, constants, numel_refs, unknown, norm, {}, None,
+                    [index.elem_type(v) for v in s.leaves], index.elem_type(match.output))
+
+
+def _with_params(alg: Algebra, match: Match, frame: _Setting, check: bool = True) -> _Setting:
+    """The setting with the kernel's parameters derived from the region, each checked against
+    the fused node's own (unless not `check`)."""
+    index = alg.index
+    setting = replace(frame, params={}, param_exprs=None)
+    proof, attrs, roles, constants = setting.spec, setting.attrs, setting.roles, setting.constants
     finite = [c for c in constants if isinstance(c, Fraction)]
     big = Fraction(4) * max([Fraction(1)] + [abs(c) for c in finite]) ** 2
 
@@ -432,6 +462,8 @@ class _Encoded:
     exact_contract: Ext | None = None
     contract_trace: list[Ext] = field(default_factory=list)  # the exact contract's arithmetic values
     tie: Ext | None = None  # the contract with its comparison inclusive
+    overflows: dict[int, Any] = field(default_factory=dict)  # per region op: where its value overflows its type
+    values: list[Any] = field(default_factory=list)  # per region op: its value
 
     def differs(self) -> Any:
         """The region differs from the contract (from both forms of it, where it has two)."""
@@ -439,7 +471,8 @@ class _Encoded:
         return found if self.tie is None else self.m.b.and_(found, self.m.differs(self.region, self.tie))
 
 
-def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bool) -> _Encoded:
+def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bool,
+            within_range: bool = True) -> _Encoded:
     import z3
 
     from .z3_backend import Z3Backend
@@ -494,15 +527,18 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
         return v
 
     region, values = run(s.structure, Semantics(b, saturate), leaves, consts, numels, opaque)
+    overflows = {}
     if not saturate:
-        # the real and non-finite questions are asked where no value of the region overflows its
-        # type; where one does, the overflow question decides
-        for (op, _, _), value, dtype in zip(s.structure.ops, values, s.structure.dtypes):
+        for k, ((op, _, _), value, dtype) in enumerate(zip(s.structure.ops, values, s.structure.dtypes)):
             top = overflow_at(dtype)
             if op in ARITH and isinstance(value, Ext) and top is not None:
                 bound = b.num(top)
-                within = b.and_(b.lt(value.real, bound), b.lt(b.neg(bound), value.real))
-                solver.add(b.or_(b.not_(m.finite(value)), within))
+                overflows[k] = b.and_(m.finite(value), b.not_(
+                    b.and_(b.lt(value.real, bound), b.lt(b.neg(bound), value.real))))
+        if within_range:
+            # the real and non-finite questions are asked where no value of the region overflows
+            # its type; where one does, the overflow question decides
+            solver.add(*[b.not_(o) for o in overflows.values()])
     inputs: dict[str, Any] = {}
     dummies: dict[str, Any] = {}
     for role, (kind, k) in s.roles:
@@ -532,7 +568,8 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
     domain = s.spec.domain(m, {**inputs, **dummies}, s.attrs, s.out_dtype)
     if domain is not True:
         solver.add(domain)
-    return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract, trace, tie)
+    return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract, trace, tie, overflows,
+                    values)
 
 
 _VISIBLE = Fraction(1, 1 << 16)  # a relative difference below this is a rounding, not a different function
@@ -607,7 +644,7 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
         kinds = [x.kind for x in e.leaves if not isinstance(x.kind, int)]
         if kinds:
             e.solver.add(z3.Or(*[k != 0 for k in kinds]), e.differs())
-            found = e.solver.check()
+            found = _check_case_split(e)
             if found != z3.unsat:
                 if first is None:
                     first = _refusal(alg, match, tried, e, found, generic, described, " (with a non-finite input)")
@@ -623,6 +660,26 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
     if overflow is not None:
         return overflow
     return Verdict(True, caveats=caveats + [f"fused under assume_finite: {first.reason}"], waived=True)
+
+
+_CASE_SPLIT_MS = 1000
+
+
+def _check_case_split(e: _Encoded) -> Any:
+    """The solver's answer, tried first by z3's SMT core after simplification: the non-finite
+    question is mostly a split over the kinds of the inputs, which that core decides several
+    times faster than the nonlinear-arithmetic solver; what it leaves undecided goes to that
+    solver. Either answer is a decision (z3 returns sat or unsat only when it is so)."""
+    import z3
+
+    fast = z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
+    fast.set("timeout", _CASE_SPLIT_MS)
+    fast.add(*e.solver.assertions())
+    found = fast.check()
+    if found != z3.unknown:
+        e.solver = fast
+        return found
+    return e.solver.check()
 
 
 def _variants(s: _Setting) -> list[dict[str, object]]:
@@ -645,27 +702,45 @@ def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, gene
     out_max = float_max(s.out_dtype)
     if out_max is None:
         return None
+    # where no value the result depends on overflows, the region is what the first question
+    # proved equal to the contract, and so is the kernel, whose values stay inside the range
+    # there: a cheaper query than comparing the two with overflow, and enough for most regions
+    e = _encode(s, generic, free_kinds=False, saturate=False, within_range=False)
+    b = e.m.b
+    live = liveness(s.structure, b, e.values)
+    overflows = b.or_(*[b.and_(live[k], o) for k, o in e.overflows.items()])
+    if overflows is False:
+        return None
+    e.solver.add(*[c for c in _away_from_range(e, s, out_max, e.contract_trace + [e.contract]) if c is not True],
+                 overflows)
+    if e.solver.check() == z3.unsat:
+        return None
     e = _encode(s, generic, free_kinds=False, saturate=True)
+    assert e.exact_contract is not None
+    conds = [e.differs(), *_away_from_range(e, s, out_max, e.contract_trace + [e.exact_contract])]
+    if assume_finite:
+        conds.append(e.m.finite(e.region))
+    e.solver.add(*[c for c in conds if c is not True])
+    found = e.solver.check()
+    if found == z3.unsat:
+        return None
+    return _refusal(alg, match, s, e, found, generic, described, " (an intermediate overflows)", overflow=True)
+
+
+def _away_from_range(e: _Encoded, s: _Setting, out_max: Fraction, contract_values: list[Ext]) -> list[Any]:
+    """The inputs, and the values the contract computes, more than the margin inside their ranges."""
     m = e.m
-    exact = e.exact_contract
-    assert exact is not None
-    conds: list[Any] = [e.differs()]
+    conds: list[Any] = []
     for x, dtype in zip(e.leaves, s.leaf_dtypes):
         top = float_max(dtype)
         if top is not None:
             near = m.b.num(top / _margin(dtype))
             conds += [x.real < near, x.real > -near]
     near_out = m.b.num(out_max / _margin(s.out_dtype))
-    for value in e.contract_trace + [exact]:
+    for value in contract_values:
         conds.append(m.b.or_(m.b.not_(m.finite(value)), m.b.and_(m.b.lt(value.real, near_out),
                                                                    m.b.lt(m.b.neg(near_out), value.real))))
-    if assume_finite:
-        conds.append(m.finite(e.region))
-    e.solver.add(*[c for c in conds if c is not True])
-    found = e.solver.check()
-    if found == z3.unsat:
-        return None
-    return _refusal(alg, match, s, e, found, generic, described, " (an intermediate overflows)", overflow=True)
+    return conds
 
 
 def _margin(dtype: int | None) -> Fraction:
