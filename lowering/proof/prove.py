@@ -92,6 +92,9 @@ class _Setting:
 
 _cache: dict[tuple, Verdict] = {}
 _instances: dict[tuple, Verdict] = {}  # this process's verdicts per instance, before its parameters are derived
+# the proved families of each structure under each relation of its constants: their parameters in
+# terms of the constants, and the verdict
+_families: dict[tuple, list[tuple[tuple, Verdict]]] = {}
 _stored: dict[str, bool] = {"loaded": False, "dirty": False}
 
 
@@ -99,6 +102,7 @@ def clear_cache() -> None:
     """Forgets the proofs of this process (the store on disk stays: lowering.proof.store)."""
     _cache.clear()
     _instances.clear()
+    _families.clear()
     _stored["loaded"] = True
 
 
@@ -113,6 +117,14 @@ def _load_stored() -> None:
     if not _stored["loaded"]:
         _stored["loaded"] = True
         _cache.update(store.load())
+        for key, verdict in _cache.items():
+            if len(key) == 4 and verdict.holds:
+                _index_family(key, verdict)
+
+
+def _index_family(key: tuple, verdict: Verdict) -> None:
+    base, exprs, fine, rel = key
+    _families.setdefault((base, fine, rel), []).append((exprs, verdict))
 
 
 def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: str | None = None) -> Verdict:
@@ -128,7 +140,7 @@ def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: st
     # an instance seen before (the same structure, constants and attributes) has its verdict
     instance = (_base_key(frame, assume_finite), tuple(frame.constants),
                 tuple(sorted((k, repr(v)) for k, v in match.attrs.items())), described)
-    found = _instances.get(instance)
+    found = _instances.get(instance) or _family_verdict(alg, match, frame, assume_finite)
     if found is not None:
         return found
     try:
@@ -142,6 +154,33 @@ def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: st
         _instances.pop(next(iter(_instances)))
     _instances[instance] = verdict
     return verdict
+
+
+def _family_verdict(alg: Algebra, match: Match, frame: _Setting, assume_finite: bool) -> Verdict | None:
+    """The verdict of a proved family this instance belongs to: its constants stand in the
+    family's relations, and the family's parameters, evaluated at them, are the fused node's.
+    That is what deriving the parameters from the region and looking the family up would find,
+    without evaluating the region."""
+    finite = [c for c in frame.constants if isinstance(c, Fraction)]
+    if not finite or _fixes_mean(match, frame):
+        return None
+    _load_stored()
+    base = _base_key(frame, assume_finite)
+    kernel = OP_SPECS[match.op_type].proof.kernel(frame.attrs)  # type: ignore[union-attr]
+    dtype = alg.index.elem_type(match.output)
+    for fine in (False, True):
+        rel = relations.signature(finite) if fine else relations.signs(finite)
+        for exprs, verdict in _families.get((base, fine, rel), ()):
+            params = {name: relations.evaluate(e, finite) for name, e in exprs}
+            if _parameter_mismatch(kernel, params, dtype) is None:
+                return verdict
+    return None
+
+
+def _fixes_mean(match: Match, s: _Setting) -> bool:
+    """Whether `_fixed_mean` decides this match."""
+    return match.attrs.get("reduction") == "mean" and s.norm is not None and s.norm[0] == "n" \
+        and not s.structure.numels
 
 
 def _prove_frame(alg: Algebra, match: Match, frame: _Setting, assume_finite: bool, described: str) -> Verdict:
@@ -158,8 +197,7 @@ def _fixed_mean(alg: Algebra, match: Match, setting: _Setting, assume_finite: bo
     unknown (a function body): the kernel would divide by the count it sees, the graph by the
     number it holds. The same region with reduction none (sum for a one-element dout) and that
     number as the scale is what the graph computes; its verdict, with those attributes."""
-    if match.attrs.get("reduction") != "mean" or setting.norm is None or setting.norm[0] != "n" \
-            or setting.structure.numels:
+    if not _fixes_mean(match, setting):
         return None
     dout = match.inputs[2] if len(match.inputs) > 2 else None
     single = not isinstance(dout, str) or alg.index.numel(dout) == 1
@@ -209,6 +247,7 @@ def _prove_setting(alg: Algebra, match: Match, setting: _Setting, assume_finite:
                             described=described)
             _remember(key, found)
             if found.holds:
+                _index_family(key, found)
                 return found
     verdict = _decide(alg, match, setting, assume_finite, generic=frozenset(), described=described)
     _remember(concrete_key, verdict)
@@ -225,7 +264,7 @@ def _remember(key: tuple, verdict: Verdict) -> None:
 def _base_key(s: _Setting, assume_finite: bool) -> tuple:
     text_attrs = tuple(sorted((k, v) for k, v in s.attrs.items() if isinstance(v, str)))
     return (s.structure.key, s.op_type, text_attrs, tuple(s.roles), tuple(s.numel_refs), s.norm,
-            tuple(sorted(s.params)), tuple(type(c).__name__ if isinstance(c, Fraction) else c for c in s.constants),
+            tuple(type(c).__name__ if isinstance(c, Fraction) else c for c in s.constants),
             tuple(s.leaf_dtypes), s.out_dtype, assume_finite)
 
 
@@ -301,21 +340,29 @@ def _with_params(alg: Algebra, match: Match, frame: _Setting, check: bool = True
         if kind == "c" and isinstance(constants[k], Fraction):
             known[role] = constants[k]  # type: ignore[assignment]
     derived = proof.derive(attrs, at, lambda v: relations.snap(v, finite), big, known)
-    kernel = proof.kernel(attrs) if check else derived
-    for name in sorted(set(kernel) | set(derived)):
-        if name not in derived:
-            raise _Mismatch(f"the region has no {name} (the fused node's is {float(kernel[name]):.9g})")
-        if name not in kernel:
-            raise _Mismatch(f"the region has a {name} of {float(derived[name]):.9g}, the fused node none")
-        want, got = kernel[name], derived[name]
-        if abs(got - want) > abs(want) * _ATTR_ROUNDING.get(index.elem_type(match.output) or 0, _ATTR_ROUNDING_DEFAULT):
-            raise _Mismatch(f"the region's {name} is {float(got):.9g}, the fused node's {float(want):.9g}")
+    if check:
+        mismatch = _parameter_mismatch(proof.kernel(attrs), derived, index.elem_type(match.output))
+        if mismatch is not None:
+            raise _Mismatch(mismatch)
     setting.params = derived
     exprs = {name: relations.express(v, finite) for name, v in derived.items()}
     if all(e is not None for e in exprs.values()):
         # indices into the finite constants
         setting.param_exprs = {k: v for k, v in exprs.items() if v is not None}
     return setting
+
+
+def _parameter_mismatch(kernel: Mapping[str, Fraction], derived: Mapping[str, Fraction], dtype: int | None) -> str | None:
+    """How the region's parameters differ from the kernel's, beyond the rounding of an attribute."""
+    for name in sorted(set(kernel) | set(derived)):
+        if name not in derived:
+            return f"the region has no {name} (the fused node's is {float(kernel[name]):.9g})"
+        if name not in kernel:
+            return f"the region has a {name} of {float(derived[name]):.9g}, the fused node none"
+        want, got = kernel[name], derived[name]
+        if abs(got - want) > abs(want) * _ATTR_ROUNDING.get(dtype or 0, _ATTR_ROUNDING_DEFAULT):
+            return f"the region's {name} is {float(got):.9g}, the fused node's {float(want):.9g}"
+    return None
 
 
 def _static_numel(index, tensor: str) -> int | None:

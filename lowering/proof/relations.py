@@ -123,6 +123,15 @@ def value_of(expr: Expr, values: Sequence[Fraction]) -> Fraction:
     return out
 
 
+def evaluate(e: Expr, values: Sequence[Fraction]) -> Fraction:
+    """The value of an `express` result at the constants `values`."""
+    sign, factors = e
+    out = Fraction(sign)
+    for i, exp in factors:
+        out = out * values[i] if exp > 0 else out / values[i]
+    return out
+
+
 def express(target: Fraction, values: Sequence[Fraction]) -> Expr | None:
     """target as +-1, +-c, +-1/c or +-c*d, +-c/d, +-1/(c*d) of nonzero constants; None otherwise."""
     if target == 0:
