@@ -33,7 +33,7 @@ import json, resource, sys, time
 start = time.perf_counter()
 if sys.argv[1] == "lower":
     from pathlib import Path
-    from lowering.cli import main
+    from app.cli import main
     code = main([sys.argv[2], "--target", "ascend950", "--emit", "onnx", "-o", sys.argv[3], "-q"])
     report = json.loads((Path(sys.argv[3]) / "report.json").read_text()) if code == 0 else {}
     result = {"ok": code == 0 and len(report.get("fusions", [])) == 1}

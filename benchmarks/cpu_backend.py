@@ -27,7 +27,7 @@ from onnx import helper as h
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.nodes import InputSpec, NodeSpec
-from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+from contracts.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 from runtime.backend import KernelCall
 from runtime.backends.cpu import CpuBackend
 

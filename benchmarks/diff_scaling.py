@@ -63,8 +63,8 @@ def build_model(fused_nodes: int, seed: int = 0) -> onnx.ModelProto:
 
 
 def _run_diff(unfused: Path, fused: Path) -> int:
-    from lowering.cli import build_diff_parser
-    from runtime.diff_cli import run_diff
+    from app.cli import build_diff_parser
+    from app.diff_cli import run_diff
 
     with contextlib.redirect_stdout(io.StringIO()):
         return run_diff(unfused, fused, build_diff_parser().parse_args([str(unfused), str(fused)]))

@@ -56,9 +56,9 @@ from onnx import TensorProto
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from contracts.errors import LoweringError  # noqa: E402
+from contracts.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD  # noqa: E402
 from lowering.api import fuse_loaded  # noqa: E402
-from lowering.errors import LoweringError  # noqa: E402
-from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD  # noqa: E402
 from lowering.loading import load, save  # noqa: E402
 from lowering.report import FusionReport  # noqa: E402
 

@@ -38,8 +38,8 @@ from onnx import shape_inference
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.nodes import fused_nodes
+from contracts.fused_ops import OP_SPECS
 from lowering import fuse
-from lowering.fused_ops import OP_SPECS
 from runtime.backend import KernelCall
 from runtime.backends.twin import TwinBackend
 from runtime.graph_exec import model_constants, node_spec_at_runtime

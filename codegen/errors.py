@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lowering.errors import ToolError
+from contracts.errors import ToolError
 
 
 class CodegenError(ToolError, ValueError):

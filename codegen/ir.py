@@ -131,7 +131,7 @@ from typing import cast
 
 import numpy as np
 
-from lowering.errors import InternalError
+from contracts.errors import InternalError
 
 F32 = "float32"
 F16 = "float16"

@@ -14,7 +14,7 @@ import onnx
 from onnx import numpy_helper
 
 from codegen.errors import CodegenError
-from lowering.fused_ops import DOMAIN, OP_SPECS
+from contracts.fused_ops import DOMAIN, OP_SPECS
 from lowering.graph import may_have_subgraphs
 
 _ONNX_DTYPES: dict[int, str] = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 from codegen.ir import Kernel, attr_scalars
 from codegen.registry import Attribute, OpInterface, contract_of, operator_named
 from codegen.rules import axes_of, interface_of
-from lowering.fused_ops import OP_SPECS, OpSpec
+from contracts.fused_ops import OP_SPECS, OpSpec
 
 __all__ = ["Attribute", "OpInterface", "call_attributes", "contract", "interface", "is_cann"]
 
@@ -23,7 +23,7 @@ def interface(operator: str) -> OpInterface:
 
 
 def contract(operator: str) -> OpSpec:
-    """The contract (lowering/fused_ops.py) of the fused op whose nodes an operator runs."""
+    """The contract (contracts/fused_ops.py) of the fused op whose nodes an operator runs."""
     return OP_SPECS[contract_of(operator)]
 
 

@@ -5,7 +5,7 @@ variant a node needs and the emitted operators its kernels belong to, each with 
 (how the operator's tiling function tells its variants apart: codegen/variants.py) and its
 interface (op name, outputs, attributes, dtypes: codegen/op_interface.py). A fused op type's
 kernels go to CANN's operator where CANN's prototype expresses them, else to the project's own.
-The contract of the op (lowering/fused_ops.py OP_SPECS) and this entry are all a new fused op
+The contract of the op (contracts/fused_ops.py OP_SPECS) and this entry are all a new fused op
 type needs on codegen's side; the emitter, the schedule and the runtime read both and never
 branch on an op's name.
 """
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from codegen.errors import CodegenError
 from codegen.ir import Kernel
 from codegen.nodes import NodeSpec
-from lowering.errors import InternalError
-from lowering.fused_ops import OP_SPECS
+from contracts.errors import InternalError
+from contracts.fused_ops import OP_SPECS
 
 # How the tiling function recomputes an axis from a call; the axis values are in this order:
 ONE_ELEMENT = "one_element"  # input `name` has one element: (no, yes)
@@ -130,7 +130,7 @@ OPERATORS: dict[str, tuple[Operator, str]] = {}  # operator name -> (operator, t
 
 
 def register_rule(rule: Rule) -> Rule:
-    """Adds an op type's rule and its operators. Its contract (lowering/fused_ops.py) must be
+    """Adds an op type's rule and its operators. Its contract (contracts/fused_ops.py) must be
     registered first: an interface attribute the contract also has must keep the contract's
     default, so the two cannot drift apart."""
     if rule.op_type in RULES and RULES[rule.op_type] is not rule:

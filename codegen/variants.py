@@ -19,7 +19,7 @@ from __future__ import annotations
 from codegen.ir import FLOAT_DTYPES
 from codegen.registry import Axis
 from codegen.rules import axes_of
-from lowering.errors import InternalError
+from contracts.errors import InternalError
 
 __all__ = ["FLOAT_DTYPES", "Axis", "axes_of", "check_variant", "variant_code"]
 

@@ -1,8 +1,7 @@
 """ONNX graph pass: find and fuse SmoothL1-backward and proximal-gradient-descent subgraphs.
 
-The package's public names load on first use, so that codegen and runtime can import the fused-op
-contract (lowering.fused_ops), the error types (lowering.errors) and the model helpers without
-loading the pass.
+The package's public names load on first use, so that codegen and runtime can import the model
+helpers (loading, graph, onnx_values, local_types, terminal) without loading the pass.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ __all__ = ["FuseAscendPass", "FusionReport", "LoweringError", "fuse"]
 _PUBLIC = {
     "fuse": ".api",
     "FusionReport": ".report",
-    "LoweringError": ".errors",
+    "LoweringError": "contracts.errors",
     "FuseAscendPass": ".ir_pass",  # onnx_ir is slow to import
 }
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import onnx
 
+from contracts.errors import LoweringError
+from contracts.fused_ops import DOMAIN, OP_SPECS
+
 from . import verify
-from .errors import LoweringError
-from .fused_ops import DOMAIN, OP_SPECS
 from .graph import GraphIndex, Node, array_key, tensor_key
 from .normalize import ATTRIBUTE_FREE
 

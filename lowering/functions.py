@@ -16,8 +16,9 @@ from dataclasses import replace
 import onnx
 import onnx.inliner
 
-from .errors import LoweringError
-from .fused_ops import DOMAIN
+from contracts.errors import LoweringError
+from contracts.fused_ops import DOMAIN
+
 from .graph import node_label
 from .report import FusionReport, Rejection
 

@@ -14,7 +14,7 @@ from typing import Any
 import onnx
 from google.protobuf.message import DecodeError, EncodeError
 
-from .errors import LoweringError
+from contracts.errors import LoweringError
 
 MIN_OPSET = 9  # Where and Sign, the core of both patterns, exist from opset 9 on
 MAX_OPSET = onnx.defs.onnx_opset_version()

@@ -24,7 +24,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from .errors import InternalError
+from contracts.errors import InternalError
+
 from .graph import (
     EXACT_WIDENING,
     SUBGRAPH_OPS,

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .errors import LoweringError
+from contracts.errors import LoweringError
 
 
 class HasAttributes(Protocol):

@@ -18,11 +18,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from contracts.errors import InternalError
+from contracts.fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
+
 from . import cleanup, functions, verify
 from .algebra import Algebra
 from .bodies import FunctionBodies
-from .errors import InternalError
-from .fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
 from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes, node_label
 from .loading import default_opset
 from .normalize import normalize

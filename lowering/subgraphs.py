@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import helper, numpy_helper
 
+from contracts.fused_ops import DOMAIN, DOMAIN_VERSION
+
 from .body_types import FormalTypes, formal_types
-from .fused_ops import DOMAIN, DOMAIN_VERSION
 from .graph import OWNERS, GraphInfo, body_label, has_bodies, outer_names_used, owns_bodies
 from .onnx_values import ValueType, constant_node_value
 from .report import FusionReport

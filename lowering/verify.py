@@ -15,7 +15,8 @@ from collections.abc import Callable, Container, Iterable
 
 import onnx
 
-from .errors import LoweringError
+from contracts.errors import LoweringError
+
 from .graph import Node
 
 

@@ -6,7 +6,7 @@ onnxscript torchlib, with or without its optimize step) or the TorchScript expor
 (dynamo=False), so the fused-pattern matcher is tested on what exporters really emit rather than on
 hand-built graphs. Each fixture is checked right after export: it must pass onnx.checker, run under
 onnxruntime with graph optimizations disabled, and match the float64 references of
-lowering/fused_ops.py (the same check_entry() that tests/lowering/test_fixtures_load.py runs).
+contracts/fused_ops.py (the same check_entry() that tests/lowering/test_fixtures_load.py runs).
 
 Needs torch (2.13.0 was used); CI has no torch, so the .onnx files and the manifest are committed.
 Usage: python models/make_models.py [--only SUBSTRING] [--show]

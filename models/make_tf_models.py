@@ -5,7 +5,7 @@ signature, written the way TensorFlow users write the SmoothL1/Huber backward (G
 Keras or tf.compat.v1 losses, or the gradient by hand) and the proximal gradient descent update, so
 the fused-pattern matcher is tested on what tf2onnx really emits (after TensorFlow's grappler and
 tf2onnx's own optimizers). The manifest has the format of tests/fixtures/exporters/manifest.json;
-its "expected" counts and "attrs" say what should fuse by the semantics of lowering/fused_ops.py,
+its "expected" counts and "attrs" say what should fuse by the semantics of contracts/fused_ops.py,
 not what the pass does today. Each fixture is checked right after export with the check_entry() of
 tests/lowering/test_fixtures_load.py (onnx.checker, onnxruntime without graph optimizations,
 float64 references).

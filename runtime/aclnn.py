@@ -16,7 +16,7 @@ tensor's dtype on the host. The kernel broadcasts target and gradOut to self's s
 shape is not self's) does the shim expand self on the host, since the kernel writes an output of
 its first input's shape.
 `run_fused` is the same path for a fused node of a graph, whose attributes the fused-op contract
-defines (lowering/fused_ops.py) rather than the built-in aclnn signature.
+defines (contracts/fused_ops.py) rather than the built-in aclnn signature.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.nodes import InputSpec, NodeSpec
-from lowering.fused_ops import OP_SPECS, PROXIMAL_GD, REDUCTIONS, SCALAR_FORMS, SMOOTH_L1_GRAD
+from contracts.fused_ops import OP_SPECS, PROXIMAL_GD, REDUCTIONS, SCALAR_FORMS, SMOOTH_L1_GRAD
 from runtime import acl
 from runtime.acl import (
     DTYPE_NAMES,
@@ -307,7 +307,7 @@ def run_fused(spec: NodeSpec, inputs: Mapping[str, np.ndarray], backend: Backend
     """Run one fused node of a graph on `backend`: the path `lower diff` takes for fused nodes.
 
     The node's arguments were checked when it was fused and are checked again by codegen's
-    lowering (contract of lowering/fused_ops.py), so unlike the aclnn entry points above there
+    lowering (contract of contracts/fused_ops.py), so unlike the aclnn entry points above there
     is no status code here: a node that cannot run raises BackendError. Empty inputs launch
     nothing and give an empty output, as the aclnn empty-tensor rule says.
     """

@@ -8,7 +8,7 @@ A backend runs one fused node's kernel on host arrays:
 
 `call.spec` is the fused node as codegen sees it (codegen/nodes.py NodeSpec: op type, attributes,
 dtype, concrete shapes, compile-time constant scalars); `call.inputs` holds the data by the
-contract's input names (lowering/fused_ops.py OP_SPECS; scalars hold one element); `call.target`
+contract's input names (contracts/fused_ops.py OP_SPECS; scalars hold one element); `call.target`
 names the SoC the kernel is built and scheduled for. `run` returns every contract output by name,
 in the node's dtype and the shape of the first input. It raises BackendError when the kernel
 cannot run. The shim (runtime/aclnn.py) does all argument checks before a backend sees a call.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from codegen.nodes import NodeSpec
-from lowering.errors import ToolError
+from contracts.errors import ToolError
 
 DEFAULT_TARGET = "ascend950"
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from lowering.errors import ToolError
+from contracts.errors import ToolError
 from lowering.terminal import printable
 
 MS_DOMAIN = "com.microsoft"

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from lowering.errors import ToolError
+from contracts.errors import ToolError
 from lowering.onnx_values import attr
 from lowering.terminal import printable
 

@@ -4,7 +4,7 @@ Rows: one per graph output (fused model run end to end, standard nodes on onnxru
 nodes on the backend, against onnxruntime on the unfused model) and one per fused node (its
 kernel against onnxruntime on the node's matched subgraph, the function body, on the inputs the
 node received; a node without a function body, or with one onnxruntime cannot run, is compared
-with the float64 formula of lowering/fused_ops.py, rounded once to the node's dtype as CANN's
+with the float64 formula of contracts/fused_ops.py, rounded once to the node's dtype as CANN's
 goldens are), plus one per input a node of the unfused graph writes in place (an accumulator's
 buffer). Where onnxruntime cannot run the unfused graph whole (runtime/coverage.py), the graphs
 run as far as onnxruntime and lower's own ops (runtime/contrib_ops.py) take them, comparisons
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from lowering.fused_ops import OP_SPECS
+from contracts.fused_ops import OP_SPECS
 from lowering.terminal import printable
 from runtime.backend import Backend
 from runtime.coverage import OrtOps, plan
@@ -35,7 +35,7 @@ from runtime.report import DiffReport, Row
 
 
 def formula_goldens(run: FusedRun) -> dict[str, np.ndarray]:
-    """The contract's float64 formula for one fused node run (lowering/fused_ops.py OP_SPECS),
+    """The contract's float64 formula for one fused node run (contracts/fused_ops.py OP_SPECS),
     each output rounded to its dtype."""
     spec = OP_SPECS[run.spec.op_type]
     goldens = spec.golden(run.inputs, run.spec.attrs)

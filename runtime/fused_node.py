@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import onnx
 
-from lowering.errors import ToolError
-from lowering.fused_ops import DOMAIN, OP_SPECS
+from contracts.errors import ToolError
+from contracts.fused_ops import DOMAIN, OP_SPECS
 
 
 class FusedNodeError(ToolError, ValueError):
-    """A fused node that breaks the contract of lowering/fused_ops.py."""
+    """A fused node that breaks the contract of contracts/fused_ops.py."""
 
 
 def is_fused(node: onnx.NodeProto) -> bool:

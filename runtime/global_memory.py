@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lowering.errors import InternalError
+from contracts.errors import InternalError
 
 
 class GmAccessError(InternalError, RuntimeError):

@@ -25,8 +25,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from codegen.nodes import InputSpec, NodeSpec
-from lowering.errors import ToolError
-from lowering.fused_ops import OP_SPECS
+from contracts.errors import ToolError
+from contracts.fused_ops import OP_SPECS
 from lowering.graph import body_label, graph_constants, model_constants, subgraph_inputs
 from lowering.terminal import printable
 from runtime import aclnn

@@ -23,8 +23,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from lowering.errors import LoweringError
-from lowering.fused_ops import OP_SPECS, ScalarDraw
+from contracts.errors import LoweringError
+from contracts.fused_ops import OP_SPECS, ScalarDraw
 from lowering.graph import model_constants
 from lowering.terminal import printable
 from runtime.fused_node import fused_attrs, is_fused

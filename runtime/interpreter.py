@@ -36,7 +36,7 @@ from codegen.buffers import Allocation
 from codegen.ir import Kernel, Kind, Op
 from codegen.scalar_eval import eval_scalar
 from codegen.schedule import BroadcastPlan
-from lowering.errors import InternalError
+from contracts.errors import InternalError
 from runtime import numerics
 from runtime.global_memory import GlobalMemory, GmAccessError
 from runtime.numerics import NUMPY_DTYPES, NanPolicy

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from lowering.fused_ops import OP_SPECS
+from contracts.fused_ops import OP_SPECS
 from runtime.graph_exec import FusedRun, value_info
 from runtime.local_functions import LocalFunctions
 from runtime.ort_exec import run_model

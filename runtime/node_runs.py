@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from lowering.fused_ops import DOMAIN, OP_SPECS
+from contracts.fused_ops import DOMAIN, OP_SPECS
 from lowering.graph import body_label, may_have_subgraphs
 from lowering.terminal import printable
 from runtime.graph_exec import FusedRun

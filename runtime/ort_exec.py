@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from lowering.errors import ToolError
+from contracts.errors import ToolError
 from lowering.loading import save, serialized_or_none
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -1,5 +1,11 @@
-"""Imports follow the data flow: no cycle among the project's modules, and the kernel generator
-(codegen) and runtime (runtime) do not import the graph pass.
+"""Imports follow the data flow, at two levels.
+
+Packages are layers, each importing only the layers below it (LAYERS, bottom first): the fused
+ops' contract and the error types (contracts), the graph pass that loads, normalizes, matches and
+fuses (lowering), the kernel generator that lowers fused nodes to IR, schedules and emits them
+(codegen), the execution and diff of the fused model (runtime), and the `lower` command that joins
+them (app). No cycle among modules either, inside or across packages; and codegen and runtime read
+only lowering's model helpers, never the pass.
 
 The import graph is read from the source with ast (every import statement, also those inside
 functions, except under `if TYPE_CHECKING:`), so the test needs no import side effects. Importing
@@ -15,13 +21,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("lowering", "codegen", "runtime")
+LAYERS = ("contracts", "lowering", "codegen", "runtime", "app")  # each imports only those before it
 
-# What codegen and runtime may take from lowering/: the contract of the fused ops and plain ONNX
-# helpers (errors, loading and saving models, reading constants, printing model text), none of which
-# imports the pass.
-ALLOWED_FROM_LOWERING = frozenset({"lowering.fused_ops", "lowering.errors", "lowering.loading", "lowering.graph",
-                                   "lowering.onnx_values", "lowering.local_types", "lowering.terminal"})
+# What codegen and runtime may take from lowering/: its plain ONNX helpers (loading and saving
+# models, reading constants and types, printing model text), none of which imports the pass. The
+# layer order lets codegen and runtime import lowering; this narrows it to the load stage.
+MODEL_HELPERS = frozenset({"lowering.loading", "lowering.graph", "lowering.onnx_values", "lowering.local_types",
+                           "lowering.terminal"})
+
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -32,7 +39,7 @@ def _module_name(path: Path) -> str:
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
+    for package in LAYERS:
         for path in sorted((ROOT / package).rglob("*.py")):
             found[_module_name(path)] = path
     return found
@@ -149,7 +156,23 @@ def _reach(graph: dict[str, set[str]], start: str) -> dict[str, str]:
 
 
 def _is_pass_module(module: str) -> bool:
-    return module.startswith("lowering.") and module not in ALLOWED_FROM_LOWERING
+    return module.startswith("lowering.") and module not in MODEL_HELPERS
+
+
+def _package(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _package_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """{(importing package, imported package): the module imports behind it}, counting the
+    implicit import of each imported module's parent packages (their __init__ modules run too)."""
+    edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            for reached in [target, *(a for a in _ancestors(target) if a in graph)]:
+                if _package(reached) != _package(module):
+                    edges.setdefault((_package(module), _package(reached)), []).append((module, reached))
+    return edges
 
 
 def test_no_import_cycle_among_the_projects_modules() -> None:
@@ -158,6 +181,24 @@ def test_no_import_cycle_among_the_projects_modules() -> None:
 
 def test_no_cycle_through_imports_for_type_checkers_either() -> None:
     assert _cycles(_without_package_inits(_graph(type_only=True))) == []
+
+
+def test_every_package_is_a_layer() -> None:
+    """A new top-level package must take its place in LAYERS, or the checks below skip it."""
+    found = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+    assert found == sorted(LAYERS)
+
+
+def test_no_import_cycle_among_the_packages() -> None:
+    edges = _package_edges(_graph())
+    packages = {name: {b for a, b in edges if a == name} for name in LAYERS}
+    assert _cycles(packages) == [], "package imports: " + ", ".join(f"{a} -> {b}" for a, b in sorted(edges))
+
+
+def test_packages_import_only_the_layers_below() -> None:
+    edges = _package_edges(_graph())
+    upward = {f"{a} -> {b}": via[:3] for (a, b), via in sorted(edges.items()) if LAYERS.index(b) > LAYERS.index(a)}
+    assert upward == {}, f"imports against the layer order {' < '.join(LAYERS)}"
 
 
 def test_codegen_and_runtime_name_no_pass_module() -> None:
@@ -169,7 +210,7 @@ def test_codegen_and_runtime_name_no_pass_module() -> None:
 
 def test_codegen_and_runtime_reach_no_pass_module() -> None:
     """Following every import, also the implicit one of each parent package (lowering/__init__.py
-    loads its public names on first use, so importing lowering.fused_ops runs no pass module)."""
+    loads its public names on first use, so importing lowering.graph runs no pass module)."""
     graph = _graph()
     leaks = {}
     for module in graph:

@@ -40,7 +40,7 @@ from codegen.registry import (
     register_rule,
 )
 from codegen.rules.common import choice, common_dtype, fail, load_f32, same_shape, store
-from lowering.fused_ops import PROXIMAL_GD, PROXIMAL_NONFINITE, SCALAR_FORMS
+from contracts.fused_ops import PROXIMAL_GD, PROXIMAL_NONFINITE, SCALAR_FORMS
 
 _SCALAR_DTYPES = ("float32",)
 

@@ -42,7 +42,7 @@ from codegen.registry import (
     register_rule,
 )
 from codegen.rules.common import choice, common_dtype, fail, load_f32, shape_kind, store
-from lowering.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD, SMOOTH_L1_NONFINITE
+from contracts.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD, SMOOTH_L1_NONFINITE
 
 LABEL_KINDS = ("tile", "broadcast")
 DOUT_KINDS = ("tile", "scalar", "broadcast")

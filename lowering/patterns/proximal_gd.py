@@ -19,8 +19,9 @@ from typing import NamedTuple
 import numpy as np
 import onnx
 
+from contracts.fused_ops import PROXIMAL_GD
+
 from ..algebra import Algebra, Comparison, Monomial, Reach, clip_bounds
-from ..fused_ops import PROXIMAL_GD
 from ..graph import GraphIndex, Node, attr
 from .base import (
     Input,

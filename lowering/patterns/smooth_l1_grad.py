@@ -14,8 +14,9 @@ from typing import NamedTuple
 import numpy as np
 import onnx
 
+from contracts.fused_ops import SMOOTH_L1_GRAD
+
 from ..algebra import MAX_WALK, Algebra, Comparison, Monomial, Reach, Select, clip_bounds, product, sum_like
-from ..fused_ops import SMOOTH_L1_GRAD
 from ..graph import GraphIndex, Node, attr
 from .base import (
     Match,

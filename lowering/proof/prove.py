@@ -37,8 +37,9 @@ from typing import Any
 import numpy as np
 import onnx
 
+from contracts.fused_ops import OP_SPECS, ProofSpec
+
 from ..algebra import Algebra
-from ..fused_ops import OP_SPECS, ProofSpec
 from ..graph import dtype_name
 from ..patterns.base import Match, same_shape
 from ..patterns.meaning.evaluate import np_type

@@ -14,8 +14,9 @@ import ml_dtypes
 import numpy as np
 import onnx
 
+from contracts.fused_ops import OP_SPECS
+
 from ..algebra import Algebra
-from ..fused_ops import OP_SPECS
 from ..patterns.base import Match
 from ..patterns.meaning.evaluate import Evaluator, Unsupported, np_type
 from .structure import Structure

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from contracts import fused_ops
+
 _ENV = "ASCEND_LOWERING_PROOF_CACHE"
 _KEEP = 20000  # proofs kept on disk, the newest
 _SOURCES = ("semantics.py", "formula.py", "structure.py", "relations.py", "rounding.py", "prove.py")
@@ -30,7 +32,7 @@ def _digest() -> str:
     here = Path(__file__).resolve().parent
     for name in _SOURCES:
         h.update((here / name).read_bytes())
-    h.update((here.parent / "fused_ops.py").read_bytes())
+    h.update(Path(fused_ops.__file__).read_bytes())
     return h.hexdigest()[:16]
 
 

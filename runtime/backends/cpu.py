@@ -15,7 +15,7 @@ from codegen.api import KernelArtifact, artifact_for_target, kernel_for_spec
 from codegen.errors import CodegenError
 from codegen.nodes import NodeSpec
 from codegen.schedule import Plan
-from lowering.fused_ops import OP_SPECS
+from contracts.fused_ops import OP_SPECS
 from runtime.backend import Backend, BackendError, KernelCall
 from runtime.interpreter import Tile, execute
 from runtime.numerics import NAN_POLICIES, NanPolicy

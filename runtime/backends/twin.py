@@ -20,7 +20,7 @@ from codegen.api import KernelArtifact
 from codegen.errors import CodegenError
 from codegen.project import OperatorProject
 from codegen.schedule import Plan
-from lowering.fused_ops import OP_SPECS
+from contracts.fused_ops import OP_SPECS
 from runtime.backend import Backend, BackendError, KernelCall
 from runtime.backends.cpu import artifact_for
 from runtime.twin.kernel import TwinKernel

@@ -11,7 +11,7 @@ from codegen.broadcast import BroadcastError, layout
 from codegen.ir import IRError, KernelBuilder, Kind, Op, format_kernel, parse_kernel
 from codegen.nodes import InputSpec, NodeSpec
 from codegen.schedule import TILE_ALIGN, PlanError
-from lowering.fused_ops import SMOOTH_L1_GRAD
+from contracts.fused_ops import SMOOTH_L1_GRAD
 
 
 def _numpy_index(in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> np.ndarray:

@@ -26,8 +26,8 @@ from codegen.nodes import fused_nodes, node_spec
 from codegen.op_interface import interface
 from codegen.project import operator_projects, project_of
 from codegen.targets import TARGETS
+from contracts.fused_ops import DOMAIN
 from lowering import fuse
-from lowering.fused_ops import DOMAIN
 
 sys.path.insert(0, str(Path(__file__).parent))  # template_presets.py sits beside the tests
 from template_presets import TEMPLATE_8_1_RC1, as_cache, differences  # noqa: E402

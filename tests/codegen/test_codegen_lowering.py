@@ -17,7 +17,7 @@ from codegen.api import kernel_for_spec, structure_text
 from codegen.errors import CodegenError
 from codegen.ir import Kernel, Kind, Op, is_attr, scalar_stages
 from codegen.nodes import InputSpec, NodeSpec
-from lowering.fused_ops import (
+from contracts.fused_ops import (
     PROXIMAL_GD,
     SMOOTH_L1_GRAD,
     proximal_gd_reference,

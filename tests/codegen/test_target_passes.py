@@ -9,7 +9,7 @@ import pytest
 from codegen.api import artifact_for_target, kernel_for_spec
 from codegen.ir import Kind, Op
 from codegen.nodes import InputSpec, NodeSpec
-from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+from contracts.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 from runtime.backends.cpu import plan_tiles
 from runtime.interpreter import execute
 from runtime.numerics import NUMPY_DTYPES

@@ -20,7 +20,7 @@ from codegen.errors import CodegenError
 from codegen.nodes import InputSpec, NodeSpec
 from codegen.project import OperatorProject, operator_projects
 from codegen.targets import TARGETS
-from lowering.fused_ops import SMOOTH_L1_GRAD
+from contracts.fused_ops import SMOOTH_L1_GRAD
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "twin"))  # twin_cases: every prox variant
 from twin_cases import prox_variant_specs  # noqa: E402

@@ -29,7 +29,7 @@ import onnxruntime as ort
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from lowering.fused_ops import OP_SPECS, PROXIMAL_GD, SMOOTH_L1_GRAD
+from contracts.fused_ops import OP_SPECS, PROXIMAL_GD, SMOOTH_L1_GRAD
 from runtime.precision import compare
 
 F32, F16, BF16 = T.FLOAT, T.FLOAT16, T.BFLOAT16
@@ -945,7 +945,7 @@ def judge(case: Case, assume_finite: bool = False, patterns: Sequence[Any] | Non
 def fused_node_agrees(case: Case, fused: onnx.ModelProto, point: Point) -> bool:
     """Whether the fused node that writes the graph output gives, at `point`, what the unfused
     mutant gives (its float64 reference on the values it reads, to the precision standard)."""
-    from lowering.fused_ops import DOMAIN
+    from contracts.fused_ops import DOMAIN
 
     sp = case.spelling
     node = next(n for n in fused.graph.node if n.domain == DOMAIN and n.output[0] == OUT)

@@ -9,7 +9,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 import lowering
-from lowering.fused_ops import (
+from contracts.fused_ops import (
     DOMAIN,
     PROXIMAL_GD,
     SMOOTH_L1_GRAD,

@@ -16,9 +16,9 @@ from pass_forms import PGD, SL1, pgd, sl1
 from pass_numerics import fused_nodes
 
 import lowering
+from app.cli import main
 from lowering import loading
 from lowering.api import fuse_loaded
-from lowering.cli import main
 from lowering.rewrite import fuse_proto
 
 

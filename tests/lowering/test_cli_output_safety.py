@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 import pytest
 
-from lowering.cli import main
-from lowering.outdir import MANIFEST, OutdirLock
+from app.cli import main
+from app.outdir import MANIFEST, OutdirLock
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "pass_speed.py"
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -60,7 +60,7 @@ def external_model(tmp_path_factory) -> Path:
 
 
 def _lower_cmd(*args: str | Path) -> list[str]:
-    return [sys.executable, "-c", "import sys; from lowering.cli import main; sys.exit(main())",
+    return [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
             *map(str, args)]
 
 
@@ -283,12 +283,12 @@ def test_terminal_output_escapes_and_shortens_model_names(tmp_path: Path, capsys
 ], ids=["internal", "user"])
 def test_exit_code_follows_the_errors_user_error_flag(tmp_path: Path, capsys, monkeypatch, error, code: int,
                                                       kind: str) -> None:
-    import lowering.cli
+    import app.cli
 
     def fail(*_: object) -> None:
         raise error()
 
-    monkeypatch.setattr(lowering.cli, "build_kernels", fail)
+    monkeypatch.setattr(app.cli, "build_kernels", fail)
     assert main([str(SAMPLE), "--target", "ascend950", "-o", str(tmp_path / "out")]) == code
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"lower: {kind}: "), err
@@ -312,7 +312,7 @@ def test_outdir_given_as_a_symlink_or_as_dot_is_written_in_place(tmp_path: Path,
 
 
 def test_a_signal_during_the_commit_waits_until_the_output_is_complete(tmp_path: Path, monkeypatch) -> None:
-    import lowering.outdir
+    import app.outdir
 
     outdir = tmp_path / "out"
     assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 0
@@ -326,7 +326,7 @@ def test_a_signal_during_the_commit_waits_until_the_output_is_complete(tmp_path:
         calls.append(dst)
         real_replace(src, dst)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(lowering.outdir.os, "replace", replace_after_a_signal)
+    monkeypatch.setattr(app.outdir.os, "replace", replace_after_a_signal)
     assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 130
     assert len(calls) > 5
     _assert_complete(outdir)
@@ -335,14 +335,14 @@ def test_a_signal_during_the_commit_waits_until_the_output_is_complete(tmp_path:
 
 
 def test_lock_and_staging_go_inside_an_outdir_whose_parent_is_not_writable(tmp_path: Path, monkeypatch) -> None:
-    import lowering.outdir
+    import app.outdir
 
     outdir = tmp_path / "out"
     outdir.mkdir()
     real_access = os.access
-    monkeypatch.setattr(lowering.outdir.os, "access",
+    monkeypatch.setattr(app.outdir.os, "access",
                         lambda path, mode: False if Path(path) == tmp_path else real_access(path, mode))
-    assert lowering.outdir.works_inside(outdir.resolve())
+    assert app.outdir.works_inside(outdir.resolve())
     assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 0
     assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 0
     _assert_complete(outdir)
@@ -350,7 +350,7 @@ def test_lock_and_staging_go_inside_an_outdir_whose_parent_is_not_writable(tmp_p
     lock = OutdirLock(outdir.resolve(), "lower held-by-test")
     lock.acquire()
     try:
-        assert lock.path == outdir.resolve() / lowering.outdir.LOCK_INSIDE
+        assert lock.path == outdir.resolve() / app.outdir.LOCK_INSIDE
         assert main([str(SAMPLE), "--target", "ascend950", "-o", str(outdir), "-q"]) == 2
     finally:
         lock.release()

@@ -2,7 +2,7 @@
 
 Every manifest entry must load, pass onnx.checker, run under onnxruntime with graph optimizations
 disabled, and, for every fused-node instance listed in its "attrs", the graph value named there
-must match the float64 reference of lowering/fused_ops.py fed with the values bound in "inputs"
+must match the float64 reference of contracts/fused_ops.py fed with the values bound in "inputs"
 (graph inputs, intermediates fetched from onnxruntime, or constants written as numbers), within the
 CANN precision standard (runtime/precision.py).
 
@@ -23,7 +23,7 @@ import onnxruntime as ort
 import pytest
 from fixture_manifests import MANIFESTS, manifest_entries
 
-from lowering import fused_ops
+from contracts import fused_ops
 
 REPO = Path(__file__).resolve().parents[2]
 

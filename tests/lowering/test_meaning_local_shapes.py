@@ -193,7 +193,7 @@ def test_a_slice_whose_bounds_inference_does_not_follow_fuses_without_value_info
 def test_lower_builds_and_verifies_the_new_fusions(fixture: str, tmp_path: Path, capsys) -> None:
     # the kernels of JAX's gradient (its label gradient a Neg of it) and of paddle's gradient with
     # its constant dout run on the CPU backend against the unfused graph
-    from lowering.cli import main
+    from app.cli import main
 
     code = main([str(REPO / "tests/fixtures" / fixture), "--target", "ascend950", "-o", str(tmp_path), "--verify"])
     out = capsys.readouterr().out

@@ -14,7 +14,7 @@ from pass_numerics import assert_same_outputs, fused_nodes, precision_ok, run_or
 import lowering
 from codegen.api import build_kernels
 from codegen.nodes import node_spec
-from lowering.fused_ops import smooth_l1_grad_reference
+from contracts.fused_ops import smooth_l1_grad_reference
 from runtime.backend import KernelCall
 from runtime.backends.cpu import CpuBackend
 

@@ -15,7 +15,7 @@ from pass_forms import PGD, SL1, G, pgd, sl1, splice
 from pass_numerics import assert_same_outputs, fused_nodes, make_feeds
 
 import lowering
-from lowering.cli import SUMMARY_LIMIT, main
+from app.cli import SUMMARY_LIMIT, main
 from lowering.report import FusionReport, Rejection
 
 
@@ -124,7 +124,7 @@ def _recursive_functions(tmp_path: Path) -> Path:
 ])
 def test_bad_inputs_exit_2_with_one_line(tmp_path: Path, make, message: str) -> None:
     path = make(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "lowering.cli", str(path), "--target", "ascend950",
+    result = subprocess.run([sys.executable, "-m", "app.cli", str(path), "--target", "ascend950",
                              "-o", str(tmp_path / "o")], capture_output=True, text=True)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()

@@ -22,7 +22,7 @@ from fixture_manifests import manifest_entries
 from pass_numerics import assert_same_outputs, fused_nodes, golden_of, precision_ok, rounding_bound_ok, run_ort
 
 import lowering
-from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+from contracts.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = manifest_entries()

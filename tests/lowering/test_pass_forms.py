@@ -9,7 +9,7 @@ from pass_forms import BF, PGD, SL1, F, H, pgd, sl1
 from pass_numerics import assert_runs_as_fused, assert_same, fused_nodes, golden_of, make_feeds, precision_ok, run_ort
 
 import lowering
-from lowering.fused_ops import DOMAIN, OP_SPECS
+from contracts.fused_ops import DOMAIN, OP_SPECS
 
 SL1_CASES = {
     "where-mean": (dict(), dict(sigma=0.5, reduction="mean", scale=1.0)),

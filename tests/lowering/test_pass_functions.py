@@ -12,10 +12,10 @@ import onnx
 import onnx.parser
 import pytest
 
+from app.cli import main
+from contracts.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD
 from lowering import fuse
-from lowering.cli import main
 from lowering.functions import candidates
-from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD
 
 from .pass_numerics import assert_runs_as_fused, assert_same, run_ort
 
@@ -179,7 +179,7 @@ def test_an_export_with_every_module_a_function_fuses_and_keeps_the_backbone(dra
 
 
 def test_a_failure_on_the_inlined_graph_falls_back_to_the_model_as_it_is() -> None:
-    from lowering.errors import LoweringError
+    from contracts.errors import LoweringError
     from lowering.functions import fuse_through_functions
     from lowering.patterns import DEFAULT_PATTERNS
     from lowering.rewrite import _fuse_proto

@@ -10,9 +10,9 @@ import onnx
 import pytest
 
 import lowering
+from contracts.errors import LoweringError
+from contracts.fused_ops import DOMAIN
 from lowering import verify
-from lowering.errors import LoweringError
-from lowering.fused_ops import DOMAIN
 from lowering.graph import GraphInfo, Node, decode_nodes, value_type_of
 
 from .fixture_manifests import manifest_entries

@@ -88,7 +88,7 @@ def test_cli_flag(tmp_path: Path) -> None:
     onnx.save(_loss_and_gradient(), str(path))
     for flag, fusions in ((["--no-recompute-shared"], 0), ([], 1), (["--recompute-shared"], 1)):
         out = tmp_path / f"out{'_'.join(flag)}"
-        done = subprocess.run([sys.executable, "-m", "lowering.cli", str(path), "--target", "ascend950",
+        done = subprocess.run([sys.executable, "-m", "app.cli", str(path), "--target", "ascend950",
                                "--emit", "onnx", "-o", str(out), *flag], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         assert len(fused_nodes(onnx.load(str(out / "m.fused.onnx")))) == fusions

@@ -12,10 +12,10 @@ import onnx
 import onnx.parser
 import pytest
 
+from app.cli import main
 from codegen.api import build_kernels
+from contracts.fused_ops import DOMAIN, PROXIMAL_GD
 from lowering import fuse
-from lowering.cli import main
-from lowering.fused_ops import DOMAIN, PROXIMAL_GD
 
 from .pass_numerics import assert_same
 from .subgraph_fixtures import FOLDER, entries, feeds, load, run_ort

@@ -288,7 +288,7 @@ def test_a_runtime_loss_weight_is_dout_to_the_recogniser() -> None:
 def test_var_and_delta_with_dims_named_apart_lower_and_verify(tmp_path: Path, capsys) -> None:
     # tf2onnx's [unk__0, 16] and [unk__1, 16]: each is expanded to the other's shape, which the
     # kernel then sees as one shape; lower builds it and --verify runs it against the graph
-    from lowering.cli import main
+    from app.cli import main
 
     model = REPO / "tests/fixtures/tf2onnx/nm_prox_tensor_maximum_f32_dynamic_op13.onnx"
     code = main([str(model), "--target", "ascend950", "-o", str(tmp_path), "--verify",

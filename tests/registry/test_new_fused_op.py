@@ -14,10 +14,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from app.cli import main
 from codegen.api import build_kernels, emit_kernels
 from codegen.registry import register_rule, unregister_rule
-from lowering.cli import main
-from lowering.fused_ops import register, unregister
+from contracts.fused_ops import register, unregister
 from lowering.patterns import DEFAULT_PATTERNS
 from lowering.rewrite import fuse_proto
 from runtime.ort_exec import run_model
@@ -90,7 +90,7 @@ def test_a_rule_whose_attribute_default_differs_from_the_contract_is_refused(reg
     import dataclasses
 
     from codegen.registry import Attribute, OpInterface
-    from lowering.errors import InternalError
+    from contracts.errors import InternalError
 
     unregister_rule(toy_op.OP)
     op = toy_op.RULE.operators[0]

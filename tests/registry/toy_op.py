@@ -14,8 +14,8 @@ from codegen.ir import Kernel, KernelBuilder, Kind, Op
 from codegen.nodes import NodeSpec
 from codegen.registry import ONE_ELEMENT, Attribute, Axis, Operator, OpInterface, Rule
 from codegen.rules.common import common_dtype, load_f32, store
+from contracts.fused_ops import AttrSpec, OpSpec, ProofSpec
 from lowering.algebra import Algebra
-from lowering.fused_ops import AttrSpec, OpSpec, ProofSpec
 from lowering.patterns.base import Match, Pattern
 
 OP = "SquaredErrorGrad"

@@ -1,6 +1,6 @@
 """Model builders for the runtime tests: unfused subgraphs and hand-built fused models.
 
-The hand-built fused models follow the contract of lowering/fused_ops.py and the layout of a
+The hand-built fused models follow the contract of contracts/fused_ops.py and the layout of a
 fused model (custom node in com.huawei.ascend plus a model-local function holding the matched
 subgraph), so the runtime is tested independently of the graph pass.
 """
@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from lowering.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD
-from runtime.diff_cli import add_input_options
+from app.diff_cli import add_input_options
+from contracts.fused_ops import DOMAIN, PROXIMAL_GD, SMOOTH_L1_GRAD
 
 OPSET = 17
 

@@ -25,7 +25,7 @@ from codegen.names import lower_camel
 from codegen.nodes import InputSpec, NodeSpec
 from codegen.project import OperatorProject, operator_projects
 from codegen.registry import rule_for
-from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+from contracts.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 
 SOURCES = Path(__file__).resolve().parent / "fake_cann"
 CC = shutil.which("gcc") or shutil.which("cc")

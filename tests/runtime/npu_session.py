@@ -23,7 +23,7 @@ import threading
 import numpy as np
 
 from codegen.nodes import InputSpec, NodeSpec
-from lowering.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+from contracts.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
 from runtime.backend import BackendError, KernelCall
 from runtime.backends.npu import NpuBackend
 

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from lowering.fused_ops import proximal_gd_reference, smooth_l1_grad_reference
+from contracts.fused_ops import proximal_gd_reference, smooth_l1_grad_reference
 from runtime import acl, aclnn
 from runtime.acl import (
     AclDataType,

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from lowering.cli import main
+from app.cli import main
 from lowering.rewrite import fuse_proto
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tf2onnx" / "nm_sl1_v1_huber_runtime_weight_f32_op13.onnx"

@@ -15,8 +15,8 @@ from onnx import helper as h
 
 from codegen.api import artifact_for_target, kernel_for_spec
 from codegen.nodes import InputSpec, NodeSpec
+from contracts.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD, smooth_l1_grad_reference
 from lowering import fuse
-from lowering.fused_ops import REDUCTIONS, SMOOTH_L1_GRAD, smooth_l1_grad_reference
 from runtime import aclnn
 from runtime.acl import AclnnStatus, tensor_from_numpy, tensor_to_numpy
 from runtime.backend import KernelCall

@@ -1,4 +1,4 @@
-"""The CPU backend against the float64 formulas of lowering/fused_ops.py, every kernel variant.
+"""The CPU backend against the float64 formulas of contracts/fused_ops.py, every kernel variant.
 
 Variants: op x dtype x reduction (SmoothL1) or scalar form (proximal) x scalar kind (one-element
 dout vs full; compile-time constant vs runtime scalars, float32 vs tensor-dtype scalars), on random
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from codegen.nodes import InputSpec, NodeSpec
 from codegen.targets import get_target
-from lowering.fused_ops import (
+from contracts.fused_ops import (
     PROXIMAL_GD,
     SMOOTH_L1_GRAD,
     proximal_gd_reference,

@@ -14,9 +14,9 @@ import pytest
 from onnx import TensorProto as T
 
 import lowering
+from app.diff_cli import run_diff, run_verify
 from lowering.loading import load
 from runtime.backends import get_backend
-from runtime.diff_cli import run_diff, run_verify
 from runtime.graph_exec import run_fused_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,7 +219,7 @@ def test_onnxruntime_failing_at_run_time_is_one_line(build, tmp_path):
     rng = np.random.default_rng(0)
     np.savez(npz, **{n: rng.normal(size=(4, 5)).astype(np.float32) for n in ("predict", "label", "dout")},
              axis=np.array([5]))
-    result = subprocess.run([sys.executable, "-m", "lowering.cli", "diff", _save(model, tmp_path / "m.onnx"),
+    result = subprocess.run([sys.executable, "-m", "app.cli", "diff", _save(model, tmp_path / "m.onnx"),
                              _save(fused, tmp_path / "f.onnx"), "--inputs", str(npz)], capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "onnxruntime" in result.stderr, result.stderr
 

@@ -14,10 +14,10 @@ import pytest
 import lowering
 import runtime.ort_exec as ort_exec
 import runtime.progress as progress_mod
-from lowering.cli import main
-from lowering.errors import LoweringError
+from app.cli import main
+from app.diff_cli import InputOptions, check_input_options, check_options, run_diff, run_verify
+from contracts.errors import LoweringError
 from lowering.terminal import NAME_LIMIT, printable
-from runtime.diff_cli import InputOptions, check_input_options, check_options, run_diff, run_verify
 from runtime.progress import Progress
 
 SEED = 17
@@ -271,7 +271,7 @@ def test_an_unknown_op_of_the_fused_domain_is_bad_input(tmp_path, capsys):
     import onnx
     from onnx import TensorProto, helper
 
-    from lowering.cli import main
+    from app.cli import main
 
     graph = helper.make_graph([helper.make_node("Foo", ["x"], ["y"], domain="com.huawei.ascend", name="n")], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],

@@ -11,8 +11,8 @@ import pytest
 
 import lowering
 import runtime.ort_exec as ort_exec
-from lowering.fused_ops import DOMAIN
-from runtime.diff_cli import run_verify
+from app.diff_cli import run_verify
+from contracts.fused_ops import DOMAIN
 
 
 @pytest.fixture

@@ -118,7 +118,7 @@ def test_float32_inputs_cast_to_float16_get_float16_large_values(build):
 
 
 def test_kinks_are_planted_from_the_narrowed_scalars_and_narrowed_with_their_tensor():
-    from lowering.fused_ops import PROXIMAL_GD, proximal_scalars
+    from contracts.fused_ops import PROXIMAL_GD, proximal_scalars
     from runtime.inputs import EdgeHints, InputSpec, KinkSite
     from runtime.precision import rounded_to
 

@@ -13,7 +13,7 @@ from codegen.ir import Op
 from codegen.nodes import InputSpec, NodeSpec
 from codegen.schedule import make_plan
 from codegen.targets import get_target
-from lowering.fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
+from contracts.fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
 from runtime.backends.cpu import plan_tiles
 from runtime.interpreter import KernelExecutionError, Tile, execute
 from runtime.precision import compare

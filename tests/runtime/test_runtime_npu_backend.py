@@ -38,7 +38,7 @@ from codegen.emit import project_files
 from codegen.emit.build_stamp import build_stamp, installed_stamp_name
 from codegen.emit.vendor import vendor_name
 from codegen.project import OperatorProject, operator_projects, project_of
-from lowering.fused_ops import proximal_gd_reference, smooth_l1_grad_reference
+from contracts.fused_ops import proximal_gd_reference, smooth_l1_grad_reference
 from runtime.backend import BackendError
 from runtime.backends.cpu import artifact_for
 from runtime.npu.acl_runtime import AclRuntime

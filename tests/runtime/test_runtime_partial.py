@@ -19,9 +19,9 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import lowering
+from app.diff_cli import run_diff, run_verify
 from runtime.backends import get_backend
 from runtime.coverage import OrtOps, plan
-from runtime.diff_cli import run_diff, run_verify
 from runtime.graph_exec import GraphExecError, run_fused_model, run_graph
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import onnx
 import onnx.parser
 import pytest
 
+from app.cli import main
 from lowering import fuse
-from lowering.cli import main
 from runtime.backends.cpu import CpuBackend
 from runtime.control_flow import run_loop, run_scan
 from runtime.diff import diff_models

@@ -13,7 +13,7 @@ from codegen.api import artifact_for_target, kernel_for_spec
 from codegen.broadcast import MAX_RANK
 from codegen.nodes import InputSpec, NodeSpec
 from codegen.project import project_of
-from lowering.fused_ops import SMOOTH_L1_GRAD
+from contracts.fused_ops import SMOOTH_L1_GRAD
 from runtime.backend import KernelCall
 from runtime.backends.cpu import plan_tiles
 from runtime.interpreter import execute

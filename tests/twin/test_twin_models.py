@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from twin_cases import differing
 
+from app.cli import main
 from codegen.targets import TARGETS
 from lowering import fuse
-from lowering.cli import main
 from lowering.loading import load
 from runtime.diff import diff_models
 from runtime.graph_exec import run_fused_model

@@ -30,8 +30,8 @@ from twin_cases import ELEM, OPSET, SCALARS, differing, mixed, prox_spec, prox_v
 
 from codegen.nodes import NodeSpec
 from codegen.targets import TARGETS
+from contracts.fused_ops import OP_SPECS, PROXIMAL_GD, proximal_scalars
 from lowering import fuse
-from lowering.fused_ops import OP_SPECS, PROXIMAL_GD, proximal_scalars
 from runtime.backend import KernelCall
 from runtime.diff import diff_models
 from runtime.graph_exec import run_fused_model

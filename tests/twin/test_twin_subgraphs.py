@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from codegen.nodes import InputSpec, NodeSpec
+from contracts.fused_ops import OP_SPECS, PROXIMAL_GD
 from lowering import fuse
-from lowering.fused_ops import OP_SPECS, PROXIMAL_GD
 from runtime import aclnn
 from runtime.diff import diff_models
 from runtime.report import DiffReport, format_table

@@ -23,7 +23,7 @@ from codegen.api import artifact_for_target, kernel_for_spec
 from codegen.nodes import InputSpec, NodeSpec
 from codegen.project import OperatorProject, operator_projects
 from codegen.targets import TARGETS
-from lowering.fused_ops import OP_SPECS, PROXIMAL_GD, SCALAR_FORMS
+from contracts.fused_ops import OP_SPECS, PROXIMAL_GD, SCALAR_FORMS
 from runtime.numerics import NUMPY_DTYPES
 from runtime.precision import compare, subnormal_steps
 

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ...fused_ops import PROXIMAL_GD, proximal_gd_reference, proximal_scalars
+from contracts.fused_ops import PROXIMAL_GD, proximal_gd_reference, proximal_scalars
+
 from ...graph import DTYPE_NAMES, GraphIndex
 from ..base import NoMatch, require, same_shape, shape_text, shapes_differ
 from .evaluate import Evaluator

@@ -26,7 +26,8 @@ from functools import partial
 
 import numpy as np
 
-from ...fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+from contracts.fused_ops import PROXIMAL_GD, SMOOTH_L1_GRAD
+
 from ...graph import FLOAT_TYPES, GraphIndex
 from .evaluate import Evaluator, Unsupported
 from .hypothesis import numel_leaves

@@ -16,7 +16,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 
-from ...fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
+from contracts.fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
+
 from ...graph import GraphIndex
 from ..base import NoMatch, broadcasts_to, is_single_element, require, same_shape, shapes_differ
 from ..smooth_l1_grad import broadcast_caveats, split_reduction

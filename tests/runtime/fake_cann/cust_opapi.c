@@ -5,7 +5,7 @@
  * compile. An operator's definitions are compiled in when FAKE_OP_<op name> is defined: the
  * package of one of lower's projects holds one operator, a test library may hold several.
  *
- * The operators compute the fused ops' formulas (lowering/fused_ops.py) in double precision on
+ * The operators compute the fused ops' formulas (contracts/fused_ops.py) in double precision on
  * float32, float16 and bfloat16 tensors, with the dtype rules of their OpDefs: CANN's operators
  * take one dtype of CANN's list for every tensor; the project's own proximal operator also takes
  * float32 scalars beside float16/bfloat16 tensors. An input of one element broadcasts; other

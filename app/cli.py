@@ -20,7 +20,13 @@ from codegen.api import KernelArtifact, build_kernels, emit_kernels, format_ir
 from codegen.errors import CodegenError
 from codegen.project import operator_projects
 from codegen.targets import UnknownTargetError, get_target, known_targets
-from runtime.diff_cli import (
+from contracts.errors import LoweringError, ToolError
+from lowering.api import fuse_loaded
+from lowering.loading import LoadedModel, load, save
+from lowering.report import FusionReport, more_line
+from lowering.terminal import printable
+
+from .diff_cli import (
     INPUT_OPTIONS,
     add_input_options,
     check_input_options,
@@ -28,13 +34,7 @@ from runtime.diff_cli import (
     run_diff,
     run_verify,
 )
-
-from .api import fuse_loaded
-from .errors import LoweringError, ToolError
-from .loading import LoadedModel, load, save
 from .outdir import COMPLETE, OutputTransaction
-from .report import FusionReport, more_line
-from .terminal import printable
 
 SUMMARY_LIMIT = 20  # fusions, near misses and kernels listed on the terminal, each
 

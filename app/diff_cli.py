@@ -28,8 +28,8 @@ import onnx
 
 from codegen.errors import CodegenError
 from codegen.targets import UnknownTargetError, get_target
-from lowering.errors import LoweringError
-from lowering.fused_ops import DOMAIN, OP_SPECS
+from contracts.errors import LoweringError
+from contracts.fused_ops import DOMAIN, OP_SPECS
 from lowering.loading import load
 from lowering.terminal import printable
 from runtime.backend import DEFAULT_TARGET, Backend, BackendError

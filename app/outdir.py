@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from .errors import LoweringError
-from .terminal import printable
+from contracts.errors import LoweringError
+from lowering.terminal import printable
 
 MANIFEST = ".lower-output"
 COMPLETE = "report.json"  # written last: an OUTDIR without it is not a complete output
