@@ -25,7 +25,7 @@ class Match:
     op_type: str
     output: str  # the value the fused node produces (keeps its name, type and shape)
     dtype: int  # its element type (TensorProto enum)
-    inputs: list[Input]  # in lowering.fused_ops.OP_SPECS order
+    inputs: list[Input]  # in contracts.fused_ops.OP_SPECS order
     attrs: dict[str, object]
     interior: set[int]  # nodes replaced; their outputs must not be used outside the match
     boundary: set[int] = field(default_factory=set)  # input-side nodes (Casts, scalar math) that may be shared

@@ -353,7 +353,8 @@ def _with_params(alg: Algebra, match: Match, frame: _Setting, check: bool = True
     return setting
 
 
-def _parameter_mismatch(kernel: Mapping[str, Fraction], derived: Mapping[str, Fraction], dtype: int | None) -> str | None:
+def _parameter_mismatch(kernel: Mapping[str, Fraction], derived: Mapping[str, Fraction],
+                        dtype: int | None) -> str | None:
     """How the region's parameters differ from the kernel's, beyond the rounding of an attribute."""
     for name in sorted(set(kernel) | set(derived)):
         if name not in derived:

@@ -23,7 +23,7 @@ class Counterexample(NoMatch):
 class Proposal:
     op_type: str
     attrs: dict[str, object]
-    inputs: list[Input]  # in lowering.fused_ops.OP_SPECS order
+    inputs: list[Input]  # in contracts.fused_ops.OP_SPECS order
     roles: dict[str, str]  # leaf -> the name counterexamples give it (predict, dout, alpha, ...)
     contract: Contract
     probes: Iterable[Probe]  # drawn lazily: a wrong hypothesis usually fails on the first
