@@ -24,25 +24,35 @@ def _cmp(a: Fraction, b: Fraction | int) -> int:
 
 def _log2(v: Fraction) -> int:
     """floor(log2 |v|) for a nonzero v."""
-    a = abs(v)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    return e if Fraction(2) ** e <= a else e - 1
+    n, d = abs(v.numerator), v.denominator
+    e = n.bit_length() - d.bit_length()
+    return e if (d << e if e >= 0 else d) <= (n if e >= 0 else n << -e) else e - 1
 
 
-_MODERATE = Fraction(1, 1 << 8), Fraction(1 << 8)  # magnitudes the coarse relations do not tell apart
+_MODERATE_EXP = 8
+# magnitudes the coarse relations do not tell apart
+_MODERATE = Fraction(1, 1 << _MODERATE_EXP), Fraction(1 << _MODERATE_EXP)
 
 
 def signs(values: Sequence[Fraction]) -> tuple:
     """The coarse relations: each constant's sign, whether it is +-1, its magnitude (moderate,
     or its power of two outside that), and which pairs are equal, opposite or reciprocal. Forms
     whose constants differ instance by instance (a step, a beta) keep these."""
-    single = tuple((_cmp(v, 0), abs(v) == 1, _magnitude(v)) for v in values)
-    pairs = tuple((a == b, a == -b, a * b == 1, a * b == -1) for i, a in enumerate(values) for b in values[i + 1:])
+    single = tuple((_cmp(v, 0), abs(v.numerator) == v.denominator, _magnitude(v)) for v in values)
+    # in integers: a pass meets thousands of instances, and Fraction arithmetic is slow
+    terms = [(v.numerator, v.denominator) for v in values]
+    pairs = tuple((p == r and q == s, p == -r and q == s, p * r == q * s, p * r == -q * s)
+                  for i, (p, q) in enumerate(terms) for r, s in terms[i + 1:])
     return single, pairs
 
 
 def _magnitude(v: Fraction) -> int | None:
-    return None if v == 0 or _MODERATE[0] <= abs(v) <= _MODERATE[1] else _log2(v)
+    if v == 0:
+        return None
+    e = _log2(v)
+    top = _MODERATE_EXP
+    moderate = -top <= e < top or (e == top and abs(v.numerator) == v.denominator << top)
+    return None if moderate else e
 
 
 def sign_constraints(symbols: Sequence[Any], values: Sequence[Fraction]) -> list[Any]:
