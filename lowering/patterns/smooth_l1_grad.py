@@ -29,6 +29,8 @@ from .base import (
     fill_value,
     float_dtype,
     is_single_element,
+    named_apart,
+    named_apart_caveat,
     refuse_float32_finish,
     refuse_rounded_abs,
     require,
@@ -653,7 +655,10 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     # a label of another shape broadcasts to predict's: the kernel reads it as it is (a broadcast
     # load), and x - and so the gradient - has predict's shape either way
     label_broadcasts = not same_shape(index, predict, label)
-    require(not label_broadcasts or broadcasts_to(index, label, predict),
+    # dims an exporter named apart (unk__58 against unk__59): the rewrite expands each to the
+    # other's shape, so the fused node reads both at the shape of the graph's own broadcast
+    apart = label_broadcasts and not broadcasts_to(index, label, predict) and named_apart(index, predict, label)
+    require(not label_broadcasts or apart or broadcasts_to(index, label, predict),
             shapes_differ(index, predict, label, "predict and label")
             + "; only a label that broadcasts to predict's shape is taken")
     boundary: set[int] = set()
@@ -661,8 +666,11 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     runtime: dict[str, int] = {}
     for name, exp in scale.factors.items():
         numel = alg.numel_of(name) if exp == -1 else None
-        if numel is not None and (numel[0] in (predict, x) or (numel[0] == label and not label_broadcasts)
-                                  or same_shape(index, numel[0], predict)):
+        # with predict and label expanded, a count the graph divides by need not be the expanded
+        # predict's (a predict that broadcast against label has fewer elements): it stays a
+        # runtime value the graph computes, and dout is the quotient the graph computes with it
+        if numel is not None and not apart and (numel[0] in (predict, x) or (numel[0] == label and not label_broadcasts)
+                                                or same_shape(index, numel[0], predict)):
             require(not mean_at_runtime, "the gradient is divided by numel(predict) twice")
             mean_at_runtime = True
             if numel[0] == x:  # numel of the matched x (d.numel()): its Shape goes with x
@@ -709,19 +717,22 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
            for i in interior):
         caveats.append(HALF_SIGN_CAVEAT)
-    caveats += broadcast_caveats(index, predict, label, douts[0] if douts else None)
+    caveats += broadcast_caveats(index, predict, label, douts[0] if douts else None, apart)
     return Match(form, SMOOTH_L1_GRAD, out, target if wrapped is not None else dtype, inputs,
                  {"sigma": float(beta), "reduction": reduction, "scale": factor},
-                 interior=interior - boundary, boundary=boundary, caveats=caveats)
+                 interior=interior - boundary, boundary=boundary, caveats=caveats,
+                 expand={0: 1, 1: 0} if apart else {})
 
 
-def broadcast_caveats(index: GraphIndex, predict: str, label: str, dout: str | None) -> list[str]:
+def broadcast_caveats(index: GraphIndex, predict: str, label: str, dout: str | None,
+                      apart: bool = False) -> list[str]:
     """What the report says of a label or dout that broadcasts to predict's shape: the fused node
-    reads it as it is and the kernel broadcasts it (a broadcast load)."""
-    out = []
+    reads it as it is and the kernel broadcasts it (a broadcast load); and of a predict and label
+    whose dims were named `apart`, which are expanded to each other's shape."""
+    out = [named_apart_caveat(index, predict, label)] if apart else []
     for role, value in (("label", label), ("dout", dout)):
         if value is not None and not same_shape(index, predict, value) and not (
-                role == "dout" and is_single_element(index, value)):
+                role == "dout" and is_single_element(index, value)) and not (role == "label" and apart):
             out.append(BROADCAST_CAVEAT.format(role=role, shape=shape_text(index, value)))
     return out
 

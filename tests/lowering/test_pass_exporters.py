@@ -154,9 +154,6 @@ def test_half_graph_bound_catches_a_wrong_alpha(entry: dict, rng: np.random.Gene
     ("exporters/nm_sl1_hand_masks_two_sum_b05_f16_dynopt.onnx", "a float32 mask times widened values",
      ("smooth_l1_grad", "Add")),
     ("exporters/nm_prox_tensor_masked_f16_dynopt.onnx", "a float32 mask times widened values", ("proximal_gd", "Div")),
-    # tf2onnx names each unknown dimension apart: nothing says the two inputs agree
-    ("tf2onnx/nm_sl1_hand_where_mean_b05_f32_dynamic_op13.onnx",
-     "predict and label shapes differ or are unknown (p: [unk__0, 5], t: [unk__1, 5])", ("smooth_l1_grad", "Add")),
     ("tf2onnx/nm_sl1_hand_min_max_sum_b1_f32_op13.onnx", "both hold at |x| == 1", ("smooth_l1_grad", "Mul")),
 ])
 def test_exporter_near_miss_is_reported_with_its_reason(fixture: str, reason: str, anchor: tuple[str, str]) -> None:
