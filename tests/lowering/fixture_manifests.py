@@ -15,7 +15,10 @@ its own format, read by subgraph_fixtures.py and tested by test_pass_subgraphs.p
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 NEW_EXPORTERS = ("jax", "ort_training", "paddle")
@@ -60,3 +63,10 @@ def manifest_entries(proved: bool = True) -> list[dict]:
     the exporter script wrote it."""
     entries = [entry for path in MANIFESTS for entry in json.loads(path.read_text(encoding="utf-8"))]
     return [as_proved(e) for e in entries] if proved else entries
+
+
+def on_grid(values: np.ndarray, spec: Mapping) -> np.ndarray:
+    """Input values rounded to the float dtype an input spec's "grid" names, if any: a
+    keep_io_types graph's float32 inputs are drawn as float16 values (models/make_converted_models.py)."""
+    grid = spec.get("grid")
+    return values if grid is None else values.astype(np.dtype(grid)).astype(np.float64)

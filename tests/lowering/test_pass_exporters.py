@@ -18,7 +18,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from fixture_manifests import manifest_entries
+from fixture_manifests import manifest_entries, on_grid
 from pass_numerics import assert_same_outputs, fused_nodes, golden_of, precision_ok, rounding_bound_ok, run_ort
 
 import lowering
@@ -38,7 +38,7 @@ def _feeds(entry: dict, rng: np.random.Generator, edges: bool) -> dict[str, np.n
             value = rng.uniform(*spec["range"], size=shape)
         else:
             value = rng.standard_normal(shape) * spec.get("scale", 2.0)
-        feeds[name] = np.asarray(value, np.float32).astype(dtype)
+        feeds[name] = on_grid(np.asarray(value, np.float32), spec).astype(dtype)
     if edges:
         for name, value in feeds.items():
             if value.size >= 8 and "range" not in entry["inputs"][name]:
