@@ -107,8 +107,7 @@ def _entry(source: dict, file: str, model: onnx.ModelProto) -> dict:
     attrs = [_instance(i) for i in source["attrs"]]
     entry = {
         "file": file,
-        "exporter": f"{source['exporter']} + onnxconverter-common float16"
-                    + (" (keep_io_types=True)" if kept_io else ""),
+        "exporter": f"{source['exporter']} + onnxconverter-common float16",
         "opset": source["opset"],
         "family": source["family"],
         "expected": source["expected"],

@@ -1,7 +1,9 @@
 """The committed exporter-made fixtures: tests/fixtures/<exporter>/*.onnx, each folder with a
 manifest.json (exporters/: PyTorch, written by models/make_models.py; tf2onnx/: TensorFlow through
 tf2onnx, written by models/make_tf_models.py; fp16_converted/: PyTorch fixtures converted to
-float16 by onnxconverter-common, written by models/make_converted_models.py).
+float16 by onnxconverter-common, written by models/make_converted_models.py; mindspore/: MindSpore's
+own backward graphs written with onnx.helper, since its ONNX exporter cannot write them, by
+models/make_mindspore_models.py).
 
 The folders in NEW_EXPORTERS (written by models/make_jax_models.py, make_ort_training_models.py and
 make_paddle_models.py) hold the exporters the pass is being taught to read by meaning (issue 18):
