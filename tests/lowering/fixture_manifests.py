@@ -45,6 +45,12 @@ PROVED_OTHERWISE: dict[str, tuple[dict[str, int], str]] = {
         {}, "differs from every variant of the op only at +-inf inputs: fused under assume_finite only"),
     "tests/fixtures/jax/sl1_optax_huber_none_d05_vjp_f16.onnx": (
         {}, "differs from every variant of the op only at +-inf inputs: fused under assume_finite only"),
+    "tests/fixtures/exporters/prox_const_group_lasso_f32_dynopt.onnx": (
+        {}, "p * relu(1 - t/|p|) is the shrink at t(1 +- 2^-24) per element in float32: 2.4% off one ulp above "
+            "t = 0.001, beyond the precision standard (the update over the reals)"),
+    "tests/fixtures/exporters/prox_const_group_lasso_f32_ts.onnx": (
+        {}, "p * relu(1 - t/|p|) is the shrink at t(1 +- 2^-24) per element in float32: 2.4% off one ulp above "
+            "t = 0.001, beyond the precision standard (the update over the reals)"),
     "tests/fixtures/jax/sl1_huber_maximum_mean_d1_f32.onnx": (
         {}, "the graph's |x| - (|x| - 1) loses significance in float32 (1.6% at |x| = 6.4e5): beyond the "
             "precision standard, and a fused op closer to exact is no excuse"),
