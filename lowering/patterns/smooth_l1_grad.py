@@ -702,7 +702,10 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         one_type = onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32
         dout = np.array(1.0, one_type)
     single = not douts or is_single_element(index, douts[0])
-    reduction, factor = split_reduction(index.numel(predict), k, mean_at_runtime, beta, single, _EPS[dtype])
+    # predict's declared count is not the expanded predict's when the two are named apart ([1, 4]
+    # against [n, 4]): a constant 1/4 is then a scale, not the mean the kernel takes over n * 4
+    numel = None if apart else index.numel(predict)
+    reduction, factor = split_reduction(numel, k, mean_at_runtime, beta, single, _EPS[dtype])
     interior = nodes | {sub[0]}
     inputs: list = [predict, label, dout]
     wrapped = absorb_casts(alg, out, [predict, label] + ([dout] if isinstance(dout, str) else []))

@@ -207,3 +207,22 @@ def test_dims_known_to_differ_are_refused(predict_dims, label_dims) -> None:
     model = _named_apart(predict_dims, label_dims)
     for _, report in (lowering.fuse(model, by_meaning=False), fuse_proto(model, patterns=())):
         assert not report.fusions, report.summary()
+
+
+@pytest.mark.parametrize("by_meaning", [False, True])
+def test_a_constant_count_of_a_predict_named_apart_is_a_scale_not_the_mean(by_meaning: bool,
+                                                                         rng: np.random.Generator) -> None:
+    """predict [1, 4] against label [b, 4]: the graph's 1/4 is 1/numel(predict) as declared, but the
+    fused node reads predict expanded to [b, 4], whose mean would divide by 4b."""
+    g = G()
+    p, t, go = g.input("predict", shape=(1, 4)), g.input("label", shape=("b", 4)), g.input("dout", shape=())
+    x = g.op("Sub", p, t)
+    b = g.const(0.5)
+    sel = g.op("Where", g.op("Less", g.op("Abs", x), b), g.op("Div", x, b), g.op("Sign", x))
+    g.output(g.op("Mul", sel, g.op("Mul", go, g.const(0.25))), shape=("b", 4))
+    model = g.model()
+    fused, report = fuse_proto(model, patterns=()) if by_meaning else lowering.fuse(model, by_meaning=False)
+    fusion, = report.fusions
+    assert fusion.attributes["reduction"] != "mean", report.summary()
+    for rows in (6, 1):
+        assert_same_outputs(model, fused, _feeds(model, rng, {"b": rows}))

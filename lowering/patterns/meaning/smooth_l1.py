@@ -87,7 +87,7 @@ def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str
         reduction, scale, norm = "mean", c * _INFER_N, None
     else:
         single = dout is None or is_single_element(index, dout)
-        numel = index.numel(predict)
+        numel = None if apart else index.numel(predict)  # as in smooth_l1_grad._finish
         reduction, scale = split_reduction(numel, c, False, sigma, single, _EPS[dtype])
         norm = 1.0 / numel if reduction == "mean" and numel else 1.0  # split_reduction: mean needs numel
     scale = float(np.float32(scale))
