@@ -704,8 +704,8 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     single = not douts or is_single_element(index, douts[0])
     # predict's declared count is not the expanded predict's when the two are named apart ([1, 4]
     # against [n, 4]): a constant 1/4 is then a scale, not the mean the kernel takes over n * 4
-    numel = None if apart else index.numel(predict)
-    reduction, factor = split_reduction(numel, k, mean_at_runtime, beta, single, _EPS[dtype])
+    count = None if apart else index.numel(predict)
+    reduction, factor = split_reduction(count, k, mean_at_runtime, beta, single, _EPS[dtype])
     interior = nodes | {sub[0]}
     inputs: list = [predict, label, dout]
     wrapped = absorb_casts(alg, out, [predict, label] + ([dout] if isinstance(dout, str) else []))
