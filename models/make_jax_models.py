@@ -9,10 +9,14 @@ instances it holds with their parameters ("attrs"), or the formula a near miss c
 instance it resembles ("near_misses"). Each fixture is checked right after export with
 check_new_entry() of tests/lowering/new_exporter_check.py.
 
-Needs jax[cpu], jax2onnx, optax, onnx, onnxruntime and ml_dtypes; the project is imported from
-this checkout, not installed. CI has none of them, so the .onnx files and the manifest are committed.
+Keras 3 losses (keras.losses.Huber, keras.losses.huber, keras.ops) run on the JAX backend
+(KERAS_BACKEND=jax, set here before keras is imported) and are differentiated with jax.vjp too.
+
+Needs jax[cpu], jax2onnx, optax, keras (3), onnx, onnxruntime and ml_dtypes; the project is imported
+from this checkout, not installed. CI has none of them, so the .onnx files and the manifest are
+committed.
 Usage (in a separate environment: python -m venv /tmp/venv-jax && /tmp/venv-jax/bin/pip install
-"jax[cpu]" jax2onnx optax onnxruntime ml_dtypes): /tmp/venv-jax/bin/python models/make_jax_models.py
+"jax[cpu]" jax2onnx optax keras onnxruntime ml_dtypes): /tmp/venv-jax/bin/python models/make_jax_models.py
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -27,19 +32,23 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import onnx
-import optax
-from fixture_common import (
+# Keras reads its backend when it is imported
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import optax  # noqa: E402
+from fixture_common import (  # noqa: E402
     keep_fusion_status,
     load_new_exporter_checker,
     ops_histogram,
     record_new_exporter_fixture,
     write_new_exporter_manifest,
 )
-from jax2onnx import to_onnx
+from jax2onnx import to_onnx  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path("tests/fixtures/jax")
@@ -53,6 +62,7 @@ SCALAR_RANGES = {"lr": (0.05, 0.2), "l1": (0.005, 0.05), "l2": (0.01, 0.1), "thr
                  "divisor": (1.0, 1.1)}
 JNP_DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
 EXPORTER_VERSION = f"jax {version('jax')}, jax2onnx {version('jax2onnx')}, optax {version('optax')}"
+KERAS_VERSION = f"{EXPORTER_VERSION}, keras {version('keras')} (backend {os.environ['KERAS_BACKEND']})"
 
 
 def stored(value: float, dtype: str = "float32") -> float:
@@ -491,6 +501,65 @@ def prox_cases() -> list[Case]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Keras 3 on the JAX backend: the Huber loss as Keras computes it (in the loss's dtype, its mean over
+# the last axis in float32), pulled back by jax.vjp.
+
+def keras_ops_huber(t: jax.Array, q: jax.Array, delta: float = 1.0) -> jax.Array:
+    """The Huber loss written with keras.ops, as a custom Keras loss would be."""
+    x = q - t
+    ax = keras.ops.abs(x)
+    return keras.ops.where(ax <= delta, 0.5 * keras.ops.square(x), delta * ax - 0.5 * delta**2)
+
+
+def keras_vjp(loss: Callable[[jax.Array, jax.Array], jax.Array]) -> Callable:
+    """jax.vjp of a Keras loss(y_true, y_pred) w.r.t. the prediction, pulled back with dout."""
+    def fn(p: jax.Array, t: jax.Array, dout: jax.Array) -> jax.Array:
+        _, pullback = jax.vjp(lambda q: loss(t, q), p)
+        return pullback(dout)[0]
+    return fn
+
+
+def _keras_upstream(model: onnx.ModelProto) -> str:
+    """The float16 cotangent the loss's gradient reaches the select with: Keras' mean over the last
+    axis, dout / 5 computed in float32, broadcast and cast to float16 (the Cast that reads a Where)."""
+    return next(n.output[0] for n in model.graph.node if n.op_type == "Cast"
+                and any(n.input[0] in w.output for w in model.graph.node if w.op_type == "Where"))
+
+
+def keras_cases() -> list[Case]:
+    inv_d = stored(1 / SL1_SHAPE[1])
+    form = ("Sum(Sum(Mul(Mul(0.5, Where(le, g, 0)), Mul(2, x)), Where(ge, Mul(delta, Where(le, 0, g)), 0)), "
+            "Neg(Where(ge, 0, Mul(delta, Where(le, 0, g))))), le = LessOrEqual(|x|, delta), ge = GreaterOrEqual(x, 0)"
+            ": JAX's gradients of jnp.where and |x| (+1 at x = 0)")
+    return [
+        Case("sl1_keras_huber_sum_d1_vjp_f16", keras_vjp(keras.losses.Huber(delta=1.0, reduction="sum",
+                                                                            dtype="float16")),
+             sl1_inputs("float16", dout=()), ["grad"], "smooth_l1_grad",
+             "jax.vjp(lambda q: keras.losses.Huber(delta=1.0, reduction='sum', dtype='float16')(t, q), p)[1](dout) "
+             "on float16, KERAS_BACKEND=jax",
+             f"{form}, g = Cast<float16>(Expand(Div(Cast<float32>(dout), 5))): Keras averages over the last axis "
+             "in float32. Reduction 'sum', scale 1/5, dout the 0-D cotangent. Exporter limit measured: the "
+             "default reduction 'sum_over_batch_size' does not export with jax2onnx 0.17.1 (keras' "
+             "divide_no_nan under jax2onnx's jnp.where JVP rule: 'dtype=float0 is not a valid dtype for JAX "
+             "type promotion').", [sl1(1.0, "sum", "dout", scale=inv_d)], dtype="float16"),
+        Case("sl1_keras_huber_fn_none_d05_vjp_f16", keras_vjp(lambda t, q: keras.losses.huber(t, q, delta=0.5)),
+             sl1_inputs("float16", dout=(SL1_SHAPE[0],)), ["grad"], "smooth_l1_grad",
+             "jax.vjp(lambda q: keras.losses.huber(t, q, delta=0.5), p)[1](dout) on float16, dout per sample [4], "
+             "KERAS_BACKEND=jax",
+             f"{form}: the per-sample loss's cotangent dout [4] divided by 5 in float32, broadcast to [4, 5] and "
+             "cast to float16 is the g every element reads (the instance's dout). Huber delta 0.5: scale 0.5.",
+             lambda m: [sl1(0.5, "none", _keras_upstream(m), scale=0.5)], dtype="float16"),
+        Case("sl1_keras_ops_huber_mean_d1_vjp_f16", keras_vjp(lambda t, q: keras.ops.mean(keras_ops_huber(t, q))),
+             sl1_inputs("float16", dout=()), ["grad"], "smooth_l1_grad",
+             "jax.vjp(lambda q: keras.ops.mean(keras.ops.where(|q-t| <= 1, 0.5*(q-t)**2, |q-t| - 0.5)), p)[1](dout) "
+             "on float16, KERAS_BACKEND=jax",
+             f"{form}, g = Cast<float16>(Expand(Div(Cast<float32>(dout), 20))): the mean's cotangent computed in "
+             "float32 by keras.ops.mean. Reduction 'mean', dout the 0-D cotangent.",
+             [sl1(1.0, "mean", "dout")], dtype="float16"),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
 
 def mixed_cases() -> list[Case]:
     inputs = {"W": ((5,), "float32"), "b": ((5,), "float32"), "x": ((4, 5), "float32"), "t": ((4, 5), "float32"),
@@ -556,7 +625,10 @@ def entry_for(case: Case, model: onnx.ModelProto) -> dict:
         inputs[name] = spec
     attrs = case.attrs(model) if callable(case.attrs) else case.attrs
     expected = {op: sum(1 for a in attrs if a["op"] == op) for op in (SL1, PROX)}
-    entry = {"exporter": "jax2onnx", "exporter_version": EXPORTER_VERSION, "opset": opset, "family": case.family,
+    keras_made = case.name.startswith("sl1_keras")
+    entry = {"exporter": "keras + jax2onnx" if keras_made else "jax2onnx",
+             "exporter_version": KERAS_VERSION if keras_made else EXPORTER_VERSION, "opset": opset,
+             "family": case.family,
              "source": case.source, "expected": expected, "attrs": attrs, "dtype": case.dtype,
              "dynamic": False, "inputs": inputs, "notes": case.notes}
     if case.near_misses:
@@ -573,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     checker = load_new_exporter_checker()
     old = {e["file"]: e for e in json.loads(MANIFEST.read_text(encoding="utf-8"))} if MANIFEST.exists() else {}
     entries, rows = [], []
-    for case in sl1_cases() + prox_cases() + mixed_cases():
+    for case in sl1_cases() + prox_cases() + mixed_cases() + keras_cases():
         if opts.only not in case.name:
             if case.file in old:
                 entries.append(old[case.file])

@@ -194,7 +194,8 @@ def prox_fn(clamp: str = "clamp", step: str = "sub", scale: str = "div", scalars
     "folded" (threshold, divisor inputs), "folded_recip" (threshold, inv_divisor inputs).
     shrink: "sign" (sign(p) * clamp), or without sign(p): "residual" (ISTA's p - clamp(p, -t, t)),
     "residual_minmax" (the same with minimum/maximum), "relu_difference" (LISTA's relu(p - t) -
-    relu(-p - t)), "masked" ((p - t*sign(p)) * (|p| > t).float()).
+    relu(-p - t)), "masked" ((p - t*sign(p)) * (|p| > t).float()), "group_lasso" (p * relu(1 - t/|p|),
+    the group-lasso proximal step at group size 1).
     """
     def fn(var: torch.Tensor, delta: torch.Tensor, *s: torch.Tensor) -> torch.Tensor:
         v, d = (var.float(), delta.float()) if upcast else (var, delta)
@@ -246,6 +247,8 @@ def _soft_threshold(p: torch.Tensor, t: torch.Tensor | float, shrink: str) -> to
         return (p - t * p.sign()) * (p.abs() > t).float()
     if shrink == "relu_difference":
         return torch.relu(p - t) - torch.relu(-p - t)
+    if shrink == "group_lasso":
+        return p * torch.relu(1 - t / p.abs())
     return p - (torch.minimum(torch.maximum(p, -t), t) if shrink == "residual_minmax" else torch.clamp(p, -t, t))
 
 
@@ -719,6 +722,27 @@ def prox_cases(gen: torch.Generator) -> list[Case]:
         "Where(Less(p,-t), Add(p,t), 0)) / k: equal on finite inputs, but NaN in p gives 0 here and NaN in the "
         "fused op.", opset=17, family="near_miss",
         not_fused=[{**const_inst("var_out"), "reason": "NaN in prox gives 0, not NaN"}])
+    # the group-lasso step at group size 1: equal to the update over the reals for t > 0; 0/0 at p = 0
+    # when t = lr*l1 is 0
+    group_lasso = ("p * relu(1 - t/|p|) / k, the group-lasso proximal step p * max(1 - t/||p||, 0) with "
+                   "each element its own group: ")
+    own = torch.Generator().manual_seed(26)  # its own draws: the cases after these keep theirs
+    add("prox_const_group_lasso_f32_dynopt.onnx", prox_fn(shrink="group_lasso"), prox_args("const", f32, own),
+        "dynamo-optimized",
+        const_inst("var_out"), group_lasso + "Div(Mul(p, Relu(Sub(1, Mul(Reciprocal(Abs(p)), 0.001)))), 1.005), "
+        "p = Sub(var, Mul(delta, 0.1)). Over the reals the update for t > 0; in float32 it is the shrink at "
+        "t(1 +- 2^-24), varying per element, which near |p| = t is up to 100% off (2.4% one ulp above t = 0.001).")
+    add("prox_const_group_lasso_f32_ts.onnx", prox_fn(shrink="group_lasso"), prox_args("const", f32, own),
+        "torchscript",
+        const_inst("var_out"), group_lasso + "TorchScript: Div(Mul(p, Relu(Sub(1, Div(0.001, Abs(p))))), 1.005).",
+        opset=17)
+    add("nm_prox_group_lasso_tensor_f32_dynopt.onnx", prox_fn(shrink="group_lasso", scalars="tensor"),
+        prox_args("tensor", f32, own), "dynamo-optimized", None,
+        "Near miss: " + group_lasso + "lr, l1, l2 runtime inputs: Div(Mul(p, Relu(Sub(1, Div(Mul(lr,l1), "
+        "Abs(p))))), Add(Mul(lr,l2), 1)). With l1 = 0 (or lr = 0) it is 0/0 = NaN at "
+        "p = 0, where the update gives 0.", family="near_miss",
+        not_fused=[prox("var_out", "raw", "var", "delta", "lr", "l1", "l2",
+                        reason="0/0 = NaN at p = 0 when lr*l1 = 0")])
     return c
 
 

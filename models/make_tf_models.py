@@ -451,13 +451,13 @@ def sl1_cases() -> list[Case]:
                   "masks; no float32 anywhere.", dtype="float16"))
 
     inst = sl1(0.5, "mean", "go")
-    c.append(Case("nm_sl1_hand_where_mean_b05_f32_dynamic_op13.onnx", hand_where_grad("mean", 0.5),
-                  sl1_signature(dynamic=True), 13, "near_miss", [],
-                  "Near miss: TensorSpec([None, 5]) for p and t: tf2onnx names each unknown dim on its own "
-                  "(p: unk__N, t: unk__M), so nothing says p and t have one shape (Sub may broadcast [1,5] "
-                  "against [7,5]); the fused op needs one shape. numel is Cast(Cast(Size(p),to=INT32),to=FLOAT), "
-                  "g = Div(go, numel), else the static mean form (with one dim name the pass fuses it).",
-                  not_fused=[{**inst, "reason": "batch dims of p and t are independent unknowns"}]))
+    c.append(Case("sl1_hand_where_mean_b05_f32_dynamic_op13.onnx", hand_where_grad("mean", 0.5),
+                  sl1_signature(dynamic=True), 13, "smooth_l1_grad", [inst],
+                  "TensorSpec([None, 5]) for p and t: tf2onnx names each unknown dim on its own (p: unk__N, t: "
+                  "unk__M), so nothing says p and t have one shape (Sub may broadcast [1,5] against [7,5]). "
+                  "numel is Cast(Cast(Size(p),to=INT32),to=FLOAT), g = Div(go, numel), else the static mean form. "
+                  "The pass expands p and t to each other's shape before the fused node and takes the graph's "
+                  "own g as dout (reduction sum): numel(p) is not the broadcast's where p broadcasts."))
     c.append(Case("nm_sl1_sub_output_f32_op13.onnx", hand_where_grad("mean", 0.5, return_x=True), sl1_signature(),
                   13, "near_miss", [],
                   "Near miss: x = Sub(p,t) is also the graph output 'x'.",
@@ -540,6 +540,36 @@ def user_code_spelling_cases() -> list[Case]:
     return c
 
 
+# the head's weight, a fixed draw: the graph holds it as an initializer
+HEAD_W = tf.Variable(np.random.default_rng(26).standard_normal([8, 4]).astype(np.float32), name="w")
+
+
+def custom_gradient_head_step(x: tf.Tensor, target: tf.Tensor) -> dict[str, tf.Tensor]:
+    """A dense box-regression head whose SmoothL1 loss (beta 0.5, mean) has its gradient written by
+    hand with tf.custom_gradient, as detection code does, with a dynamic batch: the prediction
+    y = x @ w and the target each get their own unknown dim. The prediction and its gradient are
+    returned too (what a training loop logs), so the manifest can name them."""
+    with tf.GradientTape() as tape:
+        y = tf.matmul(x, HEAD_W)
+        tape.watch(y)
+        loss = smooth_l1_mean_custom_grad(y, target)
+    grad_y, gw = tape.gradient(loss, [y, HEAD_W])
+    return {"y": y, "grad_y": grad_y, "gw": gw}
+
+
+@tf.custom_gradient
+def smooth_l1_mean_custom_grad(pred: tf.Tensor, target: tf.Tensor) -> tuple[tf.Tensor, Callable]:
+    beta = 0.5
+    x = pred - target
+    ax = tf.abs(x)
+    loss = tf.reduce_mean(tf.where(ax < beta, 0.5 * x * x / beta, ax - 0.5 * beta))
+
+    def grad(dy: tf.Tensor) -> tuple[tf.Tensor, None]:
+        n = tf.cast(tf.size(x), x.dtype)
+        return dy / n * tf.where(ax < beta, x / beta, tf.sign(x)), None
+    return loss, grad
+
+
 def mixed_cases() -> list[Case]:
     step_prox = {k: v for k, v in const_prox().items() if k not in ("inputs", "output")}
     attrs = [
@@ -550,10 +580,22 @@ def mixed_cases() -> list[Case]:
     ]
     signature = [tf.TensorSpec([8, 6], tf.float32, name="x"), tf.TensorSpec([8, 4], tf.float32, name="target"),
                  tf.TensorSpec([6, 4], tf.float32, name="w"), tf.TensorSpec([4], tf.float32, name="b")]
+    head_signature = [tf.TensorSpec([None, 8], tf.float32, name="x"),
+                      tf.TensorSpec([None, 4], tf.float32, name="target")]
+    head = {"op": SL1, "sigma": 0.5, "reduction": "mean", "scale": 1.0,
+            "inputs": {"predict": "y", "label": "target", "dout": 1.0}, "output": "grad_y"}
     return [Case("mixed_keras_dense_step_f32_op13.onnx", keras_train_step, signature, 13, "mixed", attrs,
                  "A Keras training step: y = x@w + b, Huber(1) loss with the default reduction, its gradient "
                  "w.r.t. y (the SmoothL1 backward, reused by the MatMul and bias gradients) and a proximal "
-                 "update of w and b with Python-float hyperparameters. y and the gradients are outputs too.")]
+                 "update of w and b with Python-float hyperparameters. y and the gradients are outputs too."),
+            Case("sl1_custom_grad_head_mean_b05_f32_dynamic_op13.onnx", custom_gradient_head_step, head_signature,
+                 13, "smooth_l1_grad", [head],
+                 "A dense head y = x@w with a dynamic batch and a SmoothL1 loss whose gradient is written with "
+                 "tf.custom_gradient: grad_y = Mul(Reciprocal(Cast(Cast(Size(x),to=INT32),to=FLOAT)), "
+                 "Add(Mul(Cast(Less(Abs(x),0.5)),Mul(x,2)), Mul(Sign(x),Cast(Not(Less))))), x = Sub(y, target), "
+                 "the tape's seed 1 folded; gw = MatMul(Transpose(x), grad_y). y is [unk__a, 4] and target "
+                 "[unk__b, 4], dims named apart: the pass expands the two to each other's shape and takes the "
+                 "graph's 1/numel as dout (reduction sum).")]
 
 
 def prox_cases() -> list[Case]:
@@ -781,7 +823,7 @@ def exporter_limits() -> dict[str, list[str]]:
          lambda: _failure(lambda: convert(resource_op, delta_spec, 13))),
         (prox_target, "tf2onnx of tf.compat.v1.train.ProximalGradientDescentOptimizer.apply_gradients",
          lambda: _failure(lambda: convert(v1_optimizer, delta_spec, 13))),
-        (str(FIXTURES / "nm_sl1_hand_where_mean_b05_f32_dynamic_op13.onnx"),
+        (str(FIXTURES / "sl1_hand_where_mean_b05_f32_dynamic_op13.onnx"),
          "tf2onnx of the Keras Huber gradient with TensorSpec([None, 5]) (sum_over_batch_size)",
          lambda: _unconverted(keras_huber_grad("sum_over_batch_size", 1.0),
                               sl1_signature(go="none", dynamic=True), 13)),

@@ -120,6 +120,25 @@ def broadcasts_to(index: GraphIndex, small: str, full: str) -> bool:
     return all(d == 1 or (d is not None and d == e) for d, e in zip(reversed(ts.shape), reversed(tf.shape)))
 
 
+def named_apart(index: GraphIndex, a: str, b: str) -> bool:
+    """Whether a and b have one known rank and no two dims known to differ: an exporter named
+    their dynamic dims apart (tf2onnx's unk__6 and unk__7), so nothing says they agree. An Expand
+    of each to the other's shape gives both the shape the graph's own broadcast of the two gives
+    (Expand broadcasts both ways) and fails where that broadcast fails, so a fused node reading
+    the two expanded computes what the graph computes, with one shape for the kernel."""
+    ta, tb = index.type_of(a), index.type_of(b)
+    sa = None if ta is None else ta.shape
+    sb = None if tb is None else tb.shape
+    return sa is not None and sb is not None and len(sa) == len(sb) and all(
+        x == y or not (isinstance(x, int) and isinstance(y, int)) for x, y in zip(sa, sb))
+
+
+def named_apart_caveat(index: GraphIndex, a: str, b: str) -> str:
+    """What the report says of two inputs the rewrite expands to each other's shape (named_apart)."""
+    return (f"{shape_text(index, a)} and {shape_text(index, b)} are each expanded to the other's shape before "
+            "the fused node (dims named apart: the kernel reads both at the shape of their broadcast)")
+
+
 def shapes_differ(index: GraphIndex, a: str, b: str, what: str) -> str:
     """The reason for refusing two values whose shapes are not known to be equal. Where they differ
     only in dims with different symbolic names (tf2onnx names every unknown dim on its own), the

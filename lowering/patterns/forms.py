@@ -23,6 +23,7 @@ EXPORTERS: dict[str, str] = {
     "paddle2onnx": "Paddle through paddle2onnx",
     "onnxconverter-common float16": "onnxconverter-common's float16 conversion",
     "onnxsim": "onnxsim, onnxslim and onnxoptimizer",
+    "mindspore": "MindSpore's SmoothL1LossGrad (its CPU kernel, written with onnx.helper)",
     "hand-written": "ONNX written by hand",
 }
 

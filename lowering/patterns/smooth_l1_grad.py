@@ -30,6 +30,8 @@ from .base import (
     fill_value,
     float_dtype,
     is_single_element,
+    named_apart,
+    named_apart_caveat,
     refuse_float32_finish,
     refuse_rounded_abs,
     require,
@@ -654,7 +656,10 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     # a label of another shape broadcasts to predict's: the kernel reads it as it is (a broadcast
     # load), and x - and so the gradient - has predict's shape either way
     label_broadcasts = not same_shape(index, predict, label)
-    require(not label_broadcasts or broadcasts_to(index, label, predict),
+    # dims an exporter named apart (unk__58 against unk__59): the rewrite expands each to the
+    # other's shape, so the fused node reads both at the shape of the graph's own broadcast
+    apart = label_broadcasts and not broadcasts_to(index, label, predict) and named_apart(index, predict, label)
+    require(not label_broadcasts or apart or broadcasts_to(index, label, predict),
             shapes_differ(index, predict, label, "predict and label")
             + "; only a label that broadcasts to predict's shape is taken")
     boundary: set[int] = set()
@@ -662,8 +667,11 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     runtime: dict[str, int] = {}
     for name, exp in scale.factors.items():
         numel = alg.numel_of(name) if exp == -1 else None
-        if numel is not None and (numel[0] in (predict, x) or (numel[0] == label and not label_broadcasts)
-                                  or same_shape(index, numel[0], predict)):
+        # with predict and label expanded, a count the graph divides by need not be the expanded
+        # predict's (a predict that broadcast against label has fewer elements): it stays a
+        # runtime value the graph computes, and dout is the quotient the graph computes with it
+        if numel is not None and not apart and (numel[0] in (predict, x) or (numel[0] == label and not label_broadcasts)
+                                                or same_shape(index, numel[0], predict)):
             require(not mean_at_runtime, "the gradient is divided by numel(predict) twice")
             mean_at_runtime = True
             if numel[0] == x:  # numel of the matched x (d.numel()): its Shape goes with x
@@ -695,7 +703,10 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
         one_type = onnx.helper.tensor_dtype_to_np_dtype(dtype) if dtype != onnx.TensorProto.BFLOAT16 else np.float32
         dout = np.array(1.0, one_type)
     single = not douts or is_single_element(index, douts[0])
-    reduction, factor = split_reduction(index.numel(predict), k, mean_at_runtime, beta, single, _EPS[dtype])
+    # predict's declared count is not the expanded predict's when the two are named apart ([1, 4]
+    # against [n, 4]): a constant 1/4 is then a scale, not the mean the kernel takes over n * 4
+    count = None if apart else index.numel(predict)
+    reduction, factor = split_reduction(count, k, mean_at_runtime, beta, single, _EPS[dtype])
     interior = nodes | {sub[0]}
     inputs: list = [predict, label, dout]
     wrapped = absorb_casts(alg, out, [predict, label] + ([dout] if isinstance(dout, str) else []))
@@ -710,19 +721,22 @@ def _finish(alg: Algebra, form: str, out: str, x: str, scale: Monomial, beta: fl
     if any(index.nodes[i].op_type == "Sign" and index.elem_type(index.nodes[i].input[0]) == onnx.TensorProto.FLOAT16
            for i in interior):
         caveats.append(HALF_SIGN_CAVEAT)
-    caveats += broadcast_caveats(index, predict, label, douts[0] if douts else None)
+    caveats += broadcast_caveats(index, predict, label, douts[0] if douts else None, apart)
     return Match(form, SMOOTH_L1_GRAD, out, target if wrapped is not None else dtype, inputs,
                  {"sigma": float(beta), "reduction": reduction, "scale": factor},
-                 interior=interior - boundary, boundary=boundary, caveats=caveats)
+                 interior=interior - boundary, boundary=boundary, caveats=caveats,
+                 expand={0: 1, 1: 0} if apart else {})
 
 
-def broadcast_caveats(index: GraphIndex, predict: str, label: str, dout: str | None) -> list[str]:
+def broadcast_caveats(index: GraphIndex, predict: str, label: str, dout: str | None,
+                      apart: bool = False) -> list[str]:
     """What the report says of a label or dout that broadcasts to predict's shape: the fused node
-    reads it as it is and the kernel broadcasts it (a broadcast load)."""
-    out = []
+    reads it as it is and the kernel broadcasts it (a broadcast load); and of a predict and label
+    whose dims were named `apart`, which are expanded to each other's shape."""
+    out = [named_apart_caveat(index, predict, label)] if apart else []
     for role, value in (("label", label), ("dout", dout)):
         if value is not None and not same_shape(index, predict, value) and not (
-                role == "dout" and is_single_element(index, value)):
+                role == "dout" and is_single_element(index, value)) and not (role == "label" and apart):
             out.append(BROADCAST_CAVEAT.format(role=role, shape=shape_text(index, value)))
     return out
 
@@ -789,7 +803,7 @@ SELECT_ON_ABS_X = Form(
         "select, which compute 0/0 or 0*inf there",
     ),
     seen_from=("dynamo", "dynamo-optimized", "torchscript", "tf2onnx", "onnxruntime-training", "jax2onnx",
-               "hand-written"),
+               "onnxconverter-common float16", "hand-written"),
     fused_op=SMOOTH_L1_GRAD,
     matcher=_select_on_abs_x,
     caveats=(HALF_SIGN_CAVEAT, *_EVERY_FORM),
@@ -806,7 +820,7 @@ NESTED_SELECT_ON_X = Form(
         "as onnxsim, onnxslim and onnxoptimizer leave it",
         "either select an arithmetic select with float masks",
     ),
-    seen_from=("dynamo", "dynamo-optimized", "torchscript", "onnxsim", "hand-written"),
+    seen_from=("dynamo", "dynamo-optimized", "torchscript", "onnxsim", "mindspore", "hand-written"),
     fused_op=SMOOTH_L1_GRAD,
     matcher=_nested_select_on_x,
     caveats=_EVERY_FORM,

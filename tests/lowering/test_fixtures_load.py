@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from fixture_manifests import MANIFESTS, manifest_entries
+from fixture_manifests import MANIFESTS, manifest_entries, on_grid
 
 from contracts import fused_ops
 
@@ -49,7 +49,8 @@ def entry_seed(entry: Mapping) -> int:
 
 
 def make_feeds(entry: Mapping, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random inputs of the manifest's concrete shapes; "range" asks for uniform values."""
+    """Random inputs of the manifest's concrete shapes; "range" asks for uniform values, "grid"
+    for values another dtype holds exactly (a keep_io_types graph's float32 inputs)."""
     feeds = {}
     for name, spec in entry["inputs"].items():
         shape = tuple(spec["shape"])
@@ -58,7 +59,7 @@ def make_feeds(entry: Mapping, rng: np.random.Generator) -> dict[str, np.ndarray
             values = rng.uniform(lo, hi, size=shape)
         else:
             values = rng.standard_normal(shape) * spec.get("scale", 1.0)
-        feeds[name] = np.asarray(values).astype(_NP_DTYPES[spec["dtype"]])
+        feeds[name] = on_grid(np.asarray(values), spec).astype(_NP_DTYPES[spec["dtype"]])
     _place_edges(entry, feeds)
     return feeds
 

@@ -15,6 +15,7 @@ import lowering
 from codegen.api import build_kernels
 from codegen.nodes import node_spec
 from contracts.fused_ops import smooth_l1_grad_reference
+from lowering.rewrite import fuse_proto
 from runtime.backend import KernelCall
 from runtime.backends.cpu import CpuBackend
 
@@ -167,3 +168,61 @@ def test_a_divide_by_the_broadcast_labels_numel_stays_outside(rng: np.random.Gen
     div = next(n for n in fused.graph.node if n.op_type == "Div")
     assert div.input[0] == fused_nodes(fused)[0].output[0]
     assert_same_outputs(model, fused, _feeds(model, rng, {"n": 5}))
+
+
+def _named_apart(predict_dims=("a", 4), label_dims=("b", 4), mean_of: str | None = "predict") -> onnx.ModelProto:
+    """tf2onnx's hand-written mean gradient with each dynamic dim named on its own: g = go /
+    numel(mean_of), where(|x| < 0.5, x/0.5, sign(x)) * g."""
+    g = G()
+    p, t, go = g.input("predict", shape=predict_dims), g.input("label", shape=label_dims), g.input("dout", shape=())
+    x = g.op("Sub", p, t)
+    scale = go if mean_of is None else g.op("Div", go, g.op("Cast", g.op("Size", mean_of), to=F))
+    b = g.const(0.5)
+    sel = g.op("Where", g.op("Less", g.op("Abs", x), b), g.op("Div", x, b), g.op("Sign", x))
+    g.output(g.op("Mul", sel, scale), shape=("c", 4))
+    return g.model()
+
+
+@pytest.mark.parametrize("by_meaning", [False, True])
+@pytest.mark.parametrize("mean_of", ["predict", "label", None])
+def test_predict_and_label_with_dims_named_apart_fuse_expanded_to_their_broadcast(
+        by_meaning: bool, mean_of: str | None, rng: np.random.Generator) -> None:
+    """Nothing says [a, 4] and [b, 4] agree: the rewrite expands each to the other's shape, which
+    is their broadcast, so the fused node computes what the graph computes for every a and b the
+    graph runs with; a count of one of them is not the broadcast's, so it stays the graph's own
+    (dout is the quotient, reduction sum)."""
+    model = _named_apart(mean_of=mean_of)
+    fused, report = fuse_proto(model, patterns=()) if by_meaning else lowering.fuse(model, by_meaning=False)
+    fusion, = report.fusions
+    assert fusion.op_type == SL1 and fusion.attributes["reduction"] == "sum", report.summary()
+    assert any("are each expanded to the other's shape" in c for c in fusion.caveats), fusion.caveats
+    assert sum(n.op_type == "Expand" for n in fused.graph.node) == 2
+    for a, b in ((6, 6), (1, 6), (6, 1)):
+        assert_same_outputs(model, fused, _feeds(model, rng, {"a": a, "b": b}))
+
+
+@pytest.mark.parametrize("predict_dims, label_dims", [((3, 4), (5, 4)), (("a", 3), ("b", 4)),
+                                                      (("a", 4), ("b", "c", 4))])
+def test_dims_known_to_differ_are_refused(predict_dims, label_dims) -> None:
+    model = _named_apart(predict_dims, label_dims)
+    for _, report in (lowering.fuse(model, by_meaning=False), fuse_proto(model, patterns=())):
+        assert not report.fusions, report.summary()
+
+
+@pytest.mark.parametrize("by_meaning", [False, True])
+def test_a_constant_count_of_a_predict_named_apart_is_a_scale_not_the_mean(by_meaning: bool,
+                                                                         rng: np.random.Generator) -> None:
+    """predict [1, 4] against label [b, 4]: the graph's 1/4 is 1/numel(predict) as declared, but the
+    fused node reads predict expanded to [b, 4], whose mean would divide by 4b."""
+    g = G()
+    p, t, go = g.input("predict", shape=(1, 4)), g.input("label", shape=("b", 4)), g.input("dout", shape=())
+    x = g.op("Sub", p, t)
+    b = g.const(0.5)
+    sel = g.op("Where", g.op("Less", g.op("Abs", x), b), g.op("Div", x, b), g.op("Sign", x))
+    g.output(g.op("Mul", sel, g.op("Mul", go, g.const(0.25))), shape=("b", 4))
+    model = g.model()
+    fused, report = fuse_proto(model, patterns=()) if by_meaning else lowering.fuse(model, by_meaning=False)
+    fusion, = report.fusions
+    assert fusion.attributes["reduction"] != "mean", report.summary()
+    for rows in (6, 1):
+        assert_same_outputs(model, fused, _feeds(model, rng, {"b": rows}))

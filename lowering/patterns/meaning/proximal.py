@@ -19,7 +19,7 @@ import numpy as np
 from contracts.fused_ops import PROXIMAL_GD, proximal_gd_reference, proximal_scalars
 
 from ...graph import DTYPE_NAMES, GraphIndex
-from ..base import NoMatch, require, same_shape, shape_text, shapes_differ
+from ..base import NoMatch, named_apart, named_apart_caveat, require, same_shape, shapes_differ
 from .evaluate import Evaluator
 from .hypothesis import (
     Counterexample,
@@ -84,8 +84,7 @@ def propose(index: GraphIndex, region: Region, rng: np.random.Generator) -> list
                                     form)
             yield _probe(region, var, delta, a, t, mags, draw, rng)
 
-    caveats = [f"{shape_text(index, var)} and {shape_text(index, delta)} are each expanded to the other's shape "
-               "before the fused node (dims named apart, one shape at run time)"] if expand else []
+    caveats = [named_apart_caveat(index, var, delta)] if expand else []
     return [Proposal(PROXIMAL_GD, attrs, [var, alpha, l1, l2, delta], roles, contract, probes(), dtype,
                      expand=expand, caveats=caveats)]
 
@@ -110,16 +109,9 @@ def _in_float32(var: np.ndarray, alpha: np.ndarray, l1: np.ndarray, l2: np.ndarr
 
 
 def _expand_both(index: GraphIndex, var: str, delta: str) -> dict[int, int]:
-    """{var: delta, delta: var} when var and delta have one rank and no two dims known to differ
-    (tf2onnx names every dynamic dim apart, unk__6 and unk__7): an Expand of each to the other's
-    shape gives both the shape the graph's own broadcast gives, which the kernel needs; NoMatch
-    otherwise."""
-    tv, td = index.type_of(var), index.type_of(delta)
-    sv = None if tv is None else tv.shape
-    sd = None if td is None else td.shape
-    require(sv is not None and sd is not None and len(sv) == len(sd)
-            and all(a == b or not (isinstance(a, int) and isinstance(b, int)) for a, b in zip(sv, sd)),
-            shapes_differ(index, var, delta, "var and delta"))
+    """{var: delta, delta: var} when var and delta are named_apart (an Expand of each to the
+    other's shape gives both the shape of the graph's own broadcast); NoMatch otherwise."""
+    require(named_apart(index, var, delta), shapes_differ(index, var, delta, "var and delta"))
     return {0: 4, 4: 0}
 
 

@@ -300,13 +300,14 @@ def is_difference(index: GraphIndex, i: int) -> bool:
     return all(index.const(v) is None and index.numel(v) != 1 for v in node.input)
 
 
-_LOOKS_THROUGH = frozenset({"Abs", "Neg", "Cast", "Identity", "Mul", "Div", "Add", "Sub"})
+_LOOKS_THROUGH = frozenset({"Abs", "Neg", "Cast", "Identity", "Mul", "Div", "Add", "Sub", "Reciprocal"})
 
 
-def differences_behind(index: GraphIndex, kink: int, taken: set[int], depth: int = 3) -> list[int]:
+def differences_behind(index: GraphIndex, kink: int, taken: set[int], depth: int = 5) -> list[int]:
     """The difference nodes a kink op reads over at most `depth` steps that keep it a function of
-    the difference alone: |x|, -x, a cast, x times, over, plus or minus one element (|x| - t,
-    x / beta). A kink over anything else is not one of the fused functions' breakpoints."""
+    the difference alone: |x|, -x, a cast, x times, over, plus or minus one element, one element
+    over x (|x| - t, x / beta, 1 - t/|p|, the group-lasso spelling of the shrink). A kink over
+    anything else is not one of the fused functions' breakpoints."""
     found: list[int] = []
     frontier, seen = [kink], {kink}
     for _ in range(depth):

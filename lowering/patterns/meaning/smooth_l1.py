@@ -19,7 +19,7 @@ import onnx
 from contracts.fused_ops import SMOOTH_L1_GRAD, smooth_l1_grad_reference
 
 from ...graph import GraphIndex
-from ..base import NoMatch, broadcasts_to, is_single_element, require, same_shape, shapes_differ
+from ..base import NoMatch, broadcasts_to, is_single_element, named_apart, require, same_shape, shapes_differ
 from ..smooth_l1_grad import broadcast_caveats, split_reduction
 from .evaluate import ELEMENTWISE
 from .hypothesis import (
@@ -60,11 +60,17 @@ def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str
           rng: np.random.Generator) -> Proposal:
     dtype = tensor_type(index, region, [predict, label] + ([dout] if dout else []), "predict and label")
     label_broadcasts = not same_shape(index, predict, label)
-    require(not label_broadcasts or broadcasts_to(index, label, predict),
+    # dims an exporter named apart: each is expanded to the other's shape (smooth_l1_grad._finish)
+    apart = label_broadcasts and not broadcasts_to(index, label, predict) and named_apart(index, predict, label)
+    require(not label_broadcasts or apart or broadcasts_to(index, label, predict),
             shapes_differ(index, predict, label, "predict and label") + "; only a label that broadcasts to "
             "predict's shape is taken")
     require(dout is None or is_single_element(index, dout) or broadcasts_to(index, dout, predict),
             "dout's shape does not broadcast to predict's (the gradient of predict has predict's shape)")
+    # the fused op's numel is that of the expanded predict, which an element count the region
+    # reads need not be (the numel of a predict that broadcast against label is smaller)
+    require(not apart or not region.numels, "divides by an element count while predict and label, their dims "
+            "named apart, are expanded to the shape of their broadcast, whose numel it need not be")
     inside = set(region.nodes)
     for source in region.numels.values():
         require(source == predict or (source == label and not label_broadcasts) or same_shape(index, source, predict)
@@ -82,7 +88,7 @@ def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str
         reduction, scale, norm = "mean", c * _INFER_N, None
     else:
         single = dout is None or is_single_element(index, dout)
-        numel = index.numel(predict)
+        numel = None if apart else index.numel(predict)  # as in smooth_l1_grad._finish
         reduction, scale = split_reduction(numel, c, False, sigma, single, _EPS[dtype])
         norm = 1.0 / numel if reduction == "mean" and numel else 1.0  # split_reduction: mean needs numel
     scale = float(np.float32(scale))
@@ -100,7 +106,7 @@ def _bind(index: GraphIndex, region: Region, predict: str, label: str, dout: str
     probes = _probes(index, region, predict, label, dout, sigma, mags, rng)
     dout_input = dout if dout else _one(dtype)
     return Proposal(SMOOTH_L1_GRAD, attrs, [predict, label, dout_input], roles, contract, probes, dtype,
-                    caveats=broadcast_caveats(index, predict, label, dout))
+                    expand={0: 1, 1: 0} if apart else {}, caveats=broadcast_caveats(index, predict, label, dout, apart))
 
 
 _INFER_N = 4  # element count of the inference probes
