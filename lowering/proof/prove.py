@@ -168,12 +168,16 @@ def _family_verdict(alg: Algebra, match: Match, frame: _Setting, assume_finite: 
     _load_stored()
     base = _base_key(frame, assume_finite)
     kernel = OP_SPECS[match.op_type].proof.kernel(frame.attrs)  # type: ignore[union-attr]
-    dtype = alg.index.elem_type(match.output)
     for fine in (False, True):
         rel = relations.signature(finite) if fine else relations.signs(finite)
         for exprs, verdict in _families.get((base, fine, rel), ()):
             params = {name: relations.evaluate(e, finite) for name, e in exprs}
-            if _parameter_mismatch(kernel, params, dtype) is None:
+            # the parameters as the fused node states them, to a float32 attribute's rounding: the
+            # family whose parameters a derivation from this node's attributes would give (with
+            # the looser rounding of a half-precision graph's constants, two constants 0.3 and
+            # 0.3 rounded to float16 would both pass for a sigma, and the verdict would hang on
+            # which family a run proved first)
+            if _parameter_mismatch(kernel, params, None) is None:
                 return verdict
     return None
 

@@ -190,13 +190,17 @@ def build(alg: Algebra, match: Match) -> Structure:
             # a constant rounded to another float type is that type's constant
             refs[node.output[0]] = constant(node.output[0], _rounded(constants[ins[0][1]], out_type))
             continue
+        op_type = node.op_type
+        if op_type in _ORDER:
+            op_type, ins = _on_grid(op_type, ins, ops, dtypes, constants, leaf_types, index.elem_type(node.input[0]),
+                                    lambda v, name=node.output[0]: constant(f"{name}#grid", v))
         k = len(ops)
         refs[node.output[0]] = ("v", k)
         if node.op_type in ("Cast", "CastLike") and node.output[0] != match.output \
                 and narrows(index.elem_type(node.input[0]), out_type) and out_type in _PRECISION \
                 and not _fits(ops, dtypes, constants, leaf_types, ins[0], out_type):
             narrowing.add(k)
-        ops.append(("Identity" if node.op_type in RESHAPE else node.op_type, key, ins))
+        ops.append(("Identity" if node.op_type in RESHAPE else op_type, key, ins))
         dtypes.append(out_type)
         names.append(node.output[0])
     if match.output not in refs:
@@ -246,6 +250,44 @@ def _fits(ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None
         return False
     picked = refs[1:] if op == "Where" else refs
     return all(_fits(ops, dtypes, constants, leaf_types, r, target) for r in picked if r[0] != "none")
+
+
+_ORDER = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
+_MIRROR = {"Less": "Greater", "Greater": "Less", "LessOrEqual": "GreaterOrEqual", "GreaterOrEqual": "LessOrEqual"}
+
+
+def _on_grid(op: str, ins: tuple[Ref, ...], ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None],
+             constants: list[Fraction | float | bool], leaf_types: list[int | None], compared: int | None,
+             constant: Any) -> tuple[str, tuple[Ref, ...]]:
+    """A comparison of a value that is always a narrower float (a float16 widened to float32)
+    with a constant that float holds not: the same comparison, on every value the graph can
+    hold, with the constant's nearest value of the narrower float, as `v <= r` or `v < r` as r
+    lies below or above the constant (no value of the narrower float lies between them). A graph
+    that compares a widened float16 with 0.05 and shifts by 0.05 rounded to float16 then has one
+    breakpoint, as it has on every input it can get."""
+    if len(ins) != 2 or (ins[0][0] == "c") == (ins[1][0] == "c"):
+        return op, ins
+    flipped = ins[0][0] == "c"
+    value, const = (ins[1], ins[0]) if flipped else ins
+    c = constants[const[1]]
+    if not isinstance(c, Fraction):
+        return op, ins
+    relation = _MIRROR[op] if flipped else op  # as `value relation c`
+    for grid in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
+        top = float_max(grid)
+        if not narrows(compared, grid) or top is None or abs(c) >= top \
+                or not _fits(ops, dtypes, constants, leaf_types, value, grid):
+            continue
+        r = _rounded(c, grid)
+        if not isinstance(r, Fraction) or r == c:
+            return op, ins
+        less = relation in ("Less", "LessOrEqual")
+        if r < c:  # the nearest below: v < c is v <= r, v > c is v > r
+            relation = "LessOrEqual" if less else "Greater"
+        else:  # the nearest above: v < c is v < r, v > c is v >= r
+            relation = "Less" if less else "GreaterOrEqual"
+        return relation, (value, constant(r))
+    return op, ins
 
 
 def _attributes(node: Node) -> tuple[tuple, list[tuple[str, Fraction | float]]]:

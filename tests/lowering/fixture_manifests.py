@@ -39,8 +39,6 @@ PROVED_OTHERWISE: dict[str, tuple[dict[str, int], str]] = {
     "tests/fixtures/paddle/nm_prox_softshrink_var_sign.onnx": (
         {"ApplyProximalGradientDescent": 1}, "the Shrink of var - delta alone is the update (nan_to_zero); "
                                              "the sign of var that multiplies it stays outside"),
-    "tests/fixtures/exporters/prox_const_softshrink_f16_dynopt.onnx": (
-        {}, "compares |p| with t in float32 and shifts by t rounded to float16: two breakpoints over the reals"),
     "tests/fixtures/tf2onnx/nm_sl1_v1_huber_runtime_weight_f32_op13.onnx": (
         {}, "differs from every variant of the op only at +-inf inputs: fused under assume_finite only"),
     "tests/fixtures/jax/sl1_optax_huber_none_d05_vjp_f16.onnx": (

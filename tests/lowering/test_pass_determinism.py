@@ -4,6 +4,7 @@ where many kinks over differences make the recogniser's walks meet their budgets
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,37 @@ def test_two_hash_seeds_give_the_same_fusions_and_report(tmp_path: Path) -> None
                               env={"PYTHONHASHSEED": seed, "PATH": ""}, cwd=REPO).stdout
                for seed in ("0", "1", "2", "3")]
     assert len(set(outputs)) == 1
+
+
+
+HALF_PRECISION = sorted(p for p in [*REPO.glob("tests/fixtures/*/*.onnx"), *REPO.glob("models/*.onnx")]
+                        if any(tag in p.name for tag in ("f16", "bf16", "fp16", "half")))
+_FUSIONS = """
+import json, sys
+import onnx
+import lowering
+out = {}
+for path in sys.argv[1:]:
+    _, report = lowering.fuse(onnx.load(path))
+    out[path] = [[f.op_type, f.output, sorted(f.attributes.items())] for f in report.fusions]
+print(json.dumps(out))
+"""
+
+
+def test_a_verdict_does_not_hang_on_what_an_earlier_run_proved(tmp_path: Path) -> None:
+    """The fusions of each model are the same in a first run, which proves everything afresh, and
+    in a second run that finds the first run's proofs on disk and takes the models in reverse
+    order. Half-precision graphs hold a constant beside its rounding, two candidates for one
+    parameter, so they are where a proof made for one instance could be taken for another whose
+    node states the other candidate."""
+    assert HALF_PRECISION
+    env = {"ASCEND_LOWERING_PROOF_CACHE": str(tmp_path / "proofs"), "PATH": "", "HOME": str(tmp_path)}
+
+    def run(paths: list[Path]) -> dict:
+        done = subprocess.run([sys.executable, "-c", _FUSIONS, *map(str, paths)], capture_output=True, text=True,
+                              check=True, env=env, cwd=REPO)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first = run(HALF_PRECISION)
+    assert list((tmp_path / "proofs").glob("proofs-*")), "the first run stored no proofs"
+    assert run(HALF_PRECISION[::-1]) == first

@@ -224,10 +224,6 @@ def test_softshrink_shifting_by_another_threshold_is_refused_with_its_reason() -
     assert report.counts() == {PGD: 1}, report.summary()
 
 
-@pytest.mark.xfail(strict=True, reason="coverage the proof does not reach yet: over the reals the comparison at "
-                   "0.05 (float32) and the shift by 0.05 rounded to float16 are two breakpoints; that no float16 "
-                   "value lies between them is a fact about the inputs' grid, which the real-arithmetic proof "
-                   "does not use")
 def test_softshrink_shifting_by_the_threshold_rounded_to_float16_fuses(rng: np.random.Generator) -> None:
     # torch's softshrink on a half tensor: compares |p| (widened) with 0.05 in float32 and shifts
     # by 0.05 rounded to float16 (0.049988); no float16 lies between the two, so the graph is the
@@ -246,6 +242,16 @@ def test_softshrink_shifting_by_the_threshold_rounded_to_float16_fuses(rng: np.r
     assert_same(before, after)
     ok, detail = precision_ok(after, golden_of(fused, node, feeds), np.float16)
     assert ok, detail
+
+
+def test_float32_softshrink_shifting_by_the_float16_rounded_threshold_is_refused() -> None:
+    # the same graph on float32 tensors: |p| between 0.049988 and 0.05 is a float32 value, where
+    # the graph gives 0 and the shrink at 0.049988 does not
+    shift = float(np.float16(0.05))
+    times_zero = [const_node("zero", 0.0), h.make_node("Mul", ["p", "zero"], ["p0"])]
+    model = _softshrink_widened(times_zero, "p0", const_node("shift", shift))
+    _, report = fuse_checked(model)
+    assert not report.fusions, report.summary()
 
 
 def test_half_softshrink_comparing_a_widened_runtime_threshold_fuses(rng: np.random.Generator) -> None:
