@@ -516,7 +516,7 @@ class _Encoded:
     contract_trace: list[Ext] = field(default_factory=list)  # the exact contract's arithmetic values
     tie: Ext | None = None  # the contract with its comparison inclusive
     overflows: dict[int, Any] = field(default_factory=dict)  # per region op: where its value overflows its type
-    values: list[Any] = field(default_factory=list)  # per region op: its value
+    live: list[Any] = field(default_factory=list)  # per region op: where the output depends on its value
 
     def differs(self) -> Any:
         """The region differs from the contract (from both forms of it, where it has two)."""
@@ -588,10 +588,12 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
                 bound = b.num(top)
                 overflows[k] = b.and_(m.finite(value), b.not_(
                     b.and_(b.lt(value.real, bound), b.lt(b.neg(bound), value.real))))
-        if within_range:
-            # the real and non-finite questions are asked where no value of the region overflows
-            # its type; where one does, the overflow question decides
-            solver.add(*[b.not_(o) for o in overflows.values()])
+    live = liveness(s.structure, b, values) if not saturate else []
+    if not saturate and within_range:
+        # the real and non-finite questions are asked where no value the result depends on
+        # overflows its type; where one does, the overflow question decides (a value no output
+        # depends on, the branch a Where does not take, may overflow: the questions cover that)
+        solver.add(*[b.not_(b.and_(live[k], o)) for k, o in overflows.items()])
     inputs: dict[str, Any] = {}
     dummies: dict[str, Any] = {}
     for role, (kind, k) in s.roles:
@@ -622,7 +624,7 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
     if domain is not True:
         solver.add(domain)
     return _Encoded(solver, m, leaves, counts, consts, region, contract, exact_contract, trace, tie, overflows,
-                    values)
+                    live)
 
 
 _VISIBLE = Fraction(1, 1 << 16)  # a relative difference below this is a rounding, not a different function
@@ -760,8 +762,7 @@ def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, gene
     # there: a cheaper query than comparing the two with overflow, and enough for most regions
     e = _encode(s, generic, free_kinds=False, saturate=False, within_range=False)
     b = e.m.b
-    live = liveness(s.structure, b, e.values)
-    overflows = b.or_(*[b.and_(live[k], o) for k, o in e.overflows.items()])
+    overflows = b.or_(*[b.and_(e.live[k], o) for k, o in e.overflows.items()])
     if overflows is False:
         return None
     e.solver.add(*[c for c in _away_from_range(e, s, out_max, e.contract_trace + [e.contract]) if c is not True],

@@ -202,6 +202,23 @@ def test_a_square_that_overflows_far_inside_the_range_is_refused() -> None:
     assert any("overflow" in r.reason or "differ" in r.reason for r in report.rejections), _reasons(report)
 
 
+@pytest.mark.parametrize("assume_finite", [False, True])
+def test_a_difference_where_only_an_unused_branch_overflows_is_refused(assume_finite: bool) -> None:
+    """PyTorch's decomposition, its sign branch doubled where go * x exceeds float32's range
+    (computed from scaled-down factors, which do not overflow): at go = 1e10, x = 1e30 the graph
+    gives 2e10 and the op 1e10, while only the linear branch, which the Where does not take there,
+    overflows. The overflow of an unused value must not hide the difference."""
+    g = _G()
+    x = g.op("Sub", "p", "t")
+    huge = g.op("Greater", g.op("Mul", g.op("Mul", "go", g.c(1e-20)), g.op("Mul", x, g.c(1e-20))), g.c(0.034))
+    factor = g.op("Add", g.op("Cast", huge, to=T.FLOAT), g.c(1.0))
+    sign_branch = g.op("Mul", g.op("Mul", "go", g.op("Sign", x)), factor)
+    out = g.op("Where", g.op("Less", g.op("Abs", x), g.c(0.5)), g.op("Div", g.op("Mul", "go", x), g.c(0.5)), sign_branch)
+    model = g.model(["p", "t", "go"], out, scalars=("go",))
+    _, report = _fuse(model, assume_finite=assume_finite, by_meaning_only=True)
+    assert not report.fusions, _reasons(report)
+
+
 def test_a_difference_only_at_nonfinite_inputs_fuses_under_assume_finite_only() -> None:
     """tf.compat.v1.losses.huber_loss's gradient with a runtime weights tensor, as tf2onnx writes
     it: the SmoothL1 gradient for every finite input, NaN where the weights or x are +-inf in a
