@@ -12,6 +12,7 @@ a solver call.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -99,14 +100,14 @@ def narrows(source: int | None, target: int | None) -> bool:
 def exact_value(value: np.ndarray) -> Fraction | float | bool:
     """A uniform constant's one value: a Fraction for finite numbers (taken from the bits, never
     from a printed decimal), the float for +-inf and NaN, a bool for bool."""
-    v = np.asarray(value).reshape(-1)[0]
+    array = np.asarray(value)
+    v = array.reshape(-1)[0]
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
-    f = float(np.asarray(v).astype(np.float64)) if np.asarray(v).dtype.kind == "f" or \
-        np.asarray(v).dtype == ml_dtypes.bfloat16 else int(v)
-    if isinstance(f, float) and not np.isfinite(f):
-        return f
-    return Fraction(f)
+    if array.dtype.kind != "f" and array.dtype != ml_dtypes.bfloat16:
+        return Fraction(int(v))
+    f = float(v)  # every float type's value is a double exactly
+    return f if math.isinf(f) or math.isnan(f) else Fraction(f)
 
 
 def build(alg: Algebra, match: Match) -> Structure:
@@ -143,7 +144,7 @@ def build(alg: Algebra, match: Match) -> Structure:
             leaves.append(value)
             continue
         if const is not None:
-            if const.size == 0 or not (const.reshape(-1) == const.reshape(-1)[0]).all() \
+            if const.size == 0 or const.size > 1 and not (const.reshape(-1) == const.reshape(-1)[0]).all() \
                     and not np.isnan(const.astype(np.float64)).all():
                 raise Unprovable(f"reads the constant {value} of {const.size} different elements")
             refs[value] = constant(value, exact_value(const))
