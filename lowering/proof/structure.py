@@ -241,7 +241,8 @@ def _fits(ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None
         if isinstance(v, bool):
             return True
         f = float(v)
-        return not np.isfinite(f) or float(np.asarray(f).astype(_np_float(target)).astype(np.float64)) == f
+        with np.errstate(over="ignore"):  # a constant beyond the target's range becomes inf: not kept
+            return not np.isfinite(f) or float(np.asarray(f).astype(_np_float(target)).astype(np.float64)) == f
     if kind != "v":
         return False
     if dtypes[k] in _PRECISION and not narrows(dtypes[k], target):

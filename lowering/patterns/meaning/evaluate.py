@@ -141,7 +141,8 @@ class Evaluator:
             return self._cast(_given(node, args, 0), to)
         target = self._result_type(node.output[0])
         if target is not None and out.dtype != np.bool_:
-            return out.astype(target)
+            with np.errstate(over="ignore"):  # a value beyond the result type's range is its inf
+                return out.astype(target)
         return out
 
     def _sign(self, node: Node, x: np.ndarray) -> np.ndarray:
