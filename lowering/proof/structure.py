@@ -195,11 +195,22 @@ def build(alg: Algebra, match: Match) -> Structure:
         if op_type in _ORDER:
             op_type, ins = _on_grid(op_type, ins, ops, dtypes, constants, leaf_types, index.elem_type(node.input[0]),
                                     lambda v, name=node.output[0]: constant(f"{name}#grid", v))
+        narrowed = node.op_type in ("Cast", "CastLike") and node.output[0] != match.output \
+            and narrows(index.elem_type(node.input[0]), out_type) and out_type in _PRECISION \
+            and not _fits(ops, dtypes, constants, leaf_types, ins[0], out_type)
+        if narrowed:
+            clamp = _clamp_on_grid(ins[0], out_type, ops, dtypes, constants, leaf_types,
+                                   lambda v, name=node.output[0]: constant(f"{name}#grid{len(constants)}", v))
+            if clamp is not None:
+                for op in clamp:
+                    ops.append(op)
+                    dtypes.append(out_type)
+                    names.append(node.output[0])
+                refs[node.output[0]] = ("v", len(ops) - 1)
+                continue
         k = len(ops)
         refs[node.output[0]] = ("v", k)
-        if node.op_type in ("Cast", "CastLike") and node.output[0] != match.output \
-                and narrows(index.elem_type(node.input[0]), out_type) and out_type in _PRECISION \
-                and not _fits(ops, dtypes, constants, leaf_types, ins[0], out_type):
+        if narrowed:
             narrowing.add(k)
         ops.append(("Identity" if node.op_type in RESHAPE else op_type, key, ins))
         dtypes.append(out_type)
@@ -290,6 +301,49 @@ def _on_grid(op: str, ins: tuple[Ref, ...], ops: list[tuple[str, tuple, tuple[Re
             relation = "Less" if less else "GreaterOrEqual"
         return relation, (value, constant(r))
     return op, ins
+
+
+def _clamp_on_grid(ref: Ref, grid: int | None, ops: list[tuple[str, tuple, tuple[Ref, ...]]],
+                   dtypes: list[int | None], constants: list[Fraction | float | bool], leaf_types: list[int | None],
+                   constant: Any) -> list[tuple[str, tuple, tuple[Ref, ...]]] | None:
+    """A narrowing Cast of a clamp (Min, Max, Clip with constant bounds, nested) of a value that is
+    always of the narrower type: the same clamp at the bounds rounded to that type, which is what
+    the Cast gives on every such value (a value at or beyond a bound is past the bound's nearest
+    value of the type too). The ops that compute it after `ops`, the last one the result; None
+    when `ref` is no such clamp. A float16 graph that clamps its widened value at 0.003 in float32
+    then clamps at 0.003 rounded to float16, one breakpoint instead of an unknown rounding."""
+    assert grid is not None
+    top = float_max(grid)
+    chain: list[tuple[str, tuple, list[Ref | Fraction]]] = []
+    while ref[0] == "v":
+        op, key, ins = ops[ref[1]]
+        if op not in ("Min", "Max", "Clip") or key or op != "Clip" and len(ins) != 2:
+            break
+        bounds = [r for r in ins[1:] if r[0] != "none"] if op == "Clip" else [r for r in ins if r[0] == "c"]
+        inner = ins[0] if op == "Clip" else next((r for r in ins if r[0] != "c"), None)
+        values = [constants[r[1]] for r in bounds if r[0] == "c"]
+        if inner is None or len(values) != len(bounds) or not bounds \
+                or not all(isinstance(v, Fraction) and top is not None and abs(v) < top for v in values):
+            return None
+        rounded = [r for r in (_rounded(v, grid) for v in values) if isinstance(r, Fraction)]
+        if len(rounded) != len(values):
+            return None
+        if op == "Clip":
+            args: list[Ref | Fraction] = [ins[0], *[r if r[0] == "none" else rounded.pop(0) for r in ins[1:]]]
+        else:
+            args = [inner, rounded[0]]
+        chain.append((op, key, args))
+        ref = inner
+    if not chain or not _fits(ops, dtypes, constants, leaf_types, ref, grid):
+        return None
+    out: list[tuple[str, tuple, tuple[Ref, ...]]] = []
+    for op, key, args in reversed(chain):
+        base: Ref = ref if not out else ("v", len(ops) + len(out) - 1)
+        refs_: list[Ref] = [base]
+        for a in args[1:]:
+            refs_.append(constant(a) if isinstance(a, Fraction) else a)
+        out.append((op, key, tuple(refs_)))
+    return out
 
 
 def _attributes(node: Node) -> tuple[tuple, list[tuple[str, Fraction | float]]]:

@@ -122,9 +122,6 @@ def test_smooth_l1_clip_in_float32_with_float32_bounds_fuses(rng: np.random.Gene
         assert_runs_as_fused(model, fused, make_feeds(model, rng, edges=(0.5,), nonfinite=nonfinite))
 
 
-@pytest.mark.xfail(strict=True, reason="coverage the proof does not reach yet: the clamp at t = 0.003 in float32 of "
-                   "a float16 p is the clamp at t rounded to float16 only on float16 inputs (no float16 lies "
-                   "between); over the reals they are two breakpoints")
 def test_clamp_residual_bound_is_the_float16_value_the_graph_clamps_at(rng: np.random.Generator) -> None:
     """p - clip(p, -t, t) with t = 0.003 in float32: the float16 result is the clamp at t rounded
     to float16, so that is the fused node's threshold."""
