@@ -9,7 +9,7 @@ import onnx
 
 from ..graph import FLOAT_TYPES
 from .semantics import Ext, Semantics
-from .structure import ARITH, Structure, Unprovable, float_max, overflow_at
+from .structure import OVERFLOWING, Structure, Unprovable, float_max, overflow_at
 
 Value = Any  # an Ext for a number, a backend bool for a condition
 
@@ -38,7 +38,7 @@ def run(s: Structure, m: Semantics, leaves: Sequence[Value], constants: Sequence
             values.append(opaque(k, args[0]))
             continue
         out = _op(m, op, key, args, s.dtypes[k])
-        if m.saturate and op in ARITH and isinstance(out, Ext):
+        if m.saturate and op in OVERFLOWING and isinstance(out, Ext):
             out = m.limit(out, overflow_at(s.dtypes[k]))
         values.append(out)
     return get(s.output), values

@@ -46,7 +46,7 @@ from ..patterns.meaning.evaluate import np_type
 from . import relations, rounding, store
 from .formula import liveness, run
 from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
-from .structure import ARITH, Structure, Unprovable, build, exact_value, float_max, overflow_at
+from .structure import OVERFLOWING, Structure, Unprovable, build, exact_value, float_max, overflow_at
 
 TIMEOUT_MS = 4000  # per solver query; unknown is a refusal, never a proof
 # a value within this factor of its type's range is "near the range": an overflow the graph and the
@@ -584,7 +584,7 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
     if not saturate:
         for k, ((op, _, _), value, dtype) in enumerate(zip(s.structure.ops, values, s.structure.dtypes)):
             top = overflow_at(dtype)
-            if op in ARITH and isinstance(value, Ext) and top is not None:
+            if op in OVERFLOWING and isinstance(value, Ext) and top is not None:
                 bound = b.num(top)
                 overflows[k] = b.and_(m.finite(value), b.not_(
                     b.and_(b.lt(value.real, bound), b.lt(b.neg(bound), value.real))))

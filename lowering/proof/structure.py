@@ -33,6 +33,9 @@ PASS = frozenset({"Identity", "Cast", "CastLike", "Expand"})
 # shape ops that keep each element's value where they move one element or none (checked per node)
 RESHAPE = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 PROVABLE = ARITH | SELECT | LOGIC | PASS
+# ops whose result is computed by a rounding addition or product, which may overflow: arithmetic
+# and Shrink (x - bias or x + bias)
+OVERFLOWING = ARITH | {"Shrink"}
 
 _PRECISION: dict[int, int] = {onnx.TensorProto.BFLOAT16: 8, onnx.TensorProto.FLOAT16: 11, onnx.TensorProto.FLOAT: 24,
               onnx.TensorProto.DOUBLE: 53}
@@ -208,6 +211,14 @@ def build(alg: Algebra, match: Match) -> Structure:
                     names.append(node.output[0])
                 refs[node.output[0]] = ("v", len(ops) - 1)
                 continue
+        if op_type == "Sum" and len(ins) > 2:
+            # onnxruntime adds a Sum's inputs left to right: each running sum is a value that
+            # may overflow, though the total does not ((x + 3.4e38) - 3.4e38)
+            for i in range(1, len(ins) - 1):
+                ops.append(("Add", (), (ins[0] if i == 1 else ("v", len(ops) - 1), ins[i])))
+                dtypes.append(out_type)
+                names.append(node.output[0])
+            op_type, ins = "Add", (("v", len(ops) - 1), ins[-1])
         k = len(ops)
         refs[node.output[0]] = ("v", k)
         if narrowed:
@@ -258,11 +269,22 @@ def _fits(ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None
         return False
     if dtypes[k] in _PRECISION and not narrows(dtypes[k], target):
         return True
-    op, _, refs = ops[k]
+    op, key, refs = ops[k]
     if op not in _PICKS:
+        return False
+    if op == "Clip" and _clip_bound_missing(key, refs):
+        # a bound left out is the largest finite value of the Clip's own type (onnxruntime maps
+        # +-inf to +-3.4e38 in float32), which the narrower type does not hold
         return False
     picked = refs[1:] if op == "Where" else refs
     return all(_fits(ops, dtypes, constants, leaf_types, r, target) for r in picked if r[0] != "none")
+
+
+def _clip_bound_missing(key: tuple, refs: tuple[Ref, ...]) -> bool:
+    """Whether a Clip leaves a bound out (an input not given, or an opset < 11 attribute not set)."""
+    if key:
+        return not all(key)
+    return len(refs) < 3 or any(r[0] == "none" for r in refs[1:])
 
 
 _ORDER = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
@@ -328,6 +350,16 @@ def _clamp_on_grid(ref: Ref, grid: int | None, ops: list[tuple[str, tuple, tuple
         rounded = [r for r in (_rounded(v, grid) for v in values) if isinstance(r, Fraction)]
         if len(rounded) != len(values):
             return None
+        if op == "Clip" and _clip_bound_missing(key, ins):
+            # the bound left out is the largest float32 (onnxruntime's Clip maps inf to it), which
+            # the Cast rounds to inf: the clamp at the bound given alone, inf kept
+            lo, hi = ins[1] if len(ins) > 1 else ("none", 0), ins[2] if len(ins) > 2 else ("none", 0)
+            if lo[0] != "none":
+                chain.append(("Max", (), [inner, rounded[0]]))
+            elif hi[0] != "none":
+                chain.append(("Min", (), [inner, rounded[0]]))
+            ref = inner
+            continue
         if op == "Clip":
             args: list[Ref | Fraction] = [ins[0], *[r if r[0] == "none" else rounded.pop(0) for r in ins[1:]]]
         else:
