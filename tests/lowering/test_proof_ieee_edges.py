@@ -101,3 +101,18 @@ def test_an_overflow_inside_shrink_is_an_overflow() -> None:
 def test_an_overflow_of_a_running_sum_is_an_overflow() -> None:
     assert _fused_value_differs(_overflow_detected("sum"), {"predict": 2e31, "label": 10.0, "dout": 1.0}) is None
 
+
+def test_a_difference_at_a_nonfinite_input_where_a_live_value_overflows_is_refused() -> None:
+    """The gradient negated where dout is +-inf and |x| > 2^28, while the sign branch reads
+    sign(x * 2^100), which overflows from |x| = 2^28: the non-finite question leaves out the
+    points where a value the result depends on overflows, and the overflow question asks only
+    finite inputs, so no question looks at dout = inf, x = 1e9 (the graph -inf, the op inf)."""
+    g = G()
+    p, t, go = g.input("predict"), g.input("label"), g.input("dout")
+    x = g.op("Sub", p, t)
+    scaled = g.op("Mul", x, g.const(2.0**100))
+    dout_infinite = g.op("Not", g.op("Equal", g.op("Sub", go, go), g.const(0.0)))
+    x_finite = g.op("Equal", g.op("Sub", x, x), g.const(0.0))
+    large = g.op("And", x_finite, g.op("Greater", g.op("Abs", x), g.const(2.0**28)))
+    model = _negated_where(g, x, go, g.op("And", large, dout_infinite), sign_of=scaled)
+    assert _fused_value_differs(model, {"predict": 1e9, "label": 0.0, "dout": np.inf}) is None
