@@ -749,33 +749,36 @@ def _variants(s: _Setting) -> list[dict[str, object]]:
 def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generic: frozenset[int],
               described: str) -> Verdict | None:
     """3. A refusal when the graph and the kernel, each rounding overflows to +-inf, differ at
-    finite inputs none of which is near its type's range, where every value the contract
-    computes is not near the result type's range either: an overflow there comes from a product
-    of input-dependent terms or a square, not from a constant scaling in another order."""
+    inputs none of which is near its type's range, where every value the contract computes is
+    not near the result type's range either: an overflow there comes from a product of
+    input-dependent terms or a square, not from a constant scaling in another order. The inputs
+    may be +-inf or NaN too (questions 1 and 2 leave out every point where a value the result
+    depends on overflows), unless `assume_finite` waives them."""
     import z3
 
     out_max = float_max(s.out_dtype)
     if out_max is None:
         return None
-    # where no value the result depends on overflows, the region is what the first question
+    free_kinds = not assume_finite
+    # where no value the result depends on overflows, the region is what the first two questions
     # proved equal to the contract, and so is the kernel, whose values stay inside the range
     # there: a cheaper query than comparing the two with overflow, and enough for most regions
-    e = _encode(s, generic, free_kinds=False, saturate=False, within_range=False)
+    e = _encode(s, generic, free_kinds=free_kinds, saturate=False, within_range=False)
     b = e.m.b
     overflows = b.or_(*[b.and_(e.live[k], o) for k, o in e.overflows.items()])
     if overflows is False:
         return None
     e.solver.add(*[c for c in _away_from_range(e, s, out_max, e.contract_trace + [e.contract]) if c is not True],
                  overflows)
-    if e.solver.check() == z3.unsat:
+    if _check_case_split(e) == z3.unsat:
         return None
-    e = _encode(s, generic, free_kinds=False, saturate=True)
+    e = _encode(s, generic, free_kinds=free_kinds, saturate=True)
     assert e.exact_contract is not None
     conds = [e.differs(), *_away_from_range(e, s, out_max, e.contract_trace + [e.exact_contract])]
     if assume_finite:
         conds.append(e.m.finite(e.region))
     e.solver.add(*[c for c in conds if c is not True])
-    found = e.solver.check()
+    found = _check_case_split(e)
     if found == z3.unsat:
         return None
     return _refusal(alg, match, s, e, found, generic, described, " (an intermediate overflows)", overflow=True)
