@@ -43,7 +43,7 @@ from ..algebra import Algebra
 from ..graph import dtype_name
 from ..patterns.base import Match, same_shape
 from ..patterns.meaning.evaluate import np_type
-from . import relations, rounding, store
+from . import bounds, relations, rounding, store
 from .formula import liveness, run
 from .semantics import FIN, NAN, NINF, PINF, ExactBackend, Ext, Semantics, Undetermined
 from .structure import OVERFLOWING, Structure, Unprovable, build, exact_value, float_max, overflow_at
@@ -759,6 +759,8 @@ def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, gene
     out_max = float_max(s.out_dtype)
     if out_max is None:
         return None
+    if bounds.cannot_overflow(s.structure, *_boxes(s, generic)):
+        return None
     free_kinds = not assume_finite
     # where no value the result depends on overflows, the region is what the first two questions
     # proved equal to the contract, and so is the kernel, whose values stay inside the range
@@ -782,6 +784,27 @@ def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, gene
     if found == z3.unsat:
         return None
     return _refusal(alg, match, s, e, found, generic, described, " (an intermediate overflows)", overflow=True)
+
+
+def _boxes(s: _Setting, generic: frozenset[int]) -> tuple[list, list, list]:
+    """For lowering.proof.bounds: the leaves' intervals (inside their types' ranges by the
+    margin, as _away_from_range has them), the constants' (an open one within its relations)
+    and the constant each element count is (None: unknown)."""
+    leaves: list[bounds.Interval | None] = []
+    for dtype in s.leaf_dtypes:
+        top = float_max(dtype)
+        near = None if top is None else top / _margin(dtype)
+        leaves.append(None if near is None else (-near, near))
+    consts: list[bounds.Box] = []
+    for j, c in enumerate(s.constants):
+        if isinstance(c, bool):
+            consts.append(bounds.BOOL)
+        elif not isinstance(c, Fraction):
+            consts.append(None)  # +-inf or NaN: never a finite value
+        else:
+            consts.append(relations.box(c, s.fine) if j in generic else (c, c))
+    numels = [k if kind == "c" else None for kind, k in s.numel_refs]
+    return leaves, consts, numels
 
 
 def _away_from_range(e: _Encoded, s: _Setting, out_max: Fraction, contract_values: list[Ext]) -> list[Any]:

@@ -79,6 +79,19 @@ def sign_constraints(symbols: Sequence[Any], values: Sequence[Fraction]) -> list
     return out
 
 
+def box(v: Fraction, fine: bool) -> tuple[Fraction, Fraction]:
+    """An interval holding every value a constant of value `v` may take under its relations
+    (fine: `constraints`, else `sign_constraints`): its sign and magnitude band."""
+    if v == 0 or abs(v) == 1:
+        return v, v
+    if not fine and _magnitude(v) is None:
+        lo, hi = _MODERATE
+    else:
+        e = _log2(v)
+        lo, hi = Fraction(2) ** e, Fraction(2) ** (e + 1)
+    return (lo, hi) if v > 0 else (-hi, -lo)
+
+
 def _real(v: Fraction) -> Any:
     import z3
 
