@@ -36,7 +36,7 @@ from .structure import OVERFLOWING, Structure, float_max, overflow_at
 Bound = Fraction | float  # a float only for +-inf
 Interval = tuple[Bound, Bound]
 Monomial = tuple[tuple[int, int], ...]  # (constant index, exponent), by index
-Posy = dict[Monomial, Fraction]  # sum of coefficient * monomial; {} is 0
+Posy = dict[Monomial, Bound]  # sum of coefficient * monomial; {} is 0
 BOOL = "bool"
 Box = Interval | None | str  # a leaf's or constant's interval, never finite (None), or a condition (BOOL)
 Ref = tuple[str, int]
@@ -216,18 +216,18 @@ def _narrowed(v: Value, narrowed: Narrowed, ref: Ref) -> Value:
 
 
 def _constant(j: int, c: Box) -> Value:
-    if c is None or c == BOOL:
+    if not isinstance(c, tuple):
         return c
-    lo, hi = c  # type: ignore[misc]
+    lo, hi = c
     if lo == hi == 0:
         return _Value(_ZERO, {})
     return _Value((lo, hi), {((j, 1),): Fraction(1)})
 
 
 def _magnitudes(c: Box) -> tuple[Bound, Bound]:
-    if c is None or c == BOOL:
+    if not isinstance(c, tuple):
         return (Fraction(0), Fraction(1))
-    lo, hi = c  # type: ignore[misc]
+    lo, hi = c
     if lo > 0:
         return (lo, hi)
     if hi < 0:
@@ -273,7 +273,7 @@ def _product(p: Posy | None, q: Posy | None) -> Posy | None:
     return out if len(out) <= _MAX_TERMS else None
 
 
-def _scaled(p: Posy | None, k: Fraction) -> Posy | None:
+def _scaled(p: Posy | None, k: Bound) -> Posy | None:
     return None if p is None else {mono: coef * k for mono, coef in p.items()}
 
 
@@ -293,10 +293,10 @@ def _div(x: _Value, y: _Value, y_ref: Ref) -> _Value:
     mag: Posy | None = None
     if y_ref[0] == "c" and y.mag is not None and len(y.mag) == 1 and not zero_in:
         (mono, coef), = y.mag.items()  # a constant: divide by its monomial
-        mag = _product(x.mag, {tuple((j, -e) for j, e in mono): 1 / coef})
+        mag = _product(x.mag, {tuple((j, -e) for j, e in mono): Fraction(1) / coef})
     elif not zero_in:  # by the least magnitude the divisor takes
-        least = min(abs(lo), abs(hi))
-        mag = _scaled(x.mag, 1 / least) if isinstance(least, Fraction) else None
+        least: Bound = lo if lo > 0 else -hi
+        mag = _scaled(x.mag, Fraction(1) / least) if isinstance(least, Fraction) else None
     return _Value(interval, mag)
 
 
@@ -314,7 +314,8 @@ def _op(op: str, refs: tuple[Ref, ...], args: list[Value], dtype: int | None, na
         if narrowing and isinstance(x, _Value):
             # rounding to nearest never doubles a magnitude, and keeps the sign or gives 0
             lo, hi = x.interval
-            return _Value((min(Fraction(0), 2 * lo), max(Fraction(0), 2 * hi)), _scaled(x.mag, Fraction(2)))
+            widened: Interval = (2 * lo if lo < 0 else Fraction(0), 2 * hi if hi > 0 else Fraction(0))
+            return _Value(widened, _scaled(x.mag, Fraction(2)))
         return x
     if op in ("Identity", "Expand"):
         return args[0]
