@@ -73,6 +73,7 @@ class Structure:
         return [self.leaves.index(t) if t in self.leaves else -1 for t in self.numels]
 
 
+@functools.cache
 def float_max(dtype: int | None) -> Fraction | None:
     if dtype not in FLOAT_TYPES and dtype != onnx.TensorProto.DOUBLE:
         return None
