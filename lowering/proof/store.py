@@ -22,16 +22,16 @@ from contracts import fused_ops
 
 _ENV = "ASCEND_LOWERING_PROOF_CACHE"
 _KEEP = 20000  # proofs kept on disk, the newest
-_SOURCES = ("semantics.py", "formula.py", "structure.py", "relations.py", "rounding.py", "prove.py")
 
 
 @functools.cache
-def _digest() -> str:
-    """The proof's code: every module a verdict depends on, and the contracts."""
+def _digest(package: Path | None = None) -> str:
+    """The proof's code: every module of this package (a verdict may depend on any of them, and
+    one added later is covered without a list to update), and the contracts."""
     h = hashlib.sha256()
-    here = Path(__file__).resolve().parent
-    for name in _SOURCES:
-        h.update((here / name).read_bytes())
+    for module in sorted((package or Path(__file__).resolve().parent).glob("*.py")):
+        h.update(module.name.encode())
+        h.update(module.read_bytes())
     h.update(Path(fused_ops.__file__).read_bytes())
     return h.hexdigest()[:16]
 
