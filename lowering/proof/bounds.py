@@ -13,9 +13,10 @@ Each value gets two bounds on its *finite* values, both sound, and the tighter o
     |v| <= sum k * prod |c_j|^e_j, which keeps a constant's correlation with itself: SmoothL1's
     g * x / beta, where |x| < beta, is bounded by |g|, though beta's box spans 2^16.
 An op whose result is finite reads finite operands (a sum, difference or product with +-inf or
-NaN is not finite), except a division by +-inf, which gives 0. A Where, Max, Min or Clip picks
-one of its operands. A value that is never finite (an inf or NaN constant) has no bounds (None);
-conditions have none either (BOOL).
+NaN is not finite), except two: a division by +-inf gives 0, and Sign(+-inf) gives +-1. A Where,
+Max, Min or Clip picks one of its operands. A value that is never finite (an inf or NaN constant,
+or a value a branch's comparison leaves no finite value) has no bounds (None); conditions have
+none either (BOOL).
 
 An op counts only where the result depends on it (lowering.proof.formula.liveness): in a branch
 of Where, only where that branch is chosen. There the comparison that chooses it narrows the
@@ -31,7 +32,7 @@ from fractions import Fraction
 
 import onnx
 
-from .structure import OVERFLOWING, Structure, float_max, overflow_at
+from .structure import MIRROR, OVERFLOWING, Structure, float_max, overflow_at
 
 Bound = Fraction | float  # a float only for +-inf
 Interval = tuple[Bound, Bound]
@@ -176,10 +177,10 @@ class _Bounds:
         if (op == "And" and truth) or (op == "Or" and not truth):
             return [*self._implied(values, refs[0], truth, narrowed),
                     *self._implied(values, refs[1], truth, narrowed)]
-        if op not in _FLIP or len(refs) != 2 or (refs[0][0] == "c") == (refs[1][0] == "c"):
+        if op not in MIRROR or len(refs) != 2 or (refs[0][0] == "c") == (refs[1][0] == "c"):
             return []
         value, const = (refs[1], refs[0]) if refs[0][0] == "c" else refs
-        relation = _FLIP[op] if refs[0][0] == "c" else op  # as `value relation const`
+        relation = MIRROR[op] if refs[0][0] == "c" else op  # as `value relation const`
         c = self.get(values, const, narrowed)
         if not isinstance(c, _Value):
             return []
@@ -194,9 +195,6 @@ class _Bounds:
             found = [(value, _Value((Fraction(0), chi), mag)),
                      (s.ops[value[1]][2][0], _Value((-chi, chi), mag))]
         return found
-
-
-_FLIP = {"Less": "Greater", "Greater": "Less", "LessOrEqual": "GreaterOrEqual", "GreaterOrEqual": "LessOrEqual"}
 
 
 def _context_key(narrowed: Narrowed) -> tuple:
@@ -291,9 +289,10 @@ def _div(x: _Value, y: _Value, y_ref: Ref) -> _Value:
         corners = [Fraction(0) if abs(b) == _INF else a / b for a in x.interval for b in y.interval]
         interval = (min(corners + [Fraction(0)]), max(corners + [Fraction(0)]))
     mag: Posy | None = None
-    if y_ref[0] == "c" and y.mag is not None and len(y.mag) == 1 and not zero_in:
-        (mono, coef), = y.mag.items()  # a constant: divide by its monomial
-        mag = _product(x.mag, {tuple((j, -e) for j, e in mono): Fraction(1) / coef})
+    if y_ref[0] == "c" and y.mag == {((y_ref[1], 1),): Fraction(1)} and not zero_in:
+        # a constant whose bound is its own magnitude, exactly (one narrowed by a comparison has
+        # another constant's, an upper bound only): divide by its monomial
+        mag = _product(x.mag, {((y_ref[1], -1),): Fraction(1)})
     elif not zero_in:  # by the least magnitude the divisor takes
         least: Bound = lo if lo > 0 else -hi
         mag = _scaled(x.mag, Fraction(1) / least) if isinstance(least, Fraction) else None
@@ -312,13 +311,20 @@ def _op(op: str, refs: tuple[Ref, ...], args: list[Value], dtype: int | None, na
             return _Value((Fraction(0), Fraction(1)), {(): Fraction(1)})
         x = args[0]
         if narrowing and isinstance(x, _Value):
-            # rounding to nearest never doubles a magnitude, and keeps the sign or gives 0
+            # the proof's rounding (lowering.proof.rounding) keeps the sign or gives 0, and moves
+            # a value by at most a relative half ulp plus half a subnormal, which is below the
+            # value itself wherever it does not give 0: at most 3 times the magnitude
             lo, hi = x.interval
-            widened: Interval = (2 * lo if lo < 0 else Fraction(0), 2 * hi if hi > 0 else Fraction(0))
-            return _Value(widened, _scaled(x.mag, Fraction(2)))
+            widened: Interval = (3 * lo if lo < 0 else Fraction(0), 3 * hi if hi > 0 else Fraction(0))
+            return _Value(widened, _scaled(x.mag, Fraction(3)))
         return x
     if op in ("Identity", "Expand"):
         return args[0]
+    # finite results of operands that are not: Sign(+-inf) is +-1, a finite x over +-inf is 0
+    if op == "Sign":
+        return _Value((Fraction(-1), Fraction(1)), {(): Fraction(1)})
+    if (op == "Reciprocal" and args[0] is None) or (op == "Div" and args[1] is None and args[0] is not None):
+        return _Value(_ZERO, {})
     xs: list[_Value] = []
     for a in args:
         if a is None:
@@ -344,8 +350,6 @@ def _op(op: str, refs: tuple[Ref, ...], args: list[Value], dtype: int | None, na
         lo, hi = xs[0].interval
         interval = xs[0].interval if lo >= 0 else ((-hi, -lo) if hi <= 0 else (Fraction(0), max(-lo, hi)))
         return _Value(interval, xs[0].mag)
-    if op == "Sign":
-        return _Value((Fraction(-1), Fraction(1)), {(): Fraction(1)})
     return _Value(_UNBOUNDED, None)
 
 

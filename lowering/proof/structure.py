@@ -289,7 +289,7 @@ def _clip_bound_missing(key: tuple, refs: tuple[Ref, ...]) -> bool:
 
 
 _ORDER = frozenset({"Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
-_MIRROR = {"Less": "Greater", "Greater": "Less", "LessOrEqual": "GreaterOrEqual", "GreaterOrEqual": "LessOrEqual"}
+MIRROR = {"Less": "Greater", "Greater": "Less", "LessOrEqual": "GreaterOrEqual", "GreaterOrEqual": "LessOrEqual"}
 
 
 def _on_grid(op: str, ins: tuple[Ref, ...], ops: list[tuple[str, tuple, tuple[Ref, ...]]], dtypes: list[int | None],
@@ -308,7 +308,7 @@ def _on_grid(op: str, ins: tuple[Ref, ...], ops: list[tuple[str, tuple, tuple[Re
     c = constants[const[1]]
     if not isinstance(c, Fraction):
         return op, ins
-    relation = _MIRROR[op] if flipped else op  # as `value relation c`
+    relation = MIRROR[op] if flipped else op  # as `value relation c`
     for grid in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
         top = float_max(grid)
         if not narrows(compared, grid) or top is None or abs(c) >= top \

@@ -5,7 +5,8 @@ the pass makes on the mutation fuzzer's spellings and mutants (overflowing inter
 them) is checked here against the solver's own query, asked without the contract's conditions
 (a stronger question than the pass asks). And the cases bounds must leave to the solver: a
 product of two inputs, a square in the branch Where does not narrow, a divisor that may be 0, a
-comparison with a computed bound.
+comparison with a computed bound, the finite results of +-inf operands, a divisor bounded only
+from above, a narrowing Cast as the proof rounds it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 from mutations import generate, judge
 
 from lowering.proof import bounds, prove
-from lowering.proof.structure import Structure
+from lowering.proof.structure import Structure, overflow_at
 
 F32 = onnx.TensorProto.FLOAT
 F16 = onnx.TensorProto.FLOAT16
@@ -89,6 +90,41 @@ def test_non_finite_constants_have_no_finite_values() -> None:
     assert _shown(_s([("Mul", [X, B])], 1), [None])
     ops = [("Less", [X, ("c", 1)]), ("Where", [("v", 0), B, X]), ("Mul", [("v", 1), ("c", 1)])]
     assert _shown(_s(ops, 1), [None, (Fraction(2),) * 2])
+
+
+def test_finite_results_of_non_finite_operands_count() -> None:
+    inf = None  # a constant +-inf has no finite values
+    # x / inf is 0 and Sign(inf) is 1: finite, so what they feed can overflow
+    for first in (("Div", [X, B]), ("Reciprocal", [B]), ("Sign", [B])):
+        ops = [first, ("Add", [("v", 0), L]), ("Mul", [("v", 1), D])]
+        assert not _shown(_s(ops, 3), [inf]), first[0]
+    # in the branch where x > 2^120, a finite x of the box has no value, but x = +inf does
+    ops = [("Greater", [X, B]), ("Div", [L, X]), ("Add", [("v", 1), L]), ("Mul", [("v", 2), D]), ("Sub", [L, L]),
+           ("Where", [("v", 0), ("v", 3), ("v", 4)])]
+    assert not _shown(_s(ops, 3), [(Fraction(2) ** 120,) * 2])
+
+
+def test_a_divisor_narrowed_by_a_comparison_is_bounded_above_only() -> None:
+    # Where(|c0| < c1, x / c0, 0): |c0| < 1 bounds c0 from above, not x / c0 (c0 = 2^-30)
+    ops = [("Abs", [B]), ("Less", [("v", 0), ("c", 1)]), ("Div", [X, B]), ("Sub", [X, X]),
+           ("Where", [("v", 1), ("v", 2), ("v", 3)])]
+    assert not _shown(_s(ops, 1), [(Fraction(1, 2**30),) * 2, (Fraction(1),) * 2])
+
+
+def test_a_narrowing_cast_is_bounded_as_the_proof_rounds() -> None:
+    # the proof's rounding of a float16 just above half its smallest subnormal may give a little
+    # more than twice the value, and a product of constants of 2^152 takes that past the range
+    half_sub, rel = Fraction(1, 2**25), Fraction(1, 2**11)
+    c = half_sub * (1 + rel / 2)
+    c1 = Fraction(2) ** 127
+    c2 = overflow_at(F32) / (2 * c) * (1 - Fraction(1, 2**20)) / c1
+    ops = [("Greater", [X, ("c", 0)]), ("LessOrEqual", [X, ("c", 1)]), ("And", [("v", 0), ("v", 1)]),
+           ("Cast", [X]), ("Mul", [("v", 3), ("c", 2)]), ("Mul", [("v", 4), ("c", 3)]), ("Sub", [X, X]),
+           ("Where", [("v", 2), ("v", 5), ("v", 6)])]
+    s = _s(ops, 1)
+    s.dtypes[3] = F16
+    s.narrowing = {3}
+    assert not _shown(s, [(Fraction(0),) * 2, (c, c), (c1, c1), (c2, c2)])
 
 
 @pytest.fixture(scope="module")
