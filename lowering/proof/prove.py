@@ -765,18 +765,11 @@ def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, gene
     # where no value the result depends on overflows, the region is what the first two questions
     # proved equal to the contract, and so is the kernel, whose values stay inside the range
     # there: a cheaper query than comparing the two with overflow, and enough for most regions
-    e = _encode(s, generic, free_kinds=free_kinds, saturate=False, within_range=False)
-    b = e.m.b
-    overflows = b.or_(*[b.and_(e.live[k], o) for k, o in e.overflows.items()])
-    if overflows is False:
-        return None
-    e.solver.add(*[c for c in _away_from_range(e, s, out_max, e.contract_trace + [e.contract]) if c is not True],
-                 overflows)
-    if _check_case_split(e) == z3.unsat:
+    if not _live_value_may_overflow(s, generic, free_kinds):
         return None
     e = _encode(s, generic, free_kinds=free_kinds, saturate=True)
     assert e.exact_contract is not None
-    conds = [e.differs(), *_away_from_range(e, s, out_max, e.contract_trace + [e.exact_contract])]
+    conds = [e.differs(), *_away_from_range(e, s, e.contract_trace + [e.exact_contract])]
     if assume_finite:
         conds.append(e.m.finite(e.region))
     e.solver.add(*[c for c in conds if c is not True])
@@ -786,14 +779,30 @@ def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, gene
     return _refusal(alg, match, s, e, found, generic, described, " (an intermediate overflows)", overflow=True)
 
 
+def _live_value_may_overflow(s: _Setting, generic: frozenset[int], free_kinds: bool,
+                             contract_in_range: bool = True) -> bool:
+    """Whether the solver finds inputs away from their types' ranges (and, with
+    `contract_in_range`, every value the contract computes away from the result's range) where
+    a value the result depends on overflows; an undecided query counts as found."""
+    import z3
+
+    e = _encode(s, generic, free_kinds=free_kinds, saturate=False, within_range=False)
+    b = e.m.b
+    overflows = b.or_(*[b.and_(e.live[k], o) for k, o in e.overflows.items()])
+    if overflows is False:
+        return False
+    contract_values = e.contract_trace + [e.contract] if contract_in_range else []
+    e.solver.add(*[c for c in _away_from_range(e, s, contract_values) if c is not True], overflows)
+    return _check_case_split(e) != z3.unsat
+
+
 def _boxes(s: _Setting, generic: frozenset[int]) -> tuple[list, list, list]:
-    """For lowering.proof.bounds: the leaves' intervals (inside their types' ranges by the
-    margin, as _away_from_range has them), the constants' (an open one within its relations)
+    """For lowering.proof.bounds: the leaves' intervals (inside their types' ranges by the margin,
+    _near, as the solver's queries have them), the constants' (an open one within its relations)
     and the constant each element count is (None: unknown)."""
     leaves: list[bounds.Interval | None] = []
     for dtype in s.leaf_dtypes:
-        top = float_max(dtype)
-        near = None if top is None else top / _margin(dtype)
+        near = _near(dtype)
         leaves.append(None if near is None else (-near, near))
     consts: list[bounds.Box] = []
     for j, c in enumerate(s.constants):
@@ -807,24 +816,29 @@ def _boxes(s: _Setting, generic: frozenset[int]) -> tuple[list, list, list]:
     return leaves, consts, numels
 
 
-def _away_from_range(e: _Encoded, s: _Setting, out_max: Fraction, contract_values: list[Ext]) -> list[Any]:
+def _away_from_range(e: _Encoded, s: _Setting, contract_values: list[Ext]) -> list[Any]:
     """The inputs, and the values the contract computes, more than the margin inside their ranges."""
     m = e.m
     conds: list[Any] = []
     for x, dtype in zip(e.leaves, s.leaf_dtypes):
-        top = float_max(dtype)
-        if top is not None:
-            near = m.b.num(top / _margin(dtype))
-            conds += [x.real < near, x.real > -near]
-    near_out = m.b.num(out_max / _margin(s.out_dtype))
-    for value in contract_values:
-        conds.append(m.b.or_(m.b.not_(m.finite(value)), m.b.and_(m.b.lt(value.real, near_out),
-                                                                   m.b.lt(m.b.neg(near_out), value.real))))
+        near = _near(dtype)
+        if near is not None:
+            conds += [x.real < m.b.num(near), x.real > -m.b.num(near)]
+    if contract_values:
+        near = _near(s.out_dtype)
+        assert near is not None  # the overflow question is asked of float results only
+        near_out = m.b.num(near)
+        for value in contract_values:
+            conds.append(m.b.or_(m.b.not_(m.finite(value)), m.b.and_(m.b.lt(value.real, near_out),
+                                                                       m.b.lt(m.b.neg(near_out), value.real))))
     return conds
 
 
-def _margin(dtype: int | None) -> Fraction:
-    return OVERFLOW_MARGIN.get(dtype or 0, Fraction(2) ** 20)
+def _near(dtype: int | None) -> Fraction | None:
+    """Where a value of `dtype` is near its range: its largest finite value over the margin (the
+    solver's queries and lowering.proof.bounds read the same limit)."""
+    top = float_max(dtype)
+    return None if top is None else top / OVERFLOW_MARGIN.get(dtype or 0, Fraction(2) ** 20)
 
 
 # -- refusals --------------------------------------------------------------------------------
