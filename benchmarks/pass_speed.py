@@ -23,9 +23,10 @@ bodies, so onnxscript does less work than our pass (one model-local function per
 --onnxscript-functions sets as_function=True, whose extraction rescans the whole graph for every
 fusion (quadratic in onnxscript 0.7), which is practical only with --quick.
 
-Ours is timed twice per graph: with an empty proof store ("cold": the first run on a machine,
-every family of forms proved; lowering/proof/store.py) and with the store that run left ("ours s",
-every later run). Prints a table and exits 1 with a MISMATCH line when the two disagree on what fused.
+Ours is timed twice per graph: with an empty proof store ("cold": the first run of a fresh
+install, which reads only the proofs the package ships and proves every other family of forms;
+lowering/proof/store.py) and with the store that run left ("ours s", every later run). Prints a
+table and exits 1 with a MISMATCH line when the two disagree on what fused.
 The large graph is timed twice: as built, and with its value_info removed (every type a match
 needs is then worked out by the pass; onnxscript's rules check shapes, so its run first applies
 onnx_ir's ShapeInferencePass). Each run also reports its process's peak resident memory.
@@ -649,7 +650,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"onnxscript writes function bodies: {'yes' if args.onnxscript_functions else 'no (ours does)'}")
     print("peak memory: each tool's process; ours also runs the ONNX checker in a child process (checker MB)")
-    print("ours cold: with an empty proof store (a first run); ours: with the proofs that run stored")
+    print("ours cold: with an empty proof store (a fresh install's first run: only the shipped proofs); "
+          "ours: with the proofs that run stored")
     print(f"{'graph':<10} {'nodes':>8} {'our fusions':>12} {'onnxscript fusions':>19} {'ours cold s':>12} "
           f"{'ours s':>8} {'onnxscript s':>13} {'ratio':>7} {'ratio cold':>11} {'ours MB':>8} {'checker MB':>11} "
           f"{'onnxscript MB':>14}")

@@ -96,6 +96,8 @@ _instances: dict[tuple, Verdict] = {}  # this process's verdicts per instance, b
 # the proved families of each structure under each relation of its constants: their parameters in
 # terms of the constants, and the verdict
 _families: dict[tuple, list[tuple[tuple, Verdict]]] = {}
+# (structure's base key, fine) of every proved family: an instance of no such base needs no relations
+_family_bases: set[tuple] = set()
 _stored: dict[str, bool] = {"loaded": False, "dirty": False}
 
 
@@ -104,7 +106,13 @@ def clear_cache() -> None:
     _cache.clear()
     _instances.clear()
     _families.clear()
+    _family_bases.clear()
     _stored["loaded"] = True
+
+
+def cached_verdicts() -> dict[tuple, Verdict]:
+    """This process's verdicts by key (with what the stores held), for models/make_known_proofs.py."""
+    return dict(_cache)
 
 
 def save_proofs() -> None:
@@ -126,6 +134,7 @@ def _load_stored() -> None:
 def _index_family(key: tuple, verdict: Verdict) -> None:
     base, exprs, fine, rel = key
     _families.setdefault((base, fine, rel), []).append((exprs, verdict))
+    _family_bases.add((base, fine))
 
 
 def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: str | None = None) -> Verdict:
@@ -139,9 +148,9 @@ def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: st
     except Unprovable as exc:
         return Verdict(False, f"is not proved equal to {described}: the match {exc}")
     # an instance seen before (the same structure, constants and attributes) has its verdict
-    instance = (_base_key(frame, assume_finite), tuple(frame.constants),
-                tuple(sorted((k, repr(v)) for k, v in match.attrs.items())), described)
-    found = _instances.get(instance) or _family_verdict(alg, match, frame, assume_finite)
+    base = _base_key(frame, assume_finite)
+    instance = (base, tuple(frame.constants), tuple(sorted((k, repr(v)) for k, v in match.attrs.items())), described)
+    found = _instances.get(instance) or _family_verdict(match, frame, base)
     if found is not None:
         return found
     try:
@@ -157,20 +166,23 @@ def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: st
     return verdict
 
 
-def _family_verdict(alg: Algebra, match: Match, frame: _Setting, assume_finite: bool) -> Verdict | None:
+def _family_verdict(match: Match, frame: _Setting, base: tuple) -> Verdict | None:
     """The verdict of a proved family this instance belongs to: its constants stand in the
     family's relations, and the family's parameters, evaluated at them, are the fused node's.
     That is what deriving the parameters from the region and looking the family up would find,
-    without evaluating the region."""
+    without evaluating the region. `base` is the frame's _base_key."""
     finite = [c for c in frame.constants if isinstance(c, Fraction)]
     if not finite or _fixes_mean(match, frame):
         return None
     _load_stored()
-    base = _base_key(frame, assume_finite)
-    kernel = OP_SPECS[match.op_type].proof.kernel(frame.attrs)  # type: ignore[union-attr]
+    kernel: Mapping[str, Fraction] | None = None
     for fine in (False, True):
+        if (base, fine) not in _family_bases:
+            continue
         rel = relations.signature(finite) if fine else relations.signs(finite)
         for exprs, verdict in _families.get((base, fine, rel), ()):
+            if kernel is None:
+                kernel = OP_SPECS[match.op_type].proof.kernel(frame.attrs)  # type: ignore[union-attr]
             params = {name: relations.evaluate(e, finite) for name, e in exprs}
             # the parameters as the fused node states them, to a float32 attribute's rounding: the
             # family whose parameters a derivation from this node's attributes would give (with

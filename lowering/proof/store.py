@@ -1,11 +1,17 @@
 """Proofs kept between runs: a verdict depends only on the structure, the relations of the
 constants and the proof's own code, so it is stored on disk under a digest of that code.
 
-The store is a pickle of {key: verdict} in `$ASCEND_LOWERING_PROOF_CACHE` (default
-`~/.cache/ascend-lowering/proofs`), one file per code digest; `ASCEND_LOWERING_PROOF_CACHE=off`
-turns it off. It is written whole to a temporary file and renamed, so a run that stops midway or
-two runs at once leave either the old file or a complete new one. A file that cannot be read is
-ignored (and replaced), never trusted in part.
+Two stores, both pickles of {key: verdict} for one code digest:
+  * the shipped proofs (`known_proofs.pickle` beside this module): the families of the exporter
+    spellings in this repository's fixtures, proved by `models/make_known_proofs.py`. They are
+    read only when their digest is this code's: a changed proof makes them stale (a test says
+    so), never wrong;
+  * the user's store in `$ASCEND_LOWERING_PROOF_CACHE` (default `~/.cache/ascend-lowering/proofs`),
+    one file per code digest, with the proofs of every run since. It is written whole to a
+    temporary file and renamed, so a run that stops midway or two runs at once leave either the
+    old file or a complete new one. A file that cannot be read is ignored (and replaced), never
+    trusted in part.
+`ASCEND_LOWERING_PROOF_CACHE=off` turns both off: every proof is made in the run that needs it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from contracts import fused_ops
 
 _ENV = "ASCEND_LOWERING_PROOF_CACHE"
 _KEEP = 20000  # proofs kept on disk, the newest
+SHIPPED = Path(__file__).resolve().parent / "known_proofs.pickle"
 
 
 @functools.cache
@@ -36,16 +43,24 @@ def _digest(package: Path | None = None) -> str:
     return h.hexdigest()[:16]
 
 
+def _off() -> bool:
+    return os.environ.get(_ENV, "").lower() == "off"
+
+
 def _path() -> Path | None:
     where = os.environ.get(_ENV, "")
-    if where.lower() == "off":
+    if _off():
         return None
     root = Path(where) if where else Path.home() / ".cache" / "ascend-lowering" / "proofs"
     return root / f"proofs-{_digest()}.pickle"
 
 
 def load() -> dict[tuple, Any]:
-    path = _path()
+    """The shipped proofs, then the user's (a key in both: the user's)."""
+    return {**shipped(), **_read(_path())}
+
+
+def _read(path: Path | None) -> dict[tuple, Any]:
     if path is None or not path.is_file():
         return {}
     try:
@@ -56,15 +71,45 @@ def load() -> dict[tuple, Any]:
     return found if isinstance(found, dict) else {}
 
 
+def shipped() -> dict[tuple, Any]:
+    """The shipped proofs, when they were made by this code (else none)."""
+    if _off():
+        return {}
+    found = _read_shipped()
+    return found["verdicts"] if found is not None and found["digest"] == _digest() else {}
+
+
+@functools.cache
+def _read_shipped() -> dict[str, Any] | None:
+    found: dict[Any, Any] = _read(SHIPPED)
+    return found if isinstance(found.get("digest"), str) and isinstance(found.get("verdicts"), dict) else None
+
+
+def write_shipped(verdicts: dict[tuple, Any]) -> None:
+    """Replaces the shipped proofs with `verdicts`, under this code's digest (in key order, so
+    the same proofs give the same file)."""
+    ordered = dict(sorted(verdicts.items(), key=lambda item: repr(item[0])))
+    fd, tmp = tempfile.mkstemp(dir=SHIPPED.parent, prefix=".known-", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        pickle.dump({"digest": _digest(), "verdicts": ordered}, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.chmod(tmp, 0o644)  # package data, read by every user
+    os.replace(tmp, SHIPPED)
+    _read_shipped.cache_clear()
+
+
 def save(verdicts: dict[tuple, Any]) -> None:
-    """Writes the verdicts (merged with what another run stored meanwhile); a store that cannot
-    be written is skipped: the proofs are redone next time."""
+    """Writes the verdicts the shipped proofs do not hold (merged with what another run stored
+    meanwhile); a store that cannot be written is skipped: the proofs are redone next time."""
     path = _path()
     if path is None:
         return
+    known = shipped()
+    verdicts = {k: v for k, v in verdicts.items() if k not in known}
+    if not verdicts:
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        merged = {**load(), **verdicts}
+        merged = {**_read(path), **verdicts}
         if len(merged) > _KEEP:
             merged = dict(list(merged.items())[-_KEEP:])
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".proofs-", suffix=".tmp")

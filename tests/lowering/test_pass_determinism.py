@@ -53,19 +53,21 @@ print(json.dumps(out))
 
 
 def test_a_verdict_does_not_hang_on_what_an_earlier_run_proved(tmp_path: Path) -> None:
-    """The fusions of each model are the same in a first run, which proves everything afresh, and
-    in a second run that finds the first run's proofs on disk and takes the models in reverse
-    order. Half-precision graphs hold a constant beside its rounding, two candidates for one
-    parameter, so they are where a proof made for one instance could be taken for another whose
-    node states the other candidate."""
+    """The fusions of each model are the same in a first run, which proves everything afresh, in a
+    second that reads the shipped proofs and stores its own, and in a third that finds those on
+    disk and takes the models in reverse order. Half-precision graphs hold a constant beside its
+    rounding, two candidates for one parameter, so they are where a proof made for one instance
+    could be taken for another whose node states the other candidate."""
     assert HALF_PRECISION
-    env = {"ASCEND_LOWERING_PROOF_CACHE": str(tmp_path / "proofs"), "PATH": "", "HOME": str(tmp_path)}
+    store = str(tmp_path / "proofs")
 
-    def run(paths: list[Path]) -> dict:
+    def run(paths: list[Path], proofs: str) -> dict:
+        env = {"ASCEND_LOWERING_PROOF_CACHE": proofs, "PATH": "", "HOME": str(tmp_path)}
         done = subprocess.run([sys.executable, "-c", _FUSIONS, *map(str, paths)], capture_output=True, text=True,
                               check=True, env=env, cwd=REPO)
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    first = run(HALF_PRECISION)
-    assert list((tmp_path / "proofs").glob("proofs-*")), "the first run stored no proofs"
-    assert run(HALF_PRECISION[::-1]) == first
+    first = run(HALF_PRECISION, "off")  # nothing stored or shipped is read
+    assert run(HALF_PRECISION, store) == first  # the shipped proofs read, this run's stored
+    assert list((tmp_path / "proofs").glob("proofs-*")), "the run stored no proofs"
+    assert run(HALF_PRECISION[::-1], store) == first
