@@ -54,10 +54,13 @@ def _fusions(path: Path) -> list:
 
 @pytest.fixture
 def fresh_process_cache():
+    """No proof of this process's earlier tests; the stores read again at the first proof (as
+    before the test, for the tests after it)."""
     prove.clear_cache()
     prove._stored["loaded"] = False
     yield
     prove.clear_cache()
+    prove._stored["loaded"] = False
 
 
 def test_a_fixture_fuses_alike_from_shipped_proofs_with_fewer_solver_calls(
