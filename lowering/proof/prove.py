@@ -96,8 +96,6 @@ _instances: dict[tuple, Verdict] = {}  # this process's verdicts per instance, b
 # the proved families of each structure under each relation of its constants: their parameters in
 # terms of the constants, and the verdict
 _families: dict[tuple, list[tuple[tuple, Verdict]]] = {}
-# (structure's base key, fine) of every proved family: an instance of no such base needs no relations
-_family_bases: set[tuple] = set()
 _stored: dict[str, bool] = {"loaded": False, "dirty": False}
 
 
@@ -106,7 +104,6 @@ def clear_cache() -> None:
     _cache.clear()
     _instances.clear()
     _families.clear()
-    _family_bases.clear()
     _stored["loaded"] = True
 
 
@@ -134,7 +131,6 @@ def _load_stored() -> None:
 def _index_family(key: tuple, verdict: Verdict) -> None:
     base, exprs, fine, rel = key
     _families.setdefault((base, fine, rel), []).append((exprs, verdict))
-    _family_bases.add((base, fine))
 
 
 def prove(alg: Algebra, match: Match, assume_finite: bool = False, described: str | None = None) -> Verdict:
@@ -177,8 +173,6 @@ def _family_verdict(match: Match, frame: _Setting, base: tuple) -> Verdict | Non
     _load_stored()
     kernel: Mapping[str, Fraction] | None = None
     for fine in (False, True):
-        if (base, fine) not in _family_bases:
-            continue
         rel = relations.signature(finite) if fine else relations.signs(finite)
         for exprs, verdict in _families.get((base, fine, rel), ()):
             if kernel is None:

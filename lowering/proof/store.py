@@ -48,9 +48,9 @@ def _off() -> bool:
 
 
 def _path() -> Path | None:
-    where = os.environ.get(_ENV, "")
     if _off():
         return None
+    where = os.environ.get(_ENV, "")
     root = Path(where) if where else Path.home() / ".cache" / "ascend-lowering" / "proofs"
     return root / f"proofs-{_digest()}.pickle"
 
@@ -89,11 +89,7 @@ def write_shipped(verdicts: dict[tuple, Any]) -> None:
     """Replaces the shipped proofs with `verdicts`, under this code's digest (in key order, so
     the same proofs give the same file)."""
     ordered = dict(sorted(verdicts.items(), key=lambda item: repr(item[0])))
-    fd, tmp = tempfile.mkstemp(dir=SHIPPED.parent, prefix=".known-", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        pickle.dump({"digest": _digest(), "verdicts": ordered}, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.chmod(tmp, 0o644)  # package data, read by every user
-    os.replace(tmp, SHIPPED)
+    _write_whole(SHIPPED, {"digest": _digest(), "verdicts": ordered}, mode=0o644)  # package data, read by every user
     _read_shipped.cache_clear()
 
 
@@ -112,9 +108,21 @@ def save(verdicts: dict[tuple, Any]) -> None:
         merged = {**_read(path), **verdicts}
         if len(merged) > _KEEP:
             merged = dict(list(merged.items())[-_KEEP:])
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".proofs-", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(merged, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
+        _write_whole(path, merged)
     except OSError:
         return
+
+
+def _write_whole(path: Path, content: object, mode: int | None = None) -> None:
+    """Pickles `content` to a temporary file beside `path` and renames it over `path`: a reader
+    sees the old file or the whole new one; a write that fails leaves no temporary file behind."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(content, f, protocol=pickle.HIGHEST_PROTOCOL)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -137,26 +137,24 @@ def build(alg: Algebra, match: Match) -> Structure:
 
     stack = [match.output]
     seen: set[str] = set()
-    const_of_value, producer, nodes = index.const, index.producer.get, index.nodes
     while stack:
         value = stack.pop()
         if value in seen or not value:
             continue
         seen.add(value)
-        const = const_of_value(value)
-        if const is None:
-            if value in inputs:
-                refs[value] = ("in", len(leaves))
-                leaves.append(value)
-                continue
-        else:
-            if const.size != 1 and (const.size == 0 or not (const.reshape(-1) == const.reshape(-1)[0]).all()
-                                    and not np.isnan(const.astype(np.float64)).all()):
+        const = index.const(value)
+        if value in inputs and const is None:
+            refs[value] = ("in", len(leaves))
+            leaves.append(value)
+            continue
+        if const is not None:
+            if const.size == 0 or const.size > 1 and not (const.reshape(-1) == const.reshape(-1)[0]).all() \
+                    and not np.isnan(const.astype(np.float64)).all():
                 raise Unprovable(f"reads the constant {value} of {const.size} different elements")
             refs[value] = constant(value, exact_value(const))
             continue
-        i = producer(value)
-        if value != match.output and i is not None and nodes[i].op_type not in PROVABLE:
+        i = index.producer.get(value)
+        if value != match.output and i is not None and index.nodes[i].op_type not in PROVABLE:
             counted = alg.numel_of(value)
             if counted is not None:
                 if counted[0] not in numel_of:
