@@ -98,7 +98,7 @@ class BackgroundCheck:
         self._proc.wait()
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -106,7 +106,7 @@ def _usable_cpus() -> int:
 
 
 def _worth_a_child(serialized: bytes) -> bool:
-    return len(serialized) >= BACKGROUND_CHECK_BYTES and bool(sys.executable) and _usable_cpus() > 1
+    return len(serialized) >= BACKGROUND_CHECK_BYTES and bool(sys.executable) and usable_cpus() > 1
 
 
 def _uses_external_data(model: onnx.ModelProto, serialized: bytes) -> bool:

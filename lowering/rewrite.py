@@ -30,8 +30,9 @@ from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .patterns.meaning.evaluate import ELEMENTWISE
+from .proof.beside import ProofsBeside
+from .proof.prove import Verdict, save_proofs
 from .proof.prove import prove as prove_match
-from .proof.prove import save_proofs
 from .report import Fusion, FusionReport, Rejection
 from .subgraphs import Naming, fuse_with_subgraphs
 
@@ -40,7 +41,8 @@ FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
 
 def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
                validated: bool = True, recompute_shared: bool = True,
-               by_meaning: bool = True, assume_finite: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+               by_meaning: bool = True, assume_finite: bool = False,
+               prove_beside: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
     Calls of model-local functions that could hold a pattern are inlined first; only those whose
@@ -61,7 +63,8 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
 
     Every match, however found, is fused only when lowering.proof proves it computes its fused
     op's contract; `assume_finite` waives a difference at +-inf and NaN inputs only (the
-    report says so per fusion).
+    report says so per fusion). `prove_beside` proves a large graph's form matches in a forked
+    child while matching goes on (lowering.proof.beside): for a process that is the pass's own.
     """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
@@ -69,7 +72,8 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     gc.disable()
     try:
         def one_graph(graph_model: onnx.ModelProto, naming: Naming) -> tuple[onnx.ModelProto, FusionReport]:
-            return _fuse_proto(graph_model, patterns, validated, recompute_shared, by_meaning, naming, assume_finite)
+            return _fuse_proto(graph_model, patterns, validated, recompute_shared, by_meaning, naming, assume_finite,
+                               prove_beside)
 
         return functions.fuse_through_functions(model, lambda m: fuse_with_subgraphs(m, one_graph))
     finally:
@@ -79,10 +83,11 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
 
 
 def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = True,
-                by_meaning: bool = True, naming: Naming | None = None,
-                assume_finite: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+                by_meaning: bool = True, naming: Naming | None = None, assume_finite: bool = False,
+                prove_beside: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
     """The pass on one graph: the model's main graph, or a subgraph as lowering.subgraphs makes a
-    model of it. `naming` holds the names the other graphs of the model use and made."""
+    model of it. `naming` holds the names the other graphs of the model use and made. With
+    `prove_beside`, a large graph's form matches are proved in a child (lowering.proof.beside)."""
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
     decoded = decode_nodes(model.graph)
@@ -110,37 +115,57 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     def accept(m: Match) -> Match:
         return _proved(alg, _check_closed(index, alg, m, stats.cse_shared, recompute_shared), assume_finite)
 
-    rejected: list[tuple[int, Rejection]] = []
-    for i in sorted((i for op in by_op for i in index.by_op.get(op, ())), reverse=True):
-        node = nodes[i]
-        if i in alg.taken or i in dead or node.domain not in ("", "ai.onnx"):
-            continue
-        for pattern in by_op[node.op_type]:
-            pre = pattern.prefilter.get(node.op_type)
-            if pre is not None and node.output[0] not in alg.reached(pre):
+    beside = ProofsBeside.start(alg, assume_finite) if prove_beside else None
+    try:
+        def accept_form(m: Match) -> Match:
+            if beside is None:
+                return accept(m)
+            closed = _check_closed(index, alg, m, stats.cse_shared, recompute_shared)
+            beside.submit(closed)  # taken as proved until the child says otherwise
+            return closed
+
+        rejected: list[tuple[int, Rejection]] = []
+        for i in sorted((i for op in by_op for i in index.by_op.get(op, ())), reverse=True):
+            node = nodes[i]
+            if i in alg.taken or i in dead or node.domain not in ("", "ai.onnx"):
                 continue
-            alg.seen = {i}
-            try:
-                found = pattern.match(alg, i)
+            for pattern in by_op[node.op_type]:
+                pre = pattern.prefilter.get(node.op_type)
+                if pre is not None and node.output[0] not in alg.reached(pre):
+                    continue
+                alg.seen = {i}
+                try:
+                    found = pattern.match(alg, i)
+                    if found is not None:
+                        found = accept_form(found)
+                except NoMatch as exc:
+                    if i not in explained.get(pattern.name, ()):
+                        rejected.append((i, Rejection(pattern.name, node_label(node), node.op_type, str(exc))))
+                    explained.setdefault(pattern.name, set()).update(alg.seen)
+                    continue
                 if found is not None:
-                    found = accept(found)
-            except NoMatch as exc:
-                if i not in explained.get(pattern.name, ()):
-                    rejected.append((i, Rejection(pattern.name, node_label(node), node.op_type, str(exc))))
-                explained.setdefault(pattern.name, set()).update(alg.seen)
-                continue
-            if found is not None:
-                matches.append(found)
-                alg.taken |= found.interior
-                break
-    if by_meaning:
-        explained_at = {i for i, _ in rejected}
-        recognised, refusals = meaning.recognise(alg, dead, accept, explained_at)
-        matches.extend(recognised)
-        # a region a pattern already gave its reason for keeps that reason alone
-        rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]),
-                                             nodes[r.anchor].op_type, r.reason))
-                        for r in refusals if not r.covers & explained_at)
+                    matches.append(found)
+                    alg.taken |= found.interior
+                    break
+        submitted = len(matches)
+        if by_meaning:
+            explained_at = {i for i, _ in rejected}
+            recognised, refusals = meaning.recognise(alg, dead, accept, explained_at)
+            matches.extend(recognised)
+            # a region a pattern already gave its reason for keeps that reason alone
+            rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]),
+                                                 nodes[r.anchor].op_type, r.reason))
+                            for r in refusals if not r.covers & explained_at)
+        if beside is not None:
+            settled = _settle(alg, matches[:submitted], beside.verdicts(), assume_finite)
+            if settled is None:
+                # a form match the proof refuses: the pass as a proof in line would have run it,
+                # from that match on (the verdicts are cached now)
+                return _fuse_proto(model, patterns, validated, recompute_shared, by_meaning, naming, assume_finite)
+            matches[:submitted] = settled
+    finally:
+        if beside is not None:
+            beside.stop()
     # a refusal by one pattern at a node another pattern then fused is no near miss
     report.rejections = [r for i, r in rejected if i not in alg.taken]
     if not matches:
@@ -228,6 +253,21 @@ def _proved(alg: Algebra, m: Match, assume_finite: bool) -> Match:
     verdict = prove_match(alg, m, assume_finite)
     if not verdict.holds:
         raise NoMatch(verdict.reason)
+    return _with_verdict(m, verdict)
+
+
+def _settle(alg: Algebra, submitted: list[Match], verdicts: list[Verdict] | None,
+            assume_finite: bool) -> list[Match] | None:
+    """The matches a child proved, with what their proofs add; None when one is refused. Without
+    the child's verdicts (it failed), proved here."""
+    if verdicts is None or len(verdicts) != len(submitted):
+        verdicts = [prove_match(alg, m, assume_finite) for m in submitted]
+    if not all(v.holds for v in verdicts):
+        return None
+    return [_with_verdict(m, v) for m, v in zip(submitted, verdicts)]
+
+
+def _with_verdict(m: Match, verdict: Verdict) -> Match:
     caveats = m.caveats + [c for c in verdict.caveats if c not in m.caveats]
     return replace(m, attrs={**m.attrs, **verdict.attrs}, caveats=caveats, waived=verdict.waived)
 

@@ -112,6 +112,16 @@ def cached_verdicts() -> dict[tuple, Verdict]:
     return dict(_cache)
 
 
+def absorb(proved: Mapping[tuple, Verdict]) -> None:
+    """Takes in the verdicts another process made (lowering.proof.beside), as if proved here."""
+    _load_stored()
+    for key, verdict in proved.items():
+        if key not in _cache:
+            _remember(key, verdict)
+            if len(key) == 4 and verdict.holds:
+                _index_family(key, verdict)
+
+
 def save_proofs() -> None:
     """Stores this run's new proofs for the next (called once a pass has run)."""
     if _stored["dirty"]:

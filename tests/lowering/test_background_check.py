@@ -26,7 +26,7 @@ from lowering.rewrite import fuse_proto
 def background(monkeypatch):
     """Every model is big enough, and the machine has a second core."""
     monkeypatch.setattr(loading, "BACKGROUND_CHECK_BYTES", 0)
-    monkeypatch.setattr(loading, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(loading, "usable_cpus", lambda: 2)
 
 
 def _save(model: onnx.ModelProto, path: Path) -> Path:
@@ -76,13 +76,13 @@ def test_background_check_gives_the_same_fused_model(tmp_path: Path, background,
 
 
 def test_small_models_are_checked_in_process(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(loading, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(loading, "usable_cpus", lambda: 2)
     assert loading.load(_save(sl1(), tmp_path / "m.onnx"), background=True).pending is None
 
 
 def test_one_core_checks_in_process(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(loading, "BACKGROUND_CHECK_BYTES", 0)
-    monkeypatch.setattr(loading, "_usable_cpus", lambda: 1)
+    monkeypatch.setattr(loading, "usable_cpus", lambda: 1)
     assert loading.load(_save(sl1(), tmp_path / "m.onnx"), background=True).pending is None
 
 
