@@ -231,7 +231,7 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.emit == "ir":
         loaded = load(model_path, background=True)
         fused, _ = fuse_loaded(loaded, recompute_shared=args.recompute_shared, by_meaning=args.by_meaning,
-                               assume_finite=args.assume_finite, prove_beside=True)
+                               assume_finite=args.assume_finite, beside=True)
         text = format_ir(_kernels(fused, args.target))
         print(text if text else "# no fused nodes, so no kernels")
         return 0
@@ -243,7 +243,7 @@ def run_lower(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         # --inputs and --shape against the model's inputs, and the backend, before the work
         checked = check_input_options(args, loaded.model) if args.verify else None
         fused, report = fuse_loaded(loaded, recompute_shared=args.recompute_shared, by_meaning=args.by_meaning,
-                                    assume_finite=args.assume_finite, prove_beside=True)
+                                    assume_finite=args.assume_finite, beside=True)
         kernels = _kernels(fused, args.target) if args.emit == "all" else []
         data = report.to_dict()
         data.update(model=str(model_path), target=args.target, fused_model=f"{stem}.fused.onnx",

@@ -381,7 +381,7 @@ def run_ours(src: Path, dst: Path) -> tuple[onnx.ModelProto, FusionReport]:
     loaded = load(src, background=True)
     # like the onnxscript rules, refuse a match whose intermediates other nodes read (the planted
     # abs_used near miss); by default the pass fuses it and computes |x| again for that reader
-    fused, report = fuse_loaded(loaded, recompute_shared=False, prove_beside=True)
+    fused, report = fuse_loaded(loaded, recompute_shared=False, beside=True)
     save(fused, dst, loaded.has_external_data)
     return fused, report
 

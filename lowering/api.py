@@ -39,15 +39,15 @@ def fuse(model: Any, *, recompute_shared: bool = True, by_meaning: bool = True,
 
 
 def fuse_loaded(loaded: LoadedModel, recompute_shared: bool = True, by_meaning: bool = True,
-                assume_finite: bool = False, prove_beside: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+                assume_finite: bool = False, beside: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
     """fuse_proto on a loaded model whose ONNX check may still run in the background: its
     verdict is taken before the result is returned, and before the pass's own error when the
     pass fails (on a model the checker rejects, the checker says best what is wrong).
-    `prove_beside` is for the `lower` command, whose process is the pass's own: fuse() runs in a
+    `beside` is for the `lower` command, whose process is the pass's own: fuse() runs in a
     caller's process, which a fork would copy with its threads and handles."""
     try:
         result = fuse_proto(loaded.model, validated=loaded.pending is None, recompute_shared=recompute_shared,
-                            by_meaning=by_meaning, assume_finite=assume_finite, prove_beside=prove_beside)
+                            by_meaning=by_meaning, assume_finite=assume_finite, beside=beside)
     except Exception:
         loaded.confirm()
         raise

@@ -23,6 +23,7 @@ from contracts.fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
 
 from . import cleanup, functions, verify
 from .algebra import Algebra
+from .beside import Beside
 from .bodies import FunctionBodies
 from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes, node_label
 from .loading import default_opset
@@ -30,19 +31,22 @@ from .normalize import normalize
 from .patterns import DEFAULT_PATTERNS, meaning
 from .patterns.base import Match, NoMatch, Pattern, same_shape
 from .patterns.meaning.evaluate import ELEMENTWISE
-from .proof.beside import ProofsBeside
+from .proof.beside import proving_child
 from .proof.prove import Verdict, save_proofs
 from .proof.prove import prove as prove_match
 from .report import Fusion, FusionReport, Rejection
 from .subgraphs import Naming, fuse_with_subgraphs
 
 FUNCTION_IR_VERSION = 10  # node/function `overload` needs IR version 10
+# the least graph whose form matches a child proves: below it the fork and the hand-over cost more
+# than the proofs they move (lowering.proof.beside)
+BESIDE_MIN_NODES = 20_000
 
 
 def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PATTERNS,
                validated: bool = True, recompute_shared: bool = True,
                by_meaning: bool = True, assume_finite: bool = False,
-               prove_beside: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+               beside: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
     """Fuses a ModelProto; returns a new model and the report. The input is not modified.
 
     Calls of model-local functions that could hold a pattern are inlined first; only those whose
@@ -63,8 +67,9 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
 
     Every match, however found, is fused only when lowering.proof proves it computes its fused
     op's contract; `assume_finite` waives a difference at +-inf and NaN inputs only (the
-    report says so per fusion). `prove_beside` proves a large graph's form matches in a forked
-    child while matching goes on (lowering.proof.beside): for a process that is the pass's own.
+    report says so per fusion). `beside` lets a large graph's pass hand work to forked children
+    (its form matches' proofs, half of the recogniser's; lowering.proof.beside): for a process
+    that is the pass's own.
     """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
@@ -73,7 +78,7 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     try:
         def one_graph(graph_model: onnx.ModelProto, naming: Naming) -> tuple[onnx.ModelProto, FusionReport]:
             return _fuse_proto(graph_model, patterns, validated, recompute_shared, by_meaning, naming, assume_finite,
-                               prove_beside)
+                               beside)
 
         return functions.fuse_through_functions(model, lambda m: fuse_with_subgraphs(m, one_graph))
     finally:
@@ -84,10 +89,11 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
 
 def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: bool, recompute_shared: bool = True,
                 by_meaning: bool = True, naming: Naming | None = None, assume_finite: bool = False,
-                prove_beside: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
+                beside: bool = False) -> tuple[onnx.ModelProto, FusionReport]:
     """The pass on one graph: the model's main graph, or a subgraph as lowering.subgraphs makes a
     model of it. `naming` holds the names the other graphs of the model use and made. With
-    `prove_beside`, a large graph's form matches are proved in a child (lowering.proof.beside)."""
+    `beside`, a large graph's form matches are proved in a child, and the recogniser shares its
+    work with one (lowering.proof.beside)."""
     info = GraphInfo(model)
     report = FusionReport(nodes_before=len(model.graph.node))
     decoded = decode_nodes(model.graph)
@@ -115,13 +121,14 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     def accept(m: Match) -> Match:
         return _proved(alg, _check_closed(index, alg, m, stats.cse_shared, recompute_shared), assume_finite)
 
-    beside = ProofsBeside.start(alg, assume_finite) if prove_beside else None
+    prover: Beside[Match, Verdict] | None = proving_child(lambda m: prove_match(alg, m, assume_finite)) \
+        if beside and len(nodes) >= BESIDE_MIN_NODES else None
     try:
         def accept_form(m: Match) -> Match:
-            if beside is None:
+            if prover is None:
                 return accept(m)
             closed = _check_closed(index, alg, m, stats.cse_shared, recompute_shared)
-            beside.submit(closed)  # taken as proved until the child says otherwise
+            prover.submit(closed)  # taken as proved until the child says otherwise
             return closed
 
         rejected: list[tuple[int, Rejection]] = []
@@ -150,22 +157,23 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
         submitted = len(matches)
         if by_meaning:
             explained_at = {i for i, _ in rejected}
-            recognised, refusals = meaning.recognise(alg, dead, accept, explained_at)
+            recognised, refusals = meaning.recognise(alg, dead, accept, explained_at,
+                                                     proving_child if beside else None)
             matches.extend(recognised)
             # a region a pattern already gave its reason for keeps that reason alone
             rejected.extend((r.anchor, Rejection(f"{r.family}/meaning", node_label(nodes[r.anchor]),
                                                  nodes[r.anchor].op_type, r.reason))
                             for r in refusals if not r.covers & explained_at)
-        if beside is not None:
-            settled = _settle(alg, matches[:submitted], beside.verdicts(), assume_finite)
+        if prover is not None:
+            settled = _settle(alg, matches[:submitted], prover.results(), assume_finite)
             if settled is None:
                 # a form match the proof refuses: the pass as a proof in line would have run it,
                 # from that match on (the verdicts are cached now)
                 return _fuse_proto(model, patterns, validated, recompute_shared, by_meaning, naming, assume_finite)
             matches[:submitted] = settled
     finally:
-        if beside is not None:
-            beside.stop()
+        if prover is not None:
+            prover.stop()
     # a refusal by one pattern at a node another pattern then fused is no near miss
     report.rejections = [r for i, r in rejected if i not in alg.taken]
     if not matches:

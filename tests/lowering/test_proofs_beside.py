@@ -1,6 +1,7 @@
-"""Proofs in a forked child (lowering.proof.beside) give what proofs in line give: the same fused
-model and report when every match holds, when one is refused (the graph is passed again in line),
-and when the child fails; the child is always reaped, and the fuse() API never forks."""
+"""Work in forked children (lowering.beside, lowering.proof.beside) gives what the pass gives in
+line: the same fused model and report when every form match holds, when one is refused (the graph
+is passed again in line), when the recogniser's child finds matches ahead of this process's, and
+when a child fails; every child is reaped, and the fuse() API never forks."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import onnx
 import pytest
 
 import lowering
-from lowering.proof import beside, prove
+from lowering import beside, rewrite
+from lowering.patterns import meaning
+from lowering.proof import prove
 from lowering.rewrite import fuse_proto
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,18 +33,36 @@ def _benchmark_graph() -> onnx.ModelProto:
     return model
 
 
-MODELS = {"benchmark graph": _benchmark_graph(), **{p.parent.name + "/" + p.name: onnx.load(str(p)) for p in FIXTURES}}
+def _copies(model: onnx.ModelProto, k: int) -> onnx.ModelProto:
+    """`k` copies of a model's graph side by side in one graph: k times its fusions, by meaning too."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:], out.graph.input[:], out.graph.output[:], out.graph.initializer[:], out.graph.value_info[:]
+    for i in range(k):
+        g = onnx.compose.add_prefix(model, f"copy{i}_").graph
+        out.graph.node.extend(g.node)
+        out.graph.input.extend(g.input)
+        out.graph.output.extend(g.output)
+        out.graph.initializer.extend(g.initializer)
+        out.graph.value_info.extend(g.value_info)
+    return out
 
 
-def _result(model: onnx.ModelProto, prove_beside: bool) -> tuple[bytes, str]:
-    fused, report = fuse_proto(model, prove_beside=prove_beside)
+MEANING = _copies(onnx.load(str(REPO / "tests/fixtures/jax/mixed_scale_step_mean_b05_f32.onnx")), 3)
+MODELS = {"benchmark graph": _benchmark_graph(), "three copies with fusions by meaning": MEANING,
+          **{p.parent.name + "/" + p.name: onnx.load(str(p)) for p in FIXTURES}}
+
+
+def _result(model: onnx.ModelProto, forked: bool) -> tuple[bytes, str]:
+    fused, report = fuse_proto(model, beside=forked)
     return fused.SerializeToString(deterministic=True), report.to_json()
 
 
 @pytest.fixture
 def forks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Every graph gets a child (whatever its size or the machine's cores); the children's pids."""
-    monkeypatch.setattr(beside, "MIN_NODES", 0)
+    monkeypatch.setattr(rewrite, "BESIDE_MIN_NODES", 0)
+    monkeypatch.setattr(meaning, "MIN_SHARED", 0)
     monkeypatch.setattr(beside, "usable_cpus", lambda: 2)
     pids: list[int] = []
     fork = os.fork
@@ -67,7 +88,7 @@ def test_proofs_beside_give_the_result_of_proofs_in_line(name: str, forks: list[
 
 
 def _in_the_child(parent: int, then: Callable[..., prove.Verdict]) -> Callable[..., prove.Verdict]:
-    real = prove.prove
+    real = rewrite.prove_match
 
     def proving(*args: object, **kwargs: object) -> prove.Verdict:
         return then(*args, **kwargs) if os.getpid() != parent else real(*args, **kwargs)  # type: ignore[arg-type]
@@ -79,15 +100,15 @@ def test_a_match_the_child_refuses_sends_the_graph_through_again_in_line(forks: 
     model = MODELS["benchmark graph"]
     expected = _result(model, False)
     refused = prove.Verdict(False, "refused in the child")
-    monkeypatch.setattr(prove, "prove", _in_the_child(os.getpid(), lambda *a, **k: refused))
+    monkeypatch.setattr(rewrite, "prove_match", _in_the_child(os.getpid(), lambda *a, **k: refused))
     passes: list[bool] = []
-    real_pass = lowering.rewrite._fuse_proto
+    real_pass = rewrite._fuse_proto
 
     def counting(*args: object, **kwargs: object) -> object:
         passes.append(True)
         return real_pass(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(lowering.rewrite, "_fuse_proto", counting)
+    monkeypatch.setattr(rewrite, "_fuse_proto", counting)
     assert _result(model, True) == expected
     assert len(passes) == 2  # the graph's pass, then again with its proofs in line
 
@@ -100,7 +121,7 @@ def test_a_child_that_dies_leaves_the_proofs_to_this_process(forks: list[int],
     def die(*args: object, **kwargs: object) -> prove.Verdict:
         os._exit(1)
 
-    monkeypatch.setattr(prove, "prove", _in_the_child(os.getpid(), die))
+    monkeypatch.setattr(rewrite, "prove_match", _in_the_child(os.getpid(), die))
     assert _result(model, True) == expected
 
 
@@ -130,14 +151,24 @@ def test_the_child_brings_back_the_proofs_it_made(forks: list[int], nothing_prov
         return decide(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(prove, "_decide", counted)
-    _, report = fuse_proto(MODELS["benchmark graph"], prove_beside=True)
+    _, report = fuse_proto(MODELS["benchmark graph"], beside=True)
     assert report.fusions
     assert not asked_here
     assert [k for k, v in prove.cached_verdicts().items() if len(k) == 4 and v.holds]
 
 
+def test_the_recogniser_shares_its_differences_and_keeps_their_order(forks: list[int]) -> None:
+    """Matches by meaning in both halves of the differences: each after the first is worked out
+    again in line (the child's outcomes did not know the nodes it took), with the same result."""
+    fused, report = fuse_proto(MEANING, beside=True)
+    assert sum(f.pattern.endswith("/meaning") for f in report.fusions) == 3
+    assert len(forks) == 2  # the form matches' prover and the recogniser's helper
+    assert _result(MEANING, True) == _result(MEANING, False)
+
+
 def test_the_api_never_forks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(beside, "MIN_NODES", 0)
+    monkeypatch.setattr(rewrite, "BESIDE_MIN_NODES", 0)
+    monkeypatch.setattr(meaning, "MIN_SHARED", 0)
     monkeypatch.setattr(beside, "usable_cpus", lambda: 2)
 
     def no_fork() -> int:

@@ -13,12 +13,13 @@ is, the report gets the most telling reason: a counterexample where one was foun
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...algebra import Algebra
+from ...beside import Beside, Claims
 from ...graph import FLOAT_TYPES, GraphIndex, node_label
 from ..base import Match, NoMatch
 from . import proximal, smooth_l1
@@ -38,6 +39,7 @@ from .region import (
 )
 from .screen import screen_joint, screen_region
 
+MIN_SHARED = 256  # the least number of differences worth a child (each takes a millisecond or two)
 SEED = 18  # probes are drawn from this seed and the candidate's position: the same region, the same verdict
 MAX_OUTPUTS = 10  # candidate outputs tried per difference
 FAMILIES = {"smooth_l1_grad": smooth_l1.propose, "proximal_gd": proximal.propose}
@@ -55,30 +57,74 @@ class Refusal:
     covers: set[int] = field(default_factory=set)  # the nodes of every region tried around the difference
 
 
+Outcome = tuple[Match | None, Refusal | None]
+# starts a child applying a function to the items handed it (lowering.proof.beside.proving_child)
+Fork = Callable[[Callable[[None], list[tuple[int, Outcome]]]], "Beside[None, list[tuple[int, Outcome]]] | None"]
+
+
 def recognise(alg: Algebra, skip: set[int], closed: Callable[[Match], Match],
-              refused: frozenset[int] | set[int] = frozenset()) -> tuple[list[Match], list[Refusal]]:
+              refused: frozenset[int] | set[int] = frozenset(),
+              fork: Fork | None = None) -> tuple[list[Match], list[Refusal]]:
     """Matches found by meaning among the nodes not in alg.taken or `skip`, each already checked
     by `closed` (the pass's own closure check, which may raise NoMatch); and one refusal per
     difference that did not fuse. A region around a node a pattern `refused` must hold that node:
-    a part of a function the patterns refused is not fused on its own."""
+    a part of a function the patterns refused is not fused on its own. With `fork`, a child
+    works out differences beside this process (_shared)."""
     index = alg.index
     differences: dict[int, None] = {}
     for op in sorted(KINKS):
         for i in index.by_op.get(op, ()):
             if i not in alg.taken and i not in skip and is_threshold_kink(index, index.nodes[i]):
                 differences.update(dict.fromkeys(differences_behind(index, i, alg.taken)))
+    order = sorted(differences, reverse=True)
+    ahead = _shared(alg, order, skip, closed, refused, fork) if fork is not None and len(order) >= MIN_SHARED else {}
     matches: list[Match] = []
     refusals: list[Refusal] = []
-    for d in sorted(differences, reverse=True):
+    for d in order:
         if d in alg.taken:
             continue
-        found, refusal = _around(alg, d, skip, closed, refused)
+        found, refusal = ahead[d] if d in ahead else _around(alg, d, skip, closed, refused)
         if found is not None:
             matches.append(found)
             alg.taken |= found.interior
+            # what was worked out ahead did not know this match took its nodes
+            ahead = {}
         elif refusal is not None:
             refusals.append(refusal)
     return matches, refusals
+
+
+def _shared(alg: Algebra, order: list[int], skip: set[int], closed: Callable[[Match], Match],
+            refused: frozenset[int] | set[int], fork: Fork) -> dict[int, Outcome]:
+    """Outcomes of differences worked out ahead, with the nodes taken now, by this process and a
+    child, each taking the next difference nobody has: what recognise would find for each up to
+    its first match (after that, recognise works them out again, in order). Empty when no child
+    can run."""
+    try:
+        claims = Claims(len(order))
+    except OSError:  # no shared memory for the counter here
+        return {}
+
+    def ahead_of(until_match: bool) -> Iterator[tuple[int, Outcome]]:
+        while (k := claims.claim()) is not None:
+            outcome = _around(alg, order[k], skip, closed, refused)
+            yield order[k], outcome
+            if until_match and outcome[0] is not None:
+                claims.close()  # past a match, nothing worked out ahead is what recognise finds
+
+    child = fork(lambda _: list(ahead_of(True)))
+    if child is None:
+        return {}
+    try:
+        child.submit(None)
+        child.flush()
+        ahead = dict(ahead_of(True))
+        theirs = child.results()
+    finally:
+        child.stop()
+    if theirs is not None:
+        ahead.update(theirs[0])
+    return ahead
 
 
 def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], Match],
