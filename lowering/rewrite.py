@@ -23,7 +23,6 @@ from contracts.fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
 
 from . import cleanup, functions, verify
 from .algebra import Algebra
-from .beside import Beside
 from .bodies import FunctionBodies
 from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes, node_label
 from .loading import default_opset
@@ -121,8 +120,16 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     def accept(m: Match) -> Match:
         return _proved(alg, _check_closed(index, alg, m, stats.cse_shared, recompute_shared), assume_finite)
 
-    prover: Beside[Match, Verdict] | None = proving_child(lambda m: prove_match(alg, m, assume_finite)) \
-        if beside and len(nodes) >= BESIDE_MIN_NODES else None
+    taken_before = set(alg.taken)
+
+    def prove_in_turn(m: Match) -> Verdict:
+        """In the child: each match proved with the nodes taken as when a proof in line runs
+        (the earlier matches'), for a proof reads what is taken."""
+        verdict = prove_match(alg, m, assume_finite)
+        alg.taken |= m.interior
+        return verdict
+
+    prover = proving_child(prove_in_turn) if beside and len(nodes) >= BESIDE_MIN_NODES else None
     try:
         def accept_form(m: Match) -> Match:
             if prover is None:
@@ -165,7 +172,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
                                                  nodes[r.anchor].op_type, r.reason))
                             for r in refusals if not r.covers & explained_at)
         if prover is not None:
-            settled = _settle(alg, matches[:submitted], prover.results(), assume_finite)
+            settled = _settle(alg, matches[:submitted], prover.results(), assume_finite, taken_before)
             if settled is None:
                 # a form match the proof refuses: the pass as a proof in line would have run it,
                 # from that match on (the verdicts are cached now)
@@ -264,12 +271,21 @@ def _proved(alg: Algebra, m: Match, assume_finite: bool) -> Match:
     return _with_verdict(m, verdict)
 
 
-def _settle(alg: Algebra, submitted: list[Match], verdicts: list[Verdict] | None,
-            assume_finite: bool) -> list[Match] | None:
+def _settle(alg: Algebra, submitted: list[Match], verdicts: list[Verdict] | None, assume_finite: bool,
+            taken_before: set[int]) -> list[Match] | None:
     """The matches a child proved, with what their proofs add; None when one is refused. Without
-    the child's verdicts (it failed), proved here."""
+    the child's verdicts (it failed), proved here, each with the nodes taken when a proof in line
+    would run (`taken_before` and the earlier matches')."""
     if verdicts is None or len(verdicts) != len(submitted):
-        verdicts = [prove_match(alg, m, assume_finite) for m in submitted]
+        taken_after = alg.taken
+        alg.taken = set(taken_before)
+        try:
+            verdicts = []
+            for m in submitted:
+                verdicts.append(prove_match(alg, m, assume_finite))
+                alg.taken |= m.interior
+        finally:
+            alg.taken = taken_after
     if not all(v.holds for v in verdicts):
         return None
     return [_with_verdict(m, v) for m, v in zip(submitted, verdicts)]

@@ -24,6 +24,7 @@ Out = TypeVar("Out")
 def proving_child(work: Callable[[In], Out]) -> Beside[In, Out] | None:
     """A child applying `work` (lowering.beside.Beside.start), whose new proofs come back with its
     results; None where no child can run."""
+    prove.load_stored()  # the stores are read here, once: the child sends back only what it proved
     before = set(prove.cached_verdicts())
 
     def made() -> dict[tuple, prove.Verdict]:

@@ -68,6 +68,9 @@ class Verdict:
     caveats: list[str] = field(default_factory=list)
     waived: bool = False  # holds only because non-finite inputs were waived (assume_finite)
     attrs: dict[str, object] = field(default_factory=dict)  # attribute values the proof chose (a variant)
+    # refused because the solver did not decide in time: kept for this run, never stored or
+    # handed between processes (on a less busy machine it may decide)
+    undecided: bool = False
 
 
 @dataclass
@@ -108,13 +111,14 @@ def clear_cache() -> None:
 
 
 def cached_verdicts() -> dict[tuple, Verdict]:
-    """This process's verdicts by key (with what the stores held), for models/make_known_proofs.py."""
-    return dict(_cache)
+    """This process's decided verdicts by key (with what the stores held): what the store keeps,
+    models/make_known_proofs.py ships and a child hands back (lowering.proof.beside)."""
+    return {k: v for k, v in _cache.items() if not v.undecided}
 
 
 def absorb(proved: Mapping[tuple, Verdict]) -> None:
     """Takes in the verdicts another process made (lowering.proof.beside), as if proved here."""
-    _load_stored()
+    load_stored()
     for key, verdict in proved.items():
         if key not in _cache:
             _remember(key, verdict)
@@ -125,11 +129,11 @@ def absorb(proved: Mapping[tuple, Verdict]) -> None:
 def save_proofs() -> None:
     """Stores this run's new proofs for the next (called once a pass has run)."""
     if _stored["dirty"]:
-        store.save(dict(_cache))
+        store.save(cached_verdicts())
         _stored["dirty"] = False
 
 
-def _load_stored() -> None:
+def load_stored() -> None:
     if not _stored["loaded"]:
         _stored["loaded"] = True
         _cache.update(store.load())
@@ -180,7 +184,7 @@ def _family_verdict(match: Match, frame: _Setting, base: tuple) -> Verdict | Non
     finite = [c for c in frame.constants if isinstance(c, Fraction)]
     if not finite or _fixes_mean(match, frame):
         return None
-    _load_stored()
+    load_stored()
     kernel: Mapping[str, Fraction] | None = None
     for fine in (False, True):
         rel = relations.signature(finite) if fine else relations.signs(finite)
@@ -234,7 +238,7 @@ def _fixed_mean(alg: Algebra, match: Match, setting: _Setting, assume_finite: bo
 
 
 def _prove_setting(alg: Algebra, match: Match, setting: _Setting, assume_finite: bool, described: str) -> Verdict:
-    _load_stored()
+    load_stored()
     base = _base_key(setting, assume_finite)
     concrete_key = (base, tuple(setting.constants), tuple(sorted(setting.params.items())))
     found = _cache.get(concrete_key)
@@ -865,7 +869,7 @@ def _refusal(alg: Algebra, match: Match, s: _Setting, e: _Encoded, found: Any, g
 
     if found == z3.unknown:
         return Verdict(False, f"is not proved equal to {described}: the solver did not decide within "
-                              f"{TIMEOUT_MS / 1000:g} s{where}")
+                              f"{TIMEOUT_MS / 1000:g} s{where}", undecided=True)
     if generic:  # the relations alone do not decide: the instance's own constants will
         return Verdict(False, "generic")
     model = e.solver.model()

@@ -95,12 +95,8 @@ def _in_the_child(parent: int, then: Callable[..., prove.Verdict]) -> Callable[.
     return proving
 
 
-def test_a_match_the_child_refuses_sends_the_graph_through_again_in_line(forks: list[int],
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    model = MODELS["benchmark graph"]
-    expected = _result(model, False)
-    refused = prove.Verdict(False, "refused in the child")
-    monkeypatch.setattr(rewrite, "prove_match", _in_the_child(os.getpid(), lambda *a, **k: refused))
+def _counted_passes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """One entry per pass over a graph (lowering.rewrite._fuse_proto) from now on."""
     passes: list[bool] = []
     real_pass = rewrite._fuse_proto
 
@@ -109,20 +105,87 @@ def test_a_match_the_child_refuses_sends_the_graph_through_again_in_line(forks: 
         return real_pass(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(rewrite, "_fuse_proto", counting)
+    return passes
+
+
+def test_a_match_the_child_refuses_sends_the_graph_through_again_in_line(forks: list[int],
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    model = MODELS["benchmark graph"]
+    expected = _result(model, False)
+    refused = prove.Verdict(False, "refused in the child")
+    monkeypatch.setattr(rewrite, "prove_match", _in_the_child(os.getpid(), lambda *a, **k: refused))
+    passes = _counted_passes(monkeypatch)
     assert _result(model, True) == expected
     assert len(passes) == 2  # the graph's pass, then again with its proofs in line
 
 
-def test_a_child_that_dies_leaves_the_proofs_to_this_process(forks: list[int],
+@pytest.mark.parametrize("name", list(MODELS))
+def test_a_child_that_dies_leaves_the_proofs_to_this_process(name: str, forks: list[int],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    model = MODELS["benchmark graph"]
+    """The parent proves the matches as a proof in line would (each with the earlier matches'
+    nodes taken), so they hold as they do in line: one pass, the same result."""
+    model = MODELS[name]
     expected = _result(model, False)
 
     def die(*args: object, **kwargs: object) -> prove.Verdict:
         os._exit(1)
 
     monkeypatch.setattr(rewrite, "prove_match", _in_the_child(os.getpid(), die))
+    passes = _counted_passes(monkeypatch)
     assert _result(model, True) == expected
+    assert len(passes) == _graphs(model)
+
+
+def _graphs(model: onnx.ModelProto) -> int:
+    """How many graphs the pass runs on: the main graph and every If/Loop/Scan body."""
+    def count(graph: onnx.GraphProto) -> int:
+        return 1 + sum(count(a.g) + sum(count(g) for g in a.graphs) for n in graph.node for a in n.attribute
+                       if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS))
+    return count(model.graph)
+
+
+def test_a_stop_while_a_batch_is_on_its_way_ends_quietly(capfd: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child stopped before its results (an error or Ctrl-C in the pass) is reaped, and its
+    feeder ends without a traceback, even with a send under way."""
+    monkeypatch.setattr(beside, "usable_cpus", lambda: 2)
+    child = beside.Beside.start(lambda item: item)
+    assert child is not None
+    for _ in range(20_000):
+        child.submit(bytes(1024))
+    child.stop()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_claim_whose_lock_stays_held_gives_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child killed while it holds the claims' lock leaves the rest to the caller, no hang."""
+    monkeypatch.setattr(beside, "_CLAIM_WAIT_S", 0.05)
+    claims = beside.Claims(10)
+    assert claims.claim() == 0
+    claims._lock.acquire()
+    assert claims.claim() is None
+
+
+def test_without_a_second_core_nothing_forks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rewrite, "BESIDE_MIN_NODES", 0)
+    monkeypatch.setattr(meaning, "MIN_SHARED", 0)
+    monkeypatch.setattr(beside, "usable_cpus", lambda: 1)
+
+    def no_fork() -> int:
+        raise AssertionError("forked")
+
+    expected = _result(MEANING, False)
+    monkeypatch.setattr(os, "fork", no_fork)
+    assert _result(MEANING, True) == expected
+
+
+def test_an_undecided_proof_is_kept_for_the_run_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal because the solver ran out of time is not stored, shipped or handed back by a
+    child: on a less busy machine the solver may decide."""
+    monkeypatch.setattr(prove, "_cache", {})
+    prove._remember(("decided",), prove.Verdict(True))
+    prove._remember(("undecided",), prove.Verdict(False, "did not decide", undecided=True))
+    assert set(prove.cached_verdicts()) == {("decided",)}
 
 
 @pytest.fixture

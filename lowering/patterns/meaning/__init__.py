@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...algebra import Algebra
-from ...beside import Beside, Claims
+from ...beside import Beside, Claims, can_fork
 from ...graph import FLOAT_TYPES, GraphIndex, node_label
 from ..base import Match, NoMatch
 from . import proximal, smooth_l1
@@ -100,31 +100,32 @@ def _shared(alg: Algebra, order: list[int], skip: set[int], closed: Callable[[Ma
     child, each taking the next difference nobody has: what recognise would find for each up to
     its first match (after that, recognise works them out again, in order). Empty when no child
     can run."""
+    if not can_fork():
+        return {}
     try:
         claims = Claims(len(order))
-    except OSError:  # no shared memory for the counter here
+    except (OSError, ImportError):  # no shared memory for the counter here
         return {}
 
-    def ahead_of(until_match: bool) -> Iterator[tuple[int, Outcome]]:
+    def ahead() -> Iterator[tuple[int, Outcome]]:
         while (k := claims.claim()) is not None:
             outcome = _around(alg, order[k], skip, closed, refused)
             yield order[k], outcome
-            if until_match and outcome[0] is not None:
+            if outcome[0] is not None:
                 claims.close()  # past a match, nothing worked out ahead is what recognise finds
 
-    child = fork(lambda _: list(ahead_of(True)))
+    child = fork(lambda _: list(ahead()))
     if child is None:
         return {}
     try:
-        child.submit(None)
-        child.flush()
-        ahead = dict(ahead_of(True))
+        child.submit(None, now=True)
+        ours = dict(ahead())
         theirs = child.results()
     finally:
         child.stop()
     if theirs is not None:
-        ahead.update(theirs[0])
-    return ahead
+        ours.update(theirs[0])
+    return ours
 
 
 def _around(alg: Algebra, d: int, skip: set[int], closed: Callable[[Match], Match],
