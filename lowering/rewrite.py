@@ -67,8 +67,8 @@ def fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern] = DEFAULT_PAT
     Every match, however found, is fused only when lowering.proof proves it computes its fused
     op's contract; `assume_finite` waives a difference at +-inf and NaN inputs only (the
     report says so per fusion). `beside` lets a large graph's pass hand work to forked children
-    (its form matches' proofs, half of the recogniser's; lowering.proof.beside): for a process
-    that is the pass's own.
+    (its form matches' proofs, part of the recogniser's; lowering.beside): for a process that is
+    the pass's own, never a caller's.
     """
     # the pass allocates millions of small objects that never form cycles; the cyclic collector
     # only adds work that grows faster than the graph
