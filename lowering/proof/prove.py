@@ -550,9 +550,12 @@ def _encode(s: _Setting, generic: frozenset[int], free_kinds: bool, saturate: bo
 
     from .z3_backend import Z3Backend
 
-    b = Z3Backend()
+    # a context of its own per query: z3's model, and so a refusal's counterexample, would
+    # otherwise depend on every query this process asked before (and on which process asked it)
+    ctx = z3.Context()
+    b = Z3Backend(ctx)
     m = Semantics(b)
-    solver = z3.SolverFor("QF_NRA")
+    solver = z3.SolverFor("QF_NRA", ctx=ctx)
     solver.set("timeout", TIMEOUT_MS)
     finite_roles = set(s.spec.finite)
     leaves: list[Ext] = []
@@ -747,7 +750,7 @@ def _check_case_split(e: _Encoded) -> Any:
     solver. Either answer is a decision (z3 returns sat or unsat only when it is so)."""
     import z3
 
-    fast = z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
+    fast = z3.Then("simplify", "propagate-values", "solve-eqs", "smt", ctx=e.solver.ctx).solver()
     fast.set("timeout", _CASE_SPLIT_MS)
     fast.add(*e.solver.assertions())
     found = fast.check()

@@ -66,11 +66,11 @@ def sign_constraints(symbols: Sequence[Any], values: Sequence[Fraction]) -> list
             out.append(c == v)
         elif v and _magnitude(v) is None:
             mag = c if v > 0 else -c
-            out += [mag >= _real(_MODERATE[0]), mag <= _real(_MODERATE[1])]
+            out += [mag >= _real(_MODERATE[0], c.ctx), mag <= _real(_MODERATE[1], c.ctx)]
         elif v:
             e = _log2(v)
             mag = c if v > 0 else -c
-            out += [mag >= _real(Fraction(2) ** e), mag < _real(Fraction(2) ** (e + 1))]
+            out += [mag >= _real(Fraction(2) ** e, c.ctx), mag < _real(Fraction(2) ** (e + 1), c.ctx)]
     for i, (a, va) in enumerate(zip(symbols, values)):
         for b, vb in zip(symbols[i + 1:], values[i + 1:]):
             for holds, cond in ((va == vb, a == b), (va == -vb, a == -b), (va * vb == 1, a * b == 1),
@@ -92,15 +92,13 @@ def box(v: Fraction, fine: bool) -> tuple[Fraction, Fraction]:
     return (lo, hi) if v > 0 else (-hi, -lo)
 
 
-def _real(v: Fraction) -> Any:
+def _real(v: Fraction, ctx: Any) -> Any:
     import z3
 
-    return z3.RealVal(f"{v.numerator}/{v.denominator}")
+    return z3.RealVal(f"{v.numerator}/{v.denominator}", ctx)
 
 
 def _singles(symbols: Sequence[Any], values: Sequence[Fraction]) -> list[Any]:
-    import z3
-
     out: list[Any] = []
     for c, v in zip(symbols, values):
         out.append(c > 0 if v > 0 else (c < 0 if v < 0 else c == 0))
@@ -108,8 +106,7 @@ def _singles(symbols: Sequence[Any], values: Sequence[Fraction]) -> list[Any]:
             e = _log2(v)
             lo, hi = Fraction(2) ** e, Fraction(2) ** (e + 1)
             mag = c if v > 0 else -c
-            out += [mag >= z3.RealVal(f"{lo.numerator}/{lo.denominator}"),
-                    mag < z3.RealVal(f"{hi.numerator}/{hi.denominator}")]
+            out += [mag >= _real(lo, c.ctx), mag < _real(hi, c.ctx)]
             if abs(v) == 1:
                 out.append(mag == 1)
     return out

@@ -71,3 +71,37 @@ def test_a_verdict_does_not_hang_on_what_an_earlier_run_proved(tmp_path: Path) -
     assert run(HALF_PRECISION, store) == first  # the shipped proofs read, this run's stored
     assert list((tmp_path / "proofs").glob("proofs-*")), "the run stored no proofs"
     assert run(HALF_PRECISION[::-1], store) == first
+
+
+def _side_by_side(paths: list[Path]) -> onnx.ModelProto:
+    """The graphs of several models in one (names prefixed apart)."""
+    out = onnx.load(str(paths[0]))
+    for k, p in enumerate(paths[1:]):
+        g = onnx.compose.add_prefix(onnx.load(str(p)), f"m{k}_").graph
+        for name in ("node", "input", "output", "initializer", "value_info"):
+            getattr(out.graph, name).extend(getattr(g, name))
+    return out
+
+
+def test_a_refusal_reads_the_same_whatever_the_solver_was_asked_before(monkeypatch) -> None:
+    """A refusal's counterexample comes from a solver context of its own: the report of a model
+    proved afresh three times in one process (each time after the solver answered the earlier
+    runs' queries) is the same each time."""
+    from lowering.proof import prove
+    from lowering.rewrite import fuse_proto
+
+    jax = REPO / "tests/fixtures/jax"
+    paths = [jax / "sl1_optax_huber_none_d05_vjp_f16.onnx",
+             *(sorted(jax.glob("sl1_*f32*.onnx")) + sorted(jax.glob("prox*.onnx")))[:12]]
+    model = _side_by_side(paths)
+    monkeypatch.setenv("ASCEND_LOWERING_PROOF_CACHE", "off")
+    reports = []
+    try:
+        for _ in range(3):
+            prove.clear_cache()
+            reports.append(fuse_proto(model)[1].to_json())
+    finally:
+        prove.clear_cache()
+        prove._stored["loaded"] = False
+    assert any("differs from" in r for r in reports)
+    assert reports[0] == reports[1] == reports[2]
