@@ -23,6 +23,7 @@ from contracts.fused_ops import DOMAIN, DOMAIN_VERSION, OP_SPECS
 
 from . import cleanup, functions, verify
 from .algebra import Algebra
+from .beside import Beside
 from .bodies import FunctionBodies
 from .graph import DTYPE_NAMES, GraphIndex, GraphInfo, Node, decode_nodes, node_label
 from .loading import default_opset
@@ -129,9 +130,17 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
         alg.taken |= m.interior
         return verdict
 
-    prover = proving_child(prove_in_turn) if beside and len(nodes) >= BESIDE_MIN_NODES else None
+    prover: Beside[Match, Verdict] | None = None
+    wants_prover = beside and len(nodes) >= BESIDE_MIN_NODES
     try:
         def accept_form(m: Match) -> Match:
+            nonlocal prover, wants_prover
+            if wants_prover:
+                # forked at the first match, not before: a graph without one needs no child, and
+                # the child starts with what matching it worked out (the types inferred of a
+                # graph without value_info, which it would otherwise infer again)
+                wants_prover = False
+                prover = proving_child(prove_in_turn)
             if prover is None:
                 return accept(m)
             closed = _check_closed(index, alg, m, stats.cse_shared, recompute_shared)
