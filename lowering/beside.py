@@ -87,15 +87,12 @@ class Beside(Generic[In, Out]):
         """Hands the child `item`: with the next full batch, or `now`."""
         self._batch.append(item)
         if now or len(self._batch) >= _BATCH:
-            self._outbox.put(self._batch)
-            self._batch = []
+            self._send_batch()
 
     def results(self) -> list[Out] | None:
         """Every submitted item's result, in order; None when the child failed (the caller does
         the work itself). Ends the child."""
-        if self._batch:
-            self._outbox.put(self._batch)
-            self._batch = []
+        self._send_batch()
         self._outbox.put(None)
         self._feeder.join()
         try:
@@ -115,6 +112,11 @@ class Beside(Generic[In, Out]):
         self._outbox.put(None)  # lets the feeder end, if results() did not
         self._feeder.join()  # a send to the dead child fails at once
         self._conn.close()
+
+    def _send_batch(self) -> None:
+        if self._batch:
+            self._outbox.put(self._batch)
+            self._batch = []
 
     def _end_child(self) -> None:
         if self._pid is not None:

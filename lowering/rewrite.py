@@ -10,7 +10,7 @@ matched subgraph, so onnxruntime and any other ONNX runtime still run the model.
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
@@ -124,8 +124,9 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
     taken_before = set(alg.taken)
 
     def prove_in_turn(m: Match) -> Verdict:
-        """In the child: each match proved with the nodes taken as when a proof in line runs
-        (the earlier matches'), for a proof reads what is taken."""
+        """A form match taken on trust, proved with the nodes taken as when a proof in line runs
+        (the earlier matches'), for a proof reads what is taken: in the child, or here when the
+        child failed (_settle)."""
         verdict = prove_match(alg, m, assume_finite)
         alg.taken |= m.interior
         return verdict
@@ -181,7 +182,7 @@ def _fuse_proto(model: onnx.ModelProto, patterns: Sequence[Pattern], validated: 
                                                  nodes[r.anchor].op_type, r.reason))
                             for r in refusals if not r.covers & explained_at)
         if prover is not None:
-            settled = _settle(alg, matches[:submitted], prover.results(), assume_finite, taken_before)
+            settled = _settle(alg, matches[:submitted], prover.results(), prove_in_turn, taken_before)
             if settled is None:
                 # a form match the proof refuses: the pass as a proof in line would have run it,
                 # from that match on (the verdicts are cached now)
@@ -280,19 +281,16 @@ def _proved(alg: Algebra, m: Match, assume_finite: bool) -> Match:
     return _with_verdict(m, verdict)
 
 
-def _settle(alg: Algebra, submitted: list[Match], verdicts: list[Verdict] | None, assume_finite: bool,
-            taken_before: set[int]) -> list[Match] | None:
+def _settle(alg: Algebra, submitted: list[Match], verdicts: list[Verdict] | None,
+            prove_in_turn: Callable[[Match], Verdict], taken_before: set[int]) -> list[Match] | None:
     """The matches a child proved, with what their proofs add; None when one is refused. Without
-    the child's verdicts (it failed), proved here, each with the nodes taken when a proof in line
-    would run (`taken_before` and the earlier matches')."""
+    the child's verdicts (it failed), proved here as the child proves them (`prove_in_turn`, each
+    with the earlier matches' nodes taken on top of `taken_before`)."""
     if verdicts is None or len(verdicts) != len(submitted):
         taken_after = alg.taken
         alg.taken = set(taken_before)
         try:
-            verdicts = []
-            for m in submitted:
-                verdicts.append(prove_match(alg, m, assume_finite))
-                alg.taken |= m.interior
+            verdicts = [prove_in_turn(m) for m in submitted]
         finally:
             alg.taken = taken_after
     if not all(v.holds for v in verdicts):

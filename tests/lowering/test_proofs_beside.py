@@ -58,12 +58,24 @@ def _result(model: onnx.ModelProto, forked: bool) -> tuple[bytes, str]:
     return fused.SerializeToString(deterministic=True), report.to_json()
 
 
+def _any_graph_may_fork(monkeypatch: pytest.MonkeyPatch, cpus: int) -> None:
+    """Children for every graph, whatever its size, on a machine of `cpus` cores."""
+    monkeypatch.setattr(rewrite, "BESIDE_MIN_NODES", 0)
+    monkeypatch.setattr(meaning, "MIN_SHARED", 0)
+    monkeypatch.setattr(beside, "usable_cpus", lambda: cpus)
+
+
+def _forbid_forks(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_fork() -> int:
+        raise AssertionError("forked")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+
+
 @pytest.fixture
 def forks(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Every graph gets a child (whatever its size or the machine's cores); the children's pids."""
-    monkeypatch.setattr(rewrite, "BESIDE_MIN_NODES", 0)
-    monkeypatch.setattr(meaning, "MIN_SHARED", 0)
-    monkeypatch.setattr(beside, "usable_cpus", lambda: 2)
+    _any_graph_may_fork(monkeypatch, cpus=2)
     pids: list[int] = []
     fork = os.fork
 
@@ -167,15 +179,9 @@ def test_a_claim_whose_lock_stays_held_gives_up(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_without_a_second_core_nothing_forks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rewrite, "BESIDE_MIN_NODES", 0)
-    monkeypatch.setattr(meaning, "MIN_SHARED", 0)
-    monkeypatch.setattr(beside, "usable_cpus", lambda: 1)
-
-    def no_fork() -> int:
-        raise AssertionError("forked")
-
     expected = _result(MEANING, False)
-    monkeypatch.setattr(os, "fork", no_fork)
+    _any_graph_may_fork(monkeypatch, cpus=1)
+    _forbid_forks(monkeypatch)
     assert _result(MEANING, True) == expected
 
 
@@ -234,13 +240,7 @@ def test_the_recogniser_shares_its_differences_and_keeps_their_order(forks: list
 
 
 def test_the_api_never_forks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rewrite, "BESIDE_MIN_NODES", 0)
-    monkeypatch.setattr(meaning, "MIN_SHARED", 0)
-    monkeypatch.setattr(beside, "usable_cpus", lambda: 2)
-
-    def no_fork() -> int:
-        raise AssertionError("fuse() forked")
-
-    monkeypatch.setattr(os, "fork", no_fork)
+    _any_graph_may_fork(monkeypatch, cpus=2)
+    _forbid_forks(monkeypatch)
     _, report = lowering.fuse(MODELS["benchmark graph"])
     assert report.fusions
