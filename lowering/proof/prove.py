@@ -706,7 +706,7 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
     # 1. the reals (the non-finite variants of an op agree there)
     e = _encode(s, generic, free_kinds=False, saturate=False)
     e.solver.add(e.differs())
-    found = e.solver.check()
+    found = _check_reals(e)
     if found != z3.unsat:
         refusal = _refusal(alg, match, s, e, found, generic, described, "")
         if generic or found != z3.sat or not refusal.reason.endswith(_UNSEEN) or _differs_visibly(s, generic):
@@ -740,18 +740,36 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
     return Verdict(True, caveats=caveats + [f"fused under assume_finite: {first.reason}"], waived=True)
 
 
-_CASE_SPLIT_MS = 1000
+_FIRST_TRY_MS = 1000  # a procedure tried first gets this long, then the general solver decides
+
+
+def _check_reals(e: _Encoded) -> Any:
+    """The solver's answer to a question over the reals, tried first by nlsat, z3's complete
+    procedure for polynomial real arithmetic, on its own: z3's default for the logic starts with
+    its SMT core, which on these queries (products of open constants and inputs, case splits on
+    comparisons) takes two to three times as long, and several times as long on the slowest."""
+    import z3
+
+    return _check_first(e, z3.Tactic("qfnra-nlsat", ctx=e.solver.ctx))
 
 
 def _check_case_split(e: _Encoded) -> Any:
     """The solver's answer, tried first by z3's SMT core after simplification: the non-finite
     question is mostly a split over the kinds of the inputs, which that core decides several
-    times faster than the nonlinear-arithmetic solver; what it leaves undecided goes to that
-    solver. Either answer is a decision (z3 returns sat or unsat only when it is so)."""
+    times faster than the nonlinear-arithmetic solver."""
     import z3
 
-    fast = z3.Then("simplify", "propagate-values", "solve-eqs", "smt", ctx=e.solver.ctx).solver()
-    fast.set("timeout", _CASE_SPLIT_MS)
+    return _check_first(e, z3.Then("simplify", "propagate-values", "solve-eqs", "smt", ctx=e.solver.ctx))
+
+
+def _check_first(e: _Encoded, first: Any) -> Any:
+    """`e`'s query decided by the tactic `first`, or, where it gives no answer within
+    _FIRST_TRY_MS, by the general solver. Either answer is a decision (z3 returns sat or unsat
+    only when it is so), and `e.solver` is then the one that gave it, whose model a refusal reads."""
+    import z3
+
+    fast = first.solver()
+    fast.set("timeout", _FIRST_TRY_MS)
     fast.add(*e.solver.assertions())
     found = fast.check()
     if found != z3.unknown:
