@@ -4,7 +4,9 @@ depends on can overflow its type while the inputs stay inside a box.
 The overflow question (lowering.proof.prove, question 3) first asks whether any such value can
 overflow where the inputs are away from their types' ranges. Most regions scale their inputs by
 constants and pick among the results; bounds show at once that nothing there reaches the range,
-and the solver is asked only when they do not.
+and the solver is asked only about the values they do not bound (SmoothL1's g * x, with a scale
+of two open constants, reaches the range over their boxes; only the contract's result, g * x /
+beta, keeps it inside).
 
 Each value gets two bounds on its *finite* values, both sound, and the tighter one counts:
   * an interval, by interval arithmetic over the constants' boxes (a family's proof leaves each
@@ -63,18 +65,20 @@ Value = _Value | None | str  # bounds, never finite (None), or a condition (BOOL
 Narrowed = dict[Ref, _Value | None]  # what a chosen branch tells of values (None: never finite there)
 
 
-def cannot_overflow(s: Structure, leaves: Sequence[Interval | None], constants: Sequence[Box],
-                    numels: Sequence[int | None]) -> bool:
-    """Whether no op of `s` in OVERFLOWING can reach its type's overflow threshold where the
-    result depends on it, when each leaf and constant lies in its box (`leaves[k]` None: a leaf
-    of no float type, unbounded); `numels[k]` is the constant a count leaf is, or None for an
-    unknown count (at least 1). False means "not shown", never "can"."""
+def may_overflow(s: Structure, leaves: Sequence[Interval | None], constants: Sequence[Box],
+                 numels: Sequence[int | None]) -> set[int]:
+    """The ops of `s` in OVERFLOWING that the bounds do not show to stay below their type's
+    overflow threshold where the result depends on them, when each leaf and constant lies in
+    its box (`leaves[k]` None: a leaf of no float type, unbounded); `numels[k]` is the constant a
+    count leaf is, or None for an unknown count (at least 1). An op left out cannot overflow
+    there; one in the set is "not shown", never "can"."""
     if s.output[0] != "v":
-        return True
+        return set()
     bounds = _Bounds(s, leaves, constants, numels)
     seen: set[tuple[int, tuple]] = set()
     stack: list[tuple[int, Narrowed]] = [(s.output[1], {})]
     contexts: dict[tuple, list[Value]] = {}
+    found: set[int] = set()
     while stack:
         k, narrowed = stack.pop()
         key = _context_key(narrowed)
@@ -87,7 +91,7 @@ def cannot_overflow(s: Structure, leaves: Sequence[Interval | None], constants: 
         op, _, refs = s.ops[k]
         top = overflow_at(s.dtypes[k])
         if op in OVERFLOWING and top is not None and not bounds.below(values[k], top):
-            return False
+            found.add(k)
         for i, ref in enumerate(refs):
             if ref[0] != "v":
                 continue
@@ -95,7 +99,7 @@ def cannot_overflow(s: Structure, leaves: Sequence[Interval | None], constants: 
                 stack.append((ref[1], bounds.narrow(values, refs[0], i == 1, narrowed)))
             else:
                 stack.append((ref[1], narrowed))
-    return True
+    return found
 
 
 class _Bounds:

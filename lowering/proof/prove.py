@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -800,13 +800,15 @@ def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, gene
     out_max = float_max(s.out_dtype)
     if out_max is None:
         return None
-    if bounds.cannot_overflow(s.structure, *_boxes(s, generic)):
+    unshown = bounds.may_overflow(s.structure, *_boxes(s, generic))
+    if not unshown:
         return None
     free_kinds = not assume_finite
     # where no value the result depends on overflows, the region is what the first two questions
     # proved equal to the contract, and so is the kernel, whose values stay inside the range
-    # there: a cheaper query than comparing the two with overflow, and enough for most regions
-    if not _live_value_may_overflow(s, generic, free_kinds):
+    # there: a cheaper query than comparing the two with overflow, and enough for most regions.
+    # The values bounds show to stay inside their range need not be asked about.
+    if not _live_value_may_overflow(s, generic, free_kinds, among=unshown):
         return None
     e = _encode(s, generic, free_kinds=free_kinds, saturate=True)
     assert e.exact_contract is not None
@@ -821,15 +823,16 @@ def _overflow(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, gene
 
 
 def _live_value_may_overflow(s: _Setting, generic: frozenset[int], free_kinds: bool,
-                             contract_in_range: bool = True) -> bool:
+                             contract_in_range: bool = True, among: Collection[int] | None = None) -> bool:
     """Whether the solver finds inputs away from their types' ranges (and, with
     `contract_in_range`, every value the contract computes away from the result's range) where
-    a value the result depends on overflows; an undecided query counts as found."""
+    a value the result depends on (of the ops `among`, when given) overflows; an undecided
+    query counts as found."""
     import z3
 
     e = _encode(s, generic, free_kinds=free_kinds, saturate=False, within_range=False)
     b = e.m.b
-    overflows = b.or_(*[b.and_(e.live[k], o) for k, o in e.overflows.items()])
+    overflows = b.or_(*[b.and_(e.live[k], o) for k, o in e.overflows.items() if among is None or k in among])
     if overflows is False:
         return False
     contract_values = e.contract_trace + [e.contract] if contract_in_range else []

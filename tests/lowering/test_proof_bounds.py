@@ -1,9 +1,10 @@
 """lowering.proof.bounds: the overflow question's first query answered without the solver.
 
-Bounds may only ever say "no value the result depends on overflows" when that is so: each claim
-the pass makes on the mutation fuzzer's spellings and mutants (overflowing intermediates among
-them) is checked here against the solver's own query, asked without the contract's conditions
-(a stronger question than the pass asks). And the cases bounds must leave to the solver: a
+Bounds may only ever say "this value cannot overflow where the result depends on it" when that is
+so: each claim the pass makes on the mutation fuzzer's spellings and mutants (overflowing
+intermediates among them), of each op bounds leave out of the solver's query, is checked here
+against the solver's own query about that op, asked without the contract's conditions (a stronger
+question than the pass asks). And the cases bounds must leave to the solver: a
 product of two inputs, a square in the branch Where does not narrow, a divisor that may be 0, a
 comparison with a computed bound, the finite results of +-inf operands, a divisor bounded only
 from above, a narrowing Cast as the proof rounds it.
@@ -18,7 +19,7 @@ import pytest
 from mutations import generate, judge
 
 from lowering.proof import bounds, prove
-from lowering.proof.structure import Structure, overflow_at
+from lowering.proof.structure import OVERFLOWING, Structure, overflow_at
 
 F32 = onnx.TensorProto.FLOAT
 F16 = onnx.TensorProto.FLOAT16
@@ -34,7 +35,11 @@ def _s(ops: list[tuple], leaves: int, dtype: int = F32) -> Structure:
 
 
 def _shown(s: Structure, constants: list, near: Fraction = NEAR32, numels: list | None = None) -> bool:
-    return bounds.cannot_overflow(s, [(-near, near)] * len(s.leaves), constants, numels or [])
+    return not _unshown(s, constants, near, numels)
+
+
+def _unshown(s: Structure, constants: list, near: Fraction = NEAR32, numels: list | None = None) -> set[int]:
+    return bounds.may_overflow(s, [(-near, near)] * len(s.leaves), constants, numels or [])
 
 
 X, L, D, B = ("in", 0), ("in", 1), ("in", 2), ("c", 0)
@@ -50,6 +55,16 @@ def test_the_where_chain_cannot_overflow_with_its_constants_or_open() -> None:
     assert _shown(s, [(Fraction(1, 2),) * 2, (Fraction(1, 64),) * 2])
     # beta open over 2^16: g * x / beta is bounded by |g| through beta's own monomial
     assert _shown(s, [BOX, BOX])
+
+
+def test_only_the_values_bounds_cannot_bound_are_left_to_the_solver() -> None:
+    # g = dout * c1 * c2 with both open: g * x, where |x| < beta, may reach the range over the
+    # boxes (only the result g * x / beta keeps it inside); g, g * x / beta and g * sign(x) cannot
+    ops = [("Sub", [X, L]), ("Mul", [D, ("c", 1)]), ("Mul", [("v", 1), ("c", 2)]), ("Abs", [("v", 0)]),
+           ("Less", [("v", 3), B]), ("Mul", [("v", 2), ("v", 0)]), ("Div", [("v", 5), B]), ("Sign", [("v", 0)]),
+           ("Mul", [("v", 2), ("v", 7)]), ("Where", [("v", 4), ("v", 6), ("v", 8)])]
+    assert _unshown(_s(ops, 3), [BOX, BOX, BOX]) == {5}
+    assert _unshown(_s(ops, 3), [(Fraction(1, 2),) * 2, (Fraction(1, 64),) * 2, (Fraction(3),) * 2]) == set()
 
 
 def test_the_branch_where_does_not_narrow_still_counts() -> None:
@@ -129,16 +144,19 @@ def test_a_narrowing_cast_is_bounded_as_the_proof_rounds() -> None:
 
 @pytest.fixture(scope="module")
 def claims() -> list[tuple[str, bool]]:
-    """Every claim bounds made while the pass judged the fuzzer's cases, with the solver's answer
-    to the same question (True: no overflow)."""
+    """Every claim bounds made while the pass judged the fuzzer's cases (an op that cannot
+    overflow where the result depends on it), with the solver's answer to the same question
+    (True: no overflow)."""
     found: list[tuple[str, bool]] = []
-    shown = bounds.cannot_overflow
+    unshown = bounds.may_overflow
 
-    def checked(s, leaves, constants, numels) -> bool:
-        claim = shown(s, leaves, constants, numels)
-        if claim:
-            found.append((f"{[op for op, _, _ in s.ops]} constants {constants}", _solver_says_no_overflow(s)))
-        return claim
+    def checked(s, leaves, constants, numels) -> set[int]:
+        left = unshown(s, leaves, constants, numels)
+        for k, (op, _, _) in enumerate(s.ops):
+            if op in OVERFLOWING and overflow_at(s.dtypes[k]) is not None and k not in left:
+                found.append((f"op {k} of {[op for op, _, _ in s.ops]} constants {constants}",
+                              _solver_says_no_overflow(s, k)))
+        return left
 
     setting: dict[int, prove._Setting] = {}
     overflow = prove._overflow
@@ -147,12 +165,12 @@ def claims() -> list[tuple[str, bool]]:
         setting[id(s.structure)] = (s, generic, assume_finite)
         return overflow(alg, match, s, assume_finite, generic, described)
 
-    def _solver_says_no_overflow(structure) -> bool:
+    def _solver_says_no_overflow(structure, k: int) -> bool:
         s, generic, assume_finite = setting[id(structure)]
-        return not prove._live_value_may_overflow(s, generic, not assume_finite, contract_in_range=False)
+        return not prove._live_value_may_overflow(s, generic, not assume_finite, contract_in_range=False, among={k})
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(bounds, "cannot_overflow", checked)
+        mp.setattr(bounds, "may_overflow", checked)
         mp.setattr(prove, "_overflow", remembering)
         prove.clear_cache()
         try:
