@@ -15,8 +15,11 @@ built by one semantics (lowering.proof.semantics):
 
 The kernel's parameters (sigma, 1/sigma, the scale) are taken from the region by exact evaluation
 and its constants (fused_ops.ProofSpec.derive); each must equal the kernel's own up to the
-rounding of a float32 attribute. Rounding itself is not this module's question (the recogniser
-checks it in the graph's dtype).
+rounding of a float32 attribute. Rounding is not this module's question (the recogniser checks it
+in the graph's dtype), except where it is a matter of structure: a region that adds a constant
+and takes it away again is refused, since the sum's rounding drops whatever lies below the
+constant's last digit ((x + 64) - 64 is 0 in float16 for |x| < 0.03), however exact it is over
+the reals.
 
 Proofs are cached per structure (lowering.proof.structure) under the relations between the
 constants (lowering.proof.relations): that proof holds for every instance with the same
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -446,10 +449,82 @@ _QUICK_RANGE = Fraction(1 << 24)
 
 
 def _quick_counterexample(alg: Algebra, match: Match, s: _Setting, described: str) -> Verdict | None:
-    """A refusal from exact evaluation at a few points (each tensor input on its own at 0, +-1,
-    the constants and their halves and doubles; the scalars at values inside the op's domain),
-    when one of them shows a difference the graph's types keep: most wrong matches differ at
-    one of them, and evaluation costs far less than a solver call."""
+    """A refusal from exact evaluation at a few points (_probe_points), when one of them shows a
+    difference the graph's types keep: most wrong matches differ at one of them, and evaluation
+    costs far less than a solver call."""
+    m = Semantics(ExactBackend())
+    consts = [_const_ext(m, c) for c in s.constants]
+    counts = [m.const(_COUNT_AT) for _ in range(s.unknown_counts)]
+    params = _param_exts(s, m, consts, counts, frozenset())
+    for point in _probe_points(s):
+        got = _exact_at(s, point, with_norm=True)
+        want = _contract_at(m, s, consts, params, point)
+        if got is None or want is None or got == want:
+            continue
+        from .reproduce import reproduce
+        counts_f = [float(_COUNT_AT)] * s.unknown_counts
+        shown = reproduce(alg, match, s.structure, {r: float(x) for r, x in point.items()}, counts_f, s.roles)
+        if shown is not None:
+            g, f, dtype = shown
+            at = ", ".join(f"{r}={_fmt(float(x))}" for r, x in point.items())
+            return Verdict(False, f"differs from {described} at {at}: the graph gives {_fmt(g)}, the fused op "
+                                  f"{_fmt(f)} (in {dtype_name(dtype)})")
+    return None
+
+
+_ADDITIVE = frozenset({"Add", "Sub", "Sum"})
+_SMALL_EXPONENTS = range(2, 66, 2)  # a counterexample is sought with inputs |c| * 2^-e
+_NUDGE = Fraction(1, 256)  # a sum off by this much, relatively: any amount shows a dependence exactly
+
+
+def _lost_significance(alg: Algebra, match: Match, s: _Setting, described: str) -> Verdict | None:
+    """A refusal when the region adds constants and takes them away again: its exact result is
+    the same with their additive uses read as 0 (each constant on its own, then all together:
+    (x + 64) - 32 - 32), yet it moves when one such sum is off by a little, as its rounding makes
+    it (Sign(|x| + 1) is not moved: nothing is lost there). Both at every point _probe_points
+    gives; exact evaluation of a piecewise rational function can only miss a dependence, never
+    invent one."""
+    uses = [(k, i, j) for k, (op, _, refs) in enumerate(s.structure.ops) if op in _ADDITIVE
+            for i, (kind, j) in enumerate(refs)
+            if kind == "c" and isinstance(s.constants[j], Fraction) and s.constants[j] != 0]
+    additive = sorted({j for _, _, j in uses})
+    points = _probe_points(s)
+    if not additive or not points:
+        return None
+    exact = [_exact_at(s, p) for p in points]
+    if any(e is None for e in exact):
+        return None
+
+    def moves(changed: list[tuple[int, int]], value: Callable[[Fraction], Fraction]) -> bool:
+        return any(e != _exact_at(_with_uses(s, changed, value), p) for e, p in zip(exact, points))
+
+    for dropped in [[j] for j in additive] + ([additive] if len(additive) > 1 else []):
+        mine = [(k, i) for k, i, j in uses if j in dropped]
+        if moves(mine, lambda c: Fraction(0)):
+            continue
+        if not any(moves([use], lambda c: c * (1 + _NUDGE)) for use in mine):
+            continue
+        shown = ", ".join(_fmt(float(s.constants[j])) for j in dropped)
+        witness = _significance_witness(alg, match, s, [abs(Fraction(s.constants[j])) for j in dropped])
+        return Verdict(False, f"differs from {described}{witness}: it adds {shown} and takes it away again, and "
+                              f"the graph's rounding of that sum drops what lies below its last digit")
+    return None
+
+
+def _with_uses(s: _Setting, uses: list[tuple[int, int]], value: Callable[[Fraction], Fraction]) -> _Setting:
+    """`s` with operand i of op k, for each (k, i) of `uses`, reading `value` of its constant."""
+    ops = list(s.structure.ops)
+    constants = list(s.constants)
+    for k, i in uses:
+        op, key, refs = ops[k]
+        constants.append(value(Fraction(s.constants[refs[i][1]])))
+        ops[k] = (op, key, refs[:i] + (("c", len(constants) - 1),) + refs[i + 1:])
+    return replace(s, structure=replace(s.structure, ops=ops), constants=constants)
+
+
+def _probe_points(s: _Setting) -> list[dict[str, Fraction]]:
+    """Each tensor input on its own at 0, +-1, the constants and their halves and doubles, the
+    scalars at values inside the op's domain; none when the domain admits none of those."""
     m = Semantics(ExactBackend())
     tensors = [role for role, (kind, _) in s.roles if kind == "in" and role not in s.spec.finite][:2]
     others = [role for role, (kind, _) in s.roles if kind in ("in", "free") and role not in tensors]
@@ -461,30 +536,38 @@ def _quick_counterexample(alg: Algebra, match: Match, s: _Setting, described: st
     values = [v for v in values if abs(v) <= _QUICK_RANGE]
     fixed = _in_domain(m, s, others)
     if fixed is None:
-        return None
-    consts = [_const_ext(m, c) for c in s.constants]
-    counts = [m.const(_COUNT_AT) for _ in range(s.unknown_counts)]
-    params = _param_exts(s, m, consts, counts, frozenset())
+        return []
     leaf_of = {role: k for role, (kind, k) in s.roles if kind == "in"}
+    points = []
     for role in tensors:
         for v in values:
             # roles that read one value (var and delta both the same tensor) take one value
             at_leaf = {leaf_of[r]: Fraction(0) for r in tensors}
             at_leaf[leaf_of[role]] = v
-            point = {**fixed, **{r: at_leaf[leaf_of[r]] for r in tensors}}
-            got = _exact_at(s, point, with_norm=True)
-            want = _contract_at(m, s, consts, params, point)
-            if got is None or want is None or got == want:
-                continue
-            from .reproduce import reproduce
-            counts_f = [float(_COUNT_AT)] * s.unknown_counts
-            shown = reproduce(alg, match, s.structure, {r: float(x) for r, x in point.items()}, counts_f, s.roles)
-            if shown is not None:
-                g, f, dtype = shown
-                at = ", ".join(f"{r}={_fmt(float(x))}" for r, x in point.items())
-                return Verdict(False, f"differs from {described} at {at}: the graph gives {_fmt(g)}, the fused op "
-                                      f"{_fmt(f)} (in {dtype_name(dtype)})")
-    return None
+            points.append({**fixed, **{r: at_leaf[leaf_of[r]] for r in tensors}})
+    return points
+
+
+def _significance_witness(alg: Algebra, match: Match, s: _Setting, sizes: list[Fraction]) -> str:
+    """Where the graph, in its own types, shows the loss: one tensor input far below a dropped
+    constant (the others 0, the scalars inside the domain); "" where no such point shows it."""
+    from .reproduce import reproduce
+
+    m = Semantics(ExactBackend())
+    tensors = [role for role, (kind, _) in s.roles if kind == "in" and role not in s.spec.finite][:2]
+    others = [role for role, (kind, _) in s.roles if kind in ("in", "free") and role not in tensors]
+    fixed = {r: float(v) for r, v in (_in_domain(m, s, others) or {}).items()}
+    counts = [float(_COUNT_AT)] * s.unknown_counts
+    for size in sizes:
+        for e in _SMALL_EXPONENTS:
+            for role in tensors:
+                point = {**dict.fromkeys(tensors, 0.0), **fixed, role: float(size) * 2.0**-e}
+                shown = reproduce(alg, match, s.structure, point, counts, s.roles)
+                if shown is not None:
+                    g, f, dtype = shown
+                    at = ", ".join(f"{r}={_fmt(x)}" for r, x in point.items())
+                    return f" at {at}: the graph gives {_fmt(g)}, the fused op {_fmt(f)} (in {dtype_name(dtype)})"
+    return ""
 
 
 def _in_domain(m: Semantics, s: _Setting, roles: list[str]) -> dict[str, Fraction] | None:
@@ -700,6 +783,9 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
             described: str) -> Verdict:
     import z3
 
+    lost = _lost_significance(alg, match, s, described)
+    if lost is not None:
+        return lost
     caveats: list[str] = []
     if s.spec.domain_text and any(kind != "c" for role, (kind, _) in s.roles if role in s.spec.finite):
         caveats.append(f"proved for runtime scalars with {s.spec.domain_text}, the op's domain")

@@ -283,6 +283,47 @@ def test_class_8_adding_and_removing_2_24() -> None:
     _assert_refused_with_a_counterexample(_example(_sl1(_add_remove_body), [{"predict": 0.3, "label": 0.0}]))
 
 
+def test_class_8_a_constant_added_and_removed_is_refused_where_moderate_inputs_lose_nothing() -> None:
+    # (x + 64) - 64 in float16 is exact at every moderate input the graph-dtype check tries (x =
+    # 0.5 gives 64.5), and 0 for |x| < 0.03: the proof refuses it by its structure, with a point
+    # where the graph's types show the loss
+    def body(b: Builder) -> str:
+        x = b.op("Sub", b.op("Add", b.op("Sub", "predict", "label"), b.lit(64.0)), b.lit(64.0))
+        return _where(b, x, b.op("Less", b.op("Abs", x), b.lit(0.5)), 0.5)
+
+    case = _example(_sl1(body, dtype=F16), [{"predict": -0.0007, "label": 0.0}])
+    _assert_refused_with_a_counterexample(case)
+    assert any("takes it away again" in r for r in judge(case, patterns=()).reasons), case.describe()
+
+
+def test_class_8_a_constant_added_to_the_result_and_removed_is_left_outside() -> None:
+    # (out + 1) - 1 in float32 loses a small dout's gradient: the gradient fuses, the two ops stay
+    def body(b: Builder) -> str:
+        return b.op("Sub", b.op("Add", sl1_sign(b), b.lit(1.0)), b.lit(1.0))
+
+    outcome = judge(_example(_sl1(body, 0.0), [{"predict": 4.0, "label": 0.0, "dout": 1e-5}]))
+    assert not outcome.fused and outcome.partial and outcome.wrong == ""
+
+
+def test_class_8_a_constant_taken_away_in_two_steps_is_refused() -> None:
+    def split(b: Builder) -> str:
+        x = b.op("Add", b.op("Sub", "predict", "label"), b.lit(64.0))
+        x = b.op("Sub", b.op("Sub", x, b.lit(32.0)), b.lit(32.0))
+        return _where(b, x, b.op("Less", b.op("Abs", x), b.lit(0.5)), 0.5)
+
+    _assert_refused_with_a_counterexample(_example(_sl1(split, dtype=F16), [{"predict": -0.0007, "label": 0.0}]))
+
+
+def test_a_constant_added_whose_rounding_reaches_nothing_fuses() -> None:
+    # result * sign(|x| + 1): the 1 changes nothing exactly, and nor does the sum's rounding
+    def body(b: Builder) -> str:
+        one = b.op("Sign", b.op("Add", b.op("Abs", b.op("Sub", "predict", "label")), b.lit(1.0)))
+        return b.op("Mul", sl1_sign(b), one)
+
+    case = classify(_sl1(body, 0.0, dynamic=True), None)
+    assert case.kind == "equal" and judge(case).fused
+
+
 def test_class_9_an_intermediate_overflow() -> None:
     # sign(x) as x*relu(|x| - b) / (|x|*relu(|x| - b)): inf/inf above 1.8e19 in float32
     def body(b: Builder) -> str:
