@@ -265,10 +265,14 @@ def _prove_setting(alg: Algebra, match: Match, setting: _Setting, assume_finite:
         if found is not None and found.holds:
             return found
         families = [(coarse_key, False), (fine_key, True)]
-    quick = _quick_counterexample(alg, match, setting, described)
-    if quick is not None:
-        _remember(concrete_key, quick)
-        return quick
+    refused = _quick_counterexample(alg, match, setting, described)
+    if refused is None:
+        # a matter of structure, settled before any family is proved: a family proof then holds
+        # only for regions that lose no significance
+        refused = _lost_significance(alg, match, setting, described)
+    if refused is not None:
+        _remember(concrete_key, refused)
+        return refused
     for key, fine in families:
         if key not in _cache:
             found = _decide(alg, match, replace(setting, fine=fine), assume_finite, generic=varying,
@@ -461,15 +465,23 @@ def _quick_counterexample(alg: Algebra, match: Match, s: _Setting, described: st
         want = _contract_at(m, s, consts, params, point)
         if got is None or want is None or got == want:
             continue
-        from .reproduce import reproduce
-        counts_f = [float(_COUNT_AT)] * s.unknown_counts
-        shown = reproduce(alg, match, s.structure, {r: float(x) for r, x in point.items()}, counts_f, s.roles)
+        shown = _shown_at(alg, match, s, {r: float(x) for r, x in point.items()})
         if shown is not None:
-            g, f, dtype = shown
-            at = ", ".join(f"{r}={_fmt(float(x))}" for r, x in point.items())
-            return Verdict(False, f"differs from {described} at {at}: the graph gives {_fmt(g)}, the fused op "
-                                  f"{_fmt(f)} (in {dtype_name(dtype)})")
+            return Verdict(False, f"differs from {described}{shown}")
     return None
+
+
+def _shown_at(alg: Algebra, match: Match, s: _Setting, point: Mapping[str, float]) -> str | None:
+    """" at <point>: the graph gives .., the fused op .. (in <dtype>)" where the graph's own types
+    show a difference at `point` (lowering.proof.reproduce), else None."""
+    from .reproduce import reproduce
+
+    shown = reproduce(alg, match, s.structure, point, [float(_COUNT_AT)] * s.unknown_counts, s.roles)
+    if shown is None:
+        return None
+    g, f, dtype = shown
+    at = ", ".join(f"{r}={_fmt(x)}" for r, x in point.items())
+    return f" at {at}: the graph gives {_fmt(g)}, the fused op {_fmt(f)} (in {dtype_name(dtype)})"
 
 
 _ADDITIVE = frozenset({"Add", "Sub", "Sum"})
@@ -522,21 +534,26 @@ def _with_uses(s: _Setting, uses: list[tuple[int, int]], value: Callable[[Fracti
     return replace(s, structure=replace(s.structure, ops=ops), constants=constants)
 
 
+def _probe_roles(s: _Setting) -> tuple[list[str], dict[str, Fraction] | None]:
+    """The tensor inputs a probe sets (two at most), and values for the others (dout, runtime
+    scalars) inside the op's domain; None for those when the domain admits none tried."""
+    tensors = [role for role, (kind, _) in s.roles if kind == "in" and role not in s.spec.finite][:2]
+    others = [role for role, (kind, _) in s.roles if kind in ("in", "free") and role not in tensors]
+    return tensors, _in_domain(Semantics(ExactBackend()), s, others)
+
+
 def _probe_points(s: _Setting) -> list[dict[str, Fraction]]:
     """Each tensor input on its own at 0, +-1, the constants and their halves and doubles, the
     scalars at values inside the op's domain; none when the domain admits none of those."""
-    m = Semantics(ExactBackend())
-    tensors = [role for role, (kind, _) in s.roles if kind == "in" and role not in s.spec.finite][:2]
-    others = [role for role, (kind, _) in s.roles if kind in ("in", "free") and role not in tensors]
+    tensors, fixed = _probe_roles(s)
+    if fixed is None:
+        return []
     finite = sorted({abs(c) for c in s.constants if isinstance(c, Fraction) and c != 0})[:6]
     values = [Fraction(0), Fraction(1), Fraction(-1), Fraction(-3, 2)]
     for c in finite:
         values += [c, -c, c / 2, -3 * c / 2, 2 * c]
     # moderate points only: near the float range the overflow question decides, with its excuses
     values = [v for v in values if abs(v) <= _QUICK_RANGE]
-    fixed = _in_domain(m, s, others)
-    if fixed is None:
-        return []
     leaf_of = {role: k for role, (kind, k) in s.roles if kind == "in"}
     points = []
     for role in tensors:
@@ -551,22 +568,15 @@ def _probe_points(s: _Setting) -> list[dict[str, Fraction]]:
 def _significance_witness(alg: Algebra, match: Match, s: _Setting, sizes: list[Fraction]) -> str:
     """Where the graph, in its own types, shows the loss: one tensor input far below a dropped
     constant (the others 0, the scalars inside the domain); "" where no such point shows it."""
-    from .reproduce import reproduce
-
-    m = Semantics(ExactBackend())
-    tensors = [role for role, (kind, _) in s.roles if kind == "in" and role not in s.spec.finite][:2]
-    others = [role for role, (kind, _) in s.roles if kind in ("in", "free") and role not in tensors]
-    fixed = {r: float(v) for r, v in (_in_domain(m, s, others) or {}).items()}
-    counts = [float(_COUNT_AT)] * s.unknown_counts
+    tensors, fixed = _probe_roles(s)
+    scalars = {r: float(v) for r, v in (fixed or {}).items()}
     for size in sizes:
         for e in _SMALL_EXPONENTS:
             for role in tensors:
-                point = {**dict.fromkeys(tensors, 0.0), **fixed, role: float(size) * 2.0**-e}
-                shown = reproduce(alg, match, s.structure, point, counts, s.roles)
+                point = {**dict.fromkeys(tensors, 0.0), **scalars, role: float(size) * 2.0**-e}
+                shown = _shown_at(alg, match, s, point)
                 if shown is not None:
-                    g, f, dtype = shown
-                    at = ", ".join(f"{r}={_fmt(x)}" for r, x in point.items())
-                    return f" at {at}: the graph gives {_fmt(g)}, the fused op {_fmt(f)} (in {dtype_name(dtype)})"
+                    return shown
     return ""
 
 
@@ -783,9 +793,6 @@ def _decide(alg: Algebra, match: Match, s: _Setting, assume_finite: bool, generi
             described: str) -> Verdict:
     import z3
 
-    lost = _lost_significance(alg, match, s, described)
-    if lost is not None:
-        return lost
     caveats: list[str] = []
     if s.spec.domain_text and any(kind != "c" for role, (kind, _) in s.roles if role in s.spec.finite):
         caveats.append(f"proved for runtime scalars with {s.spec.domain_text}, the op's domain")

@@ -5,8 +5,8 @@ does not load it.
 
 Terms are made through z3's C API (Z3_mk_*) rather than its Python operators: the operators
 check and coerce the sorts of their operands on every call, which made building a query cost as
-much as deciding it. Every term here is a real or a bool of one context, so the C calls build
-exactly the terms the operators would.
+much as deciding it. Every term here is a real or a bool of one context, so no coercion is due;
+operands keep the order given (the operators put a numeral first in a comparison with one).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def _is_py(x: object) -> bool:
 
 
 class Z3Backend:
-    def __init__(self, ctx: z3.Context | None = None) -> None:
-        self.ctx = ctx if ctx is not None else z3.main_ctx()
+    def __init__(self, ctx: z3.Context) -> None:
+        self.ctx = ctx
         self._ref = self.ctx.ref()
         self._fresh = 0
         self.fresh_names: list[str] = []
